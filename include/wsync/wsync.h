@@ -1,8 +1,243 @@
-/* wsync: weight synchronization from RL trainers to rollout engines. The public C API.
- * This file is filled by the end-to-end work; for now it carries the shared types. */
+/* wsync: weight synchronization from RL trainers to rollout (inference) engines. The public C API.
+ *
+ * Model. Trainer ranks hold shards of the policy's tensors; rollout ranks (grouped in replicas, one
+ * replica per engine instance) want shards of the same tensors, possibly in another layout and
+ * dtype. Every rank creates a context, registers its local buffers (each made of pieces: boxes of
+ * global tensors), and commits; the coordinator then computes a static plan once. Each policy step
+ * the trainers publish a version; wsync moves the bytes (broadcast where layouts match, one-sided
+ * writes where they differ) into a free slot of every rollout rank, and a version becomes readable
+ * on a replica only once it is complete on all of its ranks. Readers take a lease on a version for
+ * one forward pass; a slot is never written while a lease holds it.
+ *
+ * Conventions. Every function returns wsync_status_t. Output parameters come last and are written
+ * only on success. wsync_last_error(ctx) explains the last failure on that context. No function
+ * throws or aborts the process on bad input. Handles are opaque.
+ *
+ * Trainer call sequence:
+ * @code
+ *   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
+ *   cfg.role = WSYNC_ROLE_TRAINER;                 // bootstrap from MPI_COMM_WORLD (mpirun)
+ *   wsync_context_t ctx;
+ *   wsync_context_create(&cfg, &ctx);
+ *   wsync_piece_t piece = WSYNC_PIECE_INITIALIZER;  // rows [r0, r1) of a [4096, 4096] tensor
+ *   piece.tensor = "layers.0.wq"; piece.ndim = 2;
+ *   piece.global_shape = shape; piece.box_offset = off; piece.box_extent = ext;
+ *   wsync_register_buffer(ctx, "layers.0.wq", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, data,
+ *                         n_elements, 1, &piece, NULL);
+ *   wsync_commit(ctx);                              // collective: all trainers and rollouts
+ *   for (uint64_t step = 1; ...; ++step) {
+ *     train_step();
+ *     wsync_request_t req;
+ *     wsync_publish(ctx, step, &req);               // returns at once
+ *     ...; wsync_request_wait(req, -1); wsync_request_free(req);
+ *   }
+ *   wsync_context_destroy(ctx);                     // finalizes
+ * @endcode
+ * Rollout call sequence:
+ * @code
+ *   cfg.role = WSYNC_ROLE_ROLLOUT; cfg.replica = my_engine_index;
+ *   wsync_context_create(&cfg, &ctx);
+ *   wsync_register_buffer(ctx, "qkv", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST, NULL, n, 3, qkv, &qkv_index);
+ *   wsync_commit(ctx);
+ *   while (serving) {                               // at the start of each decode step
+ *     wsync_lease_t lease;
+ *     if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) == WSYNC_SUCCESS) {
+ *       void* qkv_ptr; wsync_lease_buffer(lease, qkv_index, &qkv_ptr);
+ *       forward(qkv_ptr, ...);
+ *       wsync_lease_release(lease);
+ *     }
+ *   }
+ * @endcode
+ */
 #ifndef WSYNC_WSYNC_H_
 #define WSYNC_WSYNC_H_
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "wsync/wsync_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WSYNC_API_VERSION 1u
+#define WSYNC_CONFIG_MAGIC 0x7773796eu /* "wsyn" */
+/** For wsync_acquire(): the newest version ready on this rank's replica. */
+#define WSYNC_VERSION_NEWEST UINT64_MAX
+
+typedef struct wsync_context_s* wsync_context_t; /**< a trainer's or a rollout rank's context */
+typedef struct wsync_request_s* wsync_request_t; /**< an asynchronous publish */
+typedef struct wsync_lease_s* wsync_lease_t;     /**< a reader's hold on one ready version */
+
+typedef enum { WSYNC_ROLE_TRAINER = 0, WSYNC_ROLE_ROLLOUT = 1 } wsync_role_t;
+
+typedef enum {
+  /** Under mpirun: MPI_COMM_WORLD holds every trainer and rollout (and optionally one
+   *  wsync-coordinator process, which must then be world rank 0); otherwise world rank 0 must be a
+   *  trainer and runs the coordinator on a thread. Role ranks follow world rank order. wsync calls
+   *  MPI_Init_thread(MPI_THREAD_MULTIPLE) when MPI is not initialized yet. */
+  WSYNC_BOOTSTRAP_MPI = 0,
+  /** No MPI: rank, counts and coordinator address come from the config (a separately launched
+   *  wsync-coordinator). Matching layouts then also travel by one-sided writes. */
+  WSYNC_BOOTSTRAP_EXPLICIT = 1
+} wsync_bootstrap_t;
+
+/** Context configuration. Initialize with WSYNC_CONFIG_INITIALIZER, then set fields: fields added
+ *  by later versions go at the end, and `size` tells wsync which ones the caller knows. */
+typedef struct {
+  size_t size;      /**< sizeof(wsync_config_t) as the caller compiled it */
+  uint32_t magic;   /**< WSYNC_CONFIG_MAGIC */
+  uint32_t version; /**< WSYNC_API_VERSION */
+  wsync_role_t role;
+  wsync_bootstrap_t bootstrap;
+  int replica;     /**< rollouts: the replica (engine instance) index, >= 0 */
+  int num_slots;   /**< rollouts: version slots per rank, >= 2 (default 2) */
+  int timeout_ms;  /**< bound on every internal wait (default 60000); a wait past it -> TIMEOUT */
+  int max_staleness; /**< versions a replica may lag before publish waits for it; -1: unbounded */
+  int snapshot;    /**< trainers: 1 = publish copies the buffers into staging before returning, so
+                        the caller may modify them at once; 0 = buffers must stay unchanged until
+                        the request completes */
+  /* WSYNC_BOOTSTRAP_EXPLICIT only: */
+  int rank;                        /**< index among the ranks of this role */
+  int num_trainers;                /**< trainer ranks in the job */
+  int num_rollouts;                /**< rollout ranks in the job */
+  const char* coordinator_address; /**< "host:port" of the wsync-coordinator */
+  const char* secret;              /**< shared secret (MPI bootstrap: generated when NULL) */
+} wsync_config_t;
+
+#define WSYNC_CONFIG_INITIALIZER                                                               \
+  {                                                                                            \
+    sizeof(wsync_config_t), WSYNC_CONFIG_MAGIC, WSYNC_API_VERSION, WSYNC_ROLE_TRAINER,         \
+        WSYNC_BOOTSTRAP_MPI, -1, 2, 60000, -1, 0, -1, 0, 0, NULL, NULL                         \
+  }
+
+/** One piece of a local buffer: elements [box_offset, box_offset + box_extent) of the global
+ *  tensor `tensor` (global shape `global_shape`) live in the buffer from element `local_offset` on,
+ *  with `local_strides` (elements per dimension; NULL = row-major over box_extent; the innermost
+ *  stride must be 1). A buffer of several pieces expresses fused tensors (qkv) and flat ranges. */
+typedef struct {
+  const char* tensor;
+  int ndim; /**< 0..6 */
+  const int64_t* global_shape;
+  const int64_t* box_offset; /**< NULL: all zeros */
+  const int64_t* box_extent; /**< NULL: the whole global shape */
+  int64_t local_offset;
+  const int64_t* local_strides;
+} wsync_piece_t;
+
+#define WSYNC_PIECE_INITIALIZER \
+  { NULL, 0, NULL, NULL, NULL, 0, NULL }
+
+/** @name Context */
+/**@{*/
+/** Creates a context and joins the job (collective under WSYNC_BOOTSTRAP_MPI).
+ *  @param [in] config   settings (WSYNC_CONFIG_INITIALIZER, then fields set)
+ *  @param [out] ctx     the new context, written only on success
+ *  @return SUCCESS; INVALID_ARGUMENT (null, bad magic/size, bad field); TIMEOUT (the coordinator or
+ *          a rank did not show up); SYSTEM (MPI, socket or UCX failure); PROTOCOL; REMOTE.
+ *          On failure no context exists; wsync_last_error(NULL) explains it. */
+wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* ctx);
+
+/** Finalizes (tells the coordinator goodbye, waits for in-flight publishes up to the timeout) and
+ *  frees the context. Leases must be released first. NULL is accepted. */
+wsync_status_t wsync_context_destroy(wsync_context_t ctx);
+
+/** Marks the context failed: every blocked call returns ABORTED. Safe from any thread. */
+wsync_status_t wsync_context_abort(wsync_context_t ctx);
+
+/** The explanation of the last failure on `ctx` (or of the last failed create when NULL); "" when
+ *  none. Valid until the next call on the context from the same thread. */
+const char* wsync_last_error(wsync_context_t ctx);
+
+/** What the plan means for this rank (valid after commit). */
+typedef struct {
+  uint64_t bytes_per_version; /**< bytes delivered to all rollout ranks per version (whole job) */
+  int64_t broadcast_groups;   /**< broadcast groups this rank sends or receives */
+  int64_t write_ops;          /**< one-sided writes this rank sends (trainer) or receives (rollout) */
+  int num_replicas;           /**< rollout replicas in the job */
+} wsync_plan_info_t;
+
+/** @return SUCCESS; INVALID_USAGE before commit. */
+wsync_status_t wsync_plan_info(wsync_context_t ctx, wsync_plan_info_t* info);
+
+/** This rank's index among the ranks of its role, and the job's counts (valid after create). */
+wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_trainers,
+                                  int* num_rollouts);
+/**@}*/
+
+/** @name Registration (before commit) */
+/**@{*/
+/** Registers one local buffer made of `num_pieces` pieces.
+ *  Trainers: `data` is the caller's buffer of `num_elements` elements of `dtype`; it must stay
+ *  valid until the context is destroyed. Rollouts: `data` must be NULL (wsync allocates the slots).
+ *  @param [out] buffer_index  optional (may be NULL): the index for wsync_lease_buffer()
+ *  @return SUCCESS; INVALID_ARGUMENT (a piece outside the buffer or the tensor, bad dtype, duplicate
+ *          name; the message names the buffer and tensor); INVALID_USAGE (after commit);
+ *          UNSUPPORTED (device memory in a build without CUDA). */
+wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsync_dtype_t dtype,
+                                     wsync_memory_kind_t memory, void* data, int64_t num_elements,
+                                     int num_pieces, const wsync_piece_t* pieces,
+                                     int* buffer_index);
+
+/** Collective over all trainers and rollouts: sends the registrations, receives this rank's part of
+ *  the plan, connects transports and registers memory (once). Returns when every rank is ready.
+ *  @return SUCCESS; MISMATCH (registrations disagree: the message names tensor, ranks and shapes,
+ *          on every rank); TIMEOUT (a rank never committed; it is named); INVALID_USAGE (twice);
+ *          SYSTEM; REMOTE. */
+wsync_status_t wsync_commit(wsync_context_t ctx);
+/**@}*/
+
+/** @name Trainer: publish */
+/**@{*/
+/** Starts publishing `version` (strictly greater than the last one) and returns at once (in
+ *  snapshot mode after copying the buffers into staging). Versions publish in order.
+ *  @param [out] request  completes when the version is ready on every replica that takes it
+ *  @return SUCCESS; INVALID_USAGE (not committed, rollout context, version not increasing);
+ *          ABORTED; plus what the snapshot copy can return. */
+wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request);
+
+/** Non-blocking check. @return SUCCESS (done), IN_PROGRESS, or the publish's error. */
+wsync_status_t wsync_request_test(wsync_request_t request);
+
+/** Waits up to timeout_ms (-1: the context's timeout). @return SUCCESS, TIMEOUT (still running;
+ *  wait again), or the publish's error (MISMATCH, REMOTE, SYSTEM, ABORTED ...). */
+wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms);
+
+/** Frees a request (completed or not; a running publish goes on). NULL is accepted. */
+wsync_status_t wsync_request_free(wsync_request_t request);
+/**@}*/
+
+/** @name Rollout: versions and leases */
+/**@{*/
+/** The newest version ready on this rank's replica.
+ *  @return SUCCESS; NOT_READY (none yet); INVALID_USAGE (trainer, or not committed). */
+wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version);
+
+/** Blocks until a version newer than `version` is ready (or timeout_ms passes; -1: the context's
+ *  timeout). @param [out] newest  the newest ready version
+ *  @return SUCCESS; TIMEOUT; ABORTED; INVALID_USAGE. */
+wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,
+                                  uint64_t* newest);
+
+/** Takes a lease on `version` (WSYNC_VERSION_NEWEST: the newest ready). Never waits for a
+ *  transfer: while version v+1 streams in, it returns v.
+ *  @return SUCCESS; NOT_READY (no ready version, or `version` is not resident any more). */
+wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_t* lease);
+
+/** The version a lease holds. */
+wsync_status_t wsync_lease_version(wsync_lease_t lease, uint64_t* version);
+
+/** The address of registered buffer `buffer_index` in the leased version (valid until release).
+ *  @return SUCCESS; INVALID_ARGUMENT (index out of range). */
+wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** data);
+
+/** Releases and frees a lease. NULL is accepted. */
+wsync_status_t wsync_lease_release(wsync_lease_t lease);
+/**@}*/
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* WSYNC_WSYNC_H_ */

@@ -1,0 +1,334 @@
+// The C API shim: validates arguments, converts C structs into wsync's C++ types, turns Status
+// into wsync_status_t plus the context's last-error string, and never lets an exception cross.
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "runtime/context.h"
+#include "runtime/rollout_context.h"
+#include "runtime/trainer_context.h"
+#include "wsync/wsync.h"
+
+struct wsync_context_s {
+  std::unique_ptr<wsync::Context> ctx;
+  std::mutex error_mu;
+  std::string last_error;
+};
+
+struct wsync_request_s {
+  std::shared_ptr<wsync::PublishRequest> request;
+  std::chrono::milliseconds default_timeout{60000};
+};
+
+struct wsync_lease_s {
+  wsync::Lease lease;
+  const wsync::RolloutContext* ctx = nullptr;
+};
+
+namespace {
+
+thread_local std::string t_create_error;  // last failure of wsync_context_create on this thread
+thread_local std::string t_error_copy;    // what wsync_last_error() returned last on this thread
+
+wsync_status_t record(wsync_context_t ctx, const wsync::Status& s) {
+  if (s.isOk()) return WSYNC_SUCCESS;
+  if (ctx != nullptr) {
+    std::lock_guard lock(ctx->error_mu);
+    ctx->last_error = s.message();
+  } else {
+    t_create_error = s.message();
+  }
+  return s.code();
+}
+
+// Runs `body` (returning wsync_status_t); exceptions become statuses recorded on `ctx`.
+template <typename Body>
+wsync_status_t guarded(wsync_context_t ctx, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return record(ctx, {WSYNC_ERR_SYSTEM, "out of memory"});
+  } catch (const std::exception& e) {
+    return record(ctx, wsync::internalError(std::string("unexpected exception: ") + e.what()));
+  } catch (...) {
+    return record(ctx, wsync::internalError("unexpected exception"));
+  }
+}
+
+wsync::Status invalid(const std::string& m) { return wsync::invalidArgument(m); }
+
+wsync::TrainerContext* asTrainer(wsync_context_t ctx) {
+  return ctx->ctx->role() == wsync::Role::kTrainer ? static_cast<wsync::TrainerContext*>(ctx->ctx.get()) : nullptr;
+}
+wsync::RolloutContext* asRollout(wsync_context_t ctx) {
+  return ctx->ctx->role() == wsync::Role::kRollout ? static_cast<wsync::RolloutContext*>(ctx->ctx.get()) : nullptr;
+}
+
+wsync::Result<wsync::Dims> dimsFrom(const int64_t* values, int ndim, const char* what, const std::string& tensor) {
+  wsync::Dims d = wsync::Dims::zeros(ndim);
+  if (ndim > 0 && values == nullptr) return invalid("tensor '" + tensor + "': " + what + " is NULL");
+  for (int i = 0; i < ndim; ++i) d[i] = values[i];
+  return d;
+}
+
+wsync::Result<wsync::Piece> pieceFrom(wsync::Context& ctx, const wsync_piece_t& p) {
+  if (p.tensor == nullptr || p.tensor[0] == '\0') return invalid("a piece has no tensor name");
+  const std::string name = p.tensor;
+  if (p.ndim < 0 || p.ndim > wsync::kMaxRank) {
+    return invalid("tensor '" + name + "': ndim " + std::to_string(p.ndim) + " is outside [0, " +
+                   std::to_string(wsync::kMaxRank) + "]");
+  }
+  WSYNC_ASSIGN_OR_RETURN(wsync::Dims shape, dimsFrom(p.global_shape, p.ndim, "global_shape", name));
+  for (int i = 0; i < p.ndim; ++i) {
+    if (shape[i] <= 0) return invalid("tensor '" + name + "': global shape " + shape.toString() + " is not positive");
+  }
+  wsync::Piece piece;
+  piece.box.offset = wsync::Dims::zeros(p.ndim);
+  piece.box.extent = shape;
+  if (p.box_offset) {
+    WSYNC_ASSIGN_OR_RETURN(piece.box.offset, dimsFrom(p.box_offset, p.ndim, "box_offset", name));
+  }
+  if (p.box_extent) {
+    WSYNC_ASSIGN_OR_RETURN(piece.box.extent, dimsFrom(p.box_extent, p.ndim, "box_extent", name));
+  }
+  piece.local_offset = p.local_offset;
+  if (p.local_strides) {
+    WSYNC_ASSIGN_OR_RETURN(piece.local_strides, dimsFrom(p.local_strides, p.ndim, "local_strides", name));
+  } else {
+    piece.local_strides = wsync::rowMajorStrides(piece.box.extent);
+  }
+  WSYNC_ASSIGN_OR_RETURN(piece.tensor, ctx.declareTensor(name, shape));
+  return piece;
+}
+
+}  // namespace
+
+extern "C" {
+
+wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* out) {
+  return guarded(nullptr, [&]() -> wsync_status_t {
+    if (config == nullptr || out == nullptr) return record(nullptr, invalid("config and ctx must not be NULL"));
+    if (config->magic != WSYNC_CONFIG_MAGIC) {
+      return record(nullptr, invalid("config.magic is wrong: initialize it with WSYNC_CONFIG_INITIALIZER"));
+    }
+    if (config->size < sizeof(wsync_config_t) || config->version != WSYNC_API_VERSION) {
+      return record(nullptr, invalid("config was built for API version " + std::to_string(config->version) +
+                                     " (size " + std::to_string(config->size) + "); this library is version " +
+                                     std::to_string(WSYNC_API_VERSION)));
+    }
+    if (config->role != WSYNC_ROLE_TRAINER && config->role != WSYNC_ROLE_ROLLOUT) {
+      return record(nullptr, invalid("config.role is not a wsync_role_t"));
+    }
+    if (config->bootstrap != WSYNC_BOOTSTRAP_MPI && config->bootstrap != WSYNC_BOOTSTRAP_EXPLICIT) {
+      return record(nullptr, invalid("config.bootstrap is not a wsync_bootstrap_t"));
+    }
+    wsync::ContextOptions o;
+    o.role = config->role == WSYNC_ROLE_TRAINER ? wsync::Role::kTrainer : wsync::Role::kRollout;
+    o.use_mpi = config->bootstrap == WSYNC_BOOTSTRAP_MPI;
+    o.replica = config->replica;
+    o.num_slots = config->num_slots;
+    o.timeout = std::chrono::milliseconds(config->timeout_ms);
+    o.max_staleness = config->max_staleness;
+    o.snapshot = config->snapshot != 0;
+    o.rank = config->rank;
+    o.num_trainers = config->num_trainers;
+    o.num_rollouts = config->num_rollouts;
+    if (config->coordinator_address) o.coordinator_address = config->coordinator_address;
+    if (config->secret) o.secret = config->secret;
+    auto ctx = wsync::Context::create(o);
+    if (!ctx.isOk()) return record(nullptr, ctx.status());
+    auto* handle = new wsync_context_s;
+    handle->ctx = std::move(ctx).value();
+    *out = handle;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_context_destroy(wsync_context_t ctx) {
+  if (ctx == nullptr) return WSYNC_SUCCESS;
+  const wsync_status_t s = guarded(nullptr, [&]() -> wsync_status_t { return record(nullptr, ctx->ctx->finalize()); });
+  try {
+    delete ctx;
+  } catch (...) {
+    return WSYNC_ERR_INTERNAL;
+  }
+  return s;
+}
+
+wsync_status_t wsync_context_abort(wsync_context_t ctx) {
+  if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    ctx->ctx->abort();
+    return WSYNC_SUCCESS;
+  });
+}
+
+const char* wsync_last_error(wsync_context_t ctx) {
+  try {
+    if (ctx == nullptr) {
+      t_error_copy = t_create_error;
+    } else {
+      std::lock_guard lock(ctx->error_mu);
+      t_error_copy = ctx->last_error;
+    }
+    return t_error_copy.c_str();
+  } catch (...) {
+    return "out of memory while reading the last error";
+  }
+}
+
+wsync_status_t wsync_plan_info(wsync_context_t ctx, wsync_plan_info_t* info) {
+  if (ctx == nullptr || info == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    if (!ctx->ctx->committed()) return record(ctx, wsync::invalidUsage("plan_info before commit"));
+    const auto& p = ctx->ctx->planSummary();
+    info->bytes_per_version = static_cast<uint64_t>(p.bytes_per_version);
+    info->broadcast_groups = p.broadcast_groups;
+    info->write_ops = p.write_ops;
+    info->num_replicas = p.replicas;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_trainers, int* num_rollouts) {
+  if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  if (rank) *rank = ctx->ctx->rank();
+  if (num_trainers) *num_trainers = ctx->ctx->numTrainers();
+  if (num_rollouts) *num_rollouts = ctx->ctx->numRollouts();
+  return WSYNC_SUCCESS;
+}
+
+wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsync_dtype_t dtype,
+                                     wsync_memory_kind_t memory, void* data, int64_t num_elements,
+                                     int num_pieces, const wsync_piece_t* pieces, int* buffer_index) {
+  if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    if (name == nullptr) return record(ctx, invalid("buffer name is NULL"));
+    if (!wsync::validDType(static_cast<int>(dtype))) {
+      return record(ctx, invalid(std::string("buffer '") + name + "': dtype " + std::to_string(static_cast<int>(dtype)) +
+                                 " is not a wsync_dtype_t"));
+    }
+    if (memory != WSYNC_MEMORY_HOST && memory != WSYNC_MEMORY_DEVICE) {
+      return record(ctx, invalid(std::string("buffer '") + name + "': memory kind is not a wsync_memory_kind_t"));
+    }
+    if (num_pieces < 0 || (num_pieces > 0 && pieces == nullptr)) {
+      return record(ctx, invalid(std::string("buffer '") + name + "': pieces is NULL or num_pieces negative"));
+    }
+    wsync::LocalBuffer buffer;
+    buffer.name = name;
+    buffer.dtype = static_cast<wsync::DType>(dtype);
+    buffer.memory = static_cast<wsync::MemoryKind>(memory);
+    buffer.num_elements = num_elements;
+    for (int i = 0; i < num_pieces; ++i) {
+      auto piece = pieceFrom(*ctx->ctx, pieces[i]);
+      if (!piece.isOk()) return record(ctx, piece.status().withContext(std::string("buffer '") + name + "'"));
+      buffer.pieces.push_back(*piece);
+    }
+    auto index = ctx->ctx->registerBuffer(std::move(buffer), data);
+    if (!index.isOk()) return record(ctx, index.status());
+    if (buffer_index) *buffer_index = *index;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_commit(wsync_context_t ctx) {
+  if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&] { return record(ctx, ctx->ctx->commit()); });
+}
+
+wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request) {
+  if (ctx == nullptr || request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    wsync::TrainerContext* trainer = asTrainer(ctx);
+    if (trainer == nullptr) return record(ctx, wsync::invalidUsage("publish on a rollout context"));
+    auto r = trainer->publish(version);
+    if (!r.isOk()) return record(ctx, r.status());
+    auto* handle = new wsync_request_s;
+    handle->request = std::move(r).value();
+    handle->default_timeout = trainer->options().timeout;
+    *request = handle;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_request_test(wsync_request_t request) {
+  if (request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(nullptr, [&] { return request->request->test().code(); });
+}
+
+wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms) {
+  if (request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(nullptr, [&] {
+    const auto timeout = timeout_ms < 0 ? request->default_timeout : std::chrono::milliseconds(timeout_ms);
+    return request->request->wait(timeout).code();
+  });
+}
+
+wsync_status_t wsync_request_free(wsync_request_t request) {
+  delete request;
+  return WSYNC_SUCCESS;
+}
+
+wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version) {
+  if (ctx == nullptr || version == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    wsync::RolloutContext* rollout = asRollout(ctx);
+    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("newest_version on a trainer context"));
+    if (!rollout->committed()) return record(ctx, wsync::invalidUsage("newest_version before commit"));
+    auto v = rollout->newestVersion();
+    if (!v) return record(ctx, {WSYNC_ERR_NOT_READY, "no version is ready yet"});
+    *version = *v;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms, uint64_t* newest) {
+  if (ctx == nullptr || newest == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    wsync::RolloutContext* rollout = asRollout(ctx);
+    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("wait_version on a trainer context"));
+    const auto timeout = timeout_ms < 0 ? rollout->options().timeout : std::chrono::milliseconds(timeout_ms);
+    auto v = rollout->waitVersion(version, timeout);
+    if (!v.isOk()) return record(ctx, v.status());
+    *newest = *v;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_t* lease) {
+  if (ctx == nullptr || lease == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    wsync::RolloutContext* rollout = asRollout(ctx);
+    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("acquire on a trainer context"));
+    auto l = rollout->acquire(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version);
+    if (!l.isOk()) return record(ctx, l.status());
+    auto* handle = new wsync_lease_s;
+    handle->lease = std::move(l).value();
+    handle->ctx = rollout;
+    *lease = handle;
+    return WSYNC_SUCCESS;
+  });
+}
+
+wsync_status_t wsync_lease_version(wsync_lease_t lease, uint64_t* version) {
+  if (lease == nullptr || version == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  *version = lease->lease.version();
+  return WSYNC_SUCCESS;
+}
+
+wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** data) {
+  if (lease == nullptr || data == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  void* p = lease->ctx->bufferData(lease->lease, buffer_index);
+  if (p == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  *data = p;
+  return WSYNC_SUCCESS;
+}
+
+wsync_status_t wsync_lease_release(wsync_lease_t lease) {
+  delete lease;  // the Lease destructor releases
+  return WSYNC_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,127 @@
+// FrameServer: the listening side of the control-plane transport (see frame_channel.h for the wire
+// format and handshake). One internal thread polls the listening socket and every connection;
+// sockets are nonblocking and each connection has its own output queue, flushed when the socket
+// is writable, so a slow or stuck peer (or a frame of hundreds of MB) never stalls the others.
+//
+// Robustness against hostile or broken peers:
+//  - a connection must finish the handshake within handshake_timeout, with frames of at most
+//    control_wire::kMaxHandshakePayload bytes; otherwise it is dropped and never reaches handlers.
+//    At most kMaxPendingHandshakes connections may be in the handshake at once; more are dropped.
+//  - after the handshake, a frame over max_frame_bytes or with a bad header closes the connection
+//    (on_close with PROTOCOL); payload memory grows only as bytes arrive.
+//  - a connection that stops mid-frame, or stops reading what is queued for it, for io_timeout is
+//    closed (on_close with TIMEOUT). Output queues are otherwise unbounded: the owner decides what
+//    to send.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "control/frame_channel.h"
+#include "control/socket.h"
+
+namespace wsync {
+
+using ConnectionId = uint64_t;  // 1, 2, 3, ... in handshake order; never reused by one server
+
+struct FrameServerHandlers {
+  std::function<void(ConnectionId)> on_connect;  // after a successful handshake
+  std::function<void(ConnectionId, Frame&&)> on_frame;
+  // Called exactly once per connection that reached on_connect: REMOTE (peer closed or reset),
+  // PROTOCOL (malformed frame), TIMEOUT (stalled), ABORTED (close() or stop()), SYSTEM.
+  std::function<void(ConnectionId, const Status&)> on_close;
+};
+
+// Listens and serves many connections from ONE internal thread (poll over all sockets). Handlers
+// run on that thread, one at a time, and must not block for long. send() and close() are
+// thread-safe and may be called from handlers. A connection that fails the handshake (wrong
+// secret, garbage, too slow) is dropped and never reaches the handlers. A handler that throws
+// closes its connection (INTERNAL); the server keeps serving.
+class FrameServer {
+ public:
+  static constexpr size_t kMaxPendingHandshakes = 128;
+
+  // Binds bind_host:port (port 0: ephemeral; see port()) and starts the thread. INVALID_ARGUMENT
+  // for an empty secret; SYSTEM when the address cannot be bound.
+  static Result<std::unique_ptr<FrameServer>> start(const std::string& bind_host, uint16_t port,
+                                                    const ControlOptions& options,
+                                                    FrameServerHandlers handlers);
+  ~FrameServer();  // calls stop()
+  FrameServer(const FrameServer&) = delete;
+  FrameServer& operator=(const FrameServer&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  // Queues one frame for connection `id` and returns at once (the server thread writes it).
+  // Frames to one connection go out in the order of send() calls. INVALID_ARGUMENT for an unknown
+  // id or a payload above max_frame_bytes; REMOTE when the connection has closed; ABORTED after
+  // stop(). The rvalue overload avoids copying the payload.
+  Status send(ConnectionId id, uint16_t type, const std::vector<uint8_t>& payload);
+  Status send(ConnectionId id, uint16_t type, std::vector<uint8_t>&& payload);
+
+  // Closes connection `id`: frames already queued are still flushed (for up to io_timeout), later
+  // sends fail, no more on_frame; on_close(id, ABORTED) follows on the server thread. No-op for an
+  // unknown or already closed id.
+  void close(ConnectionId id);
+
+  // Closes every connection (on_close(ABORTED) for each open one, on the server thread) and joins
+  // the thread. Idempotent. From a handler it only requests the stop; the destructor joins.
+  void stop();
+
+ private:
+  struct Connection;
+  struct OutFrame;
+
+  FrameServer(Fd listen_fd, uint16_t port, WakeFd wake, const ControlOptions& options,
+              FrameServerHandlers handlers);
+  void run();
+  void applyRequests();
+  void acceptNew();
+  void service(Connection& c, short revents);
+  void readFrames(Connection& c);
+  Status flush(Connection& c);
+  void handleAuth(Connection& c, Frame&& frame);
+  void refuse(Connection& c, const std::string& reason);
+  void beginDrain(Connection& c);
+  void kill(Connection& c, const Status& status);
+  void checkDeadlines(SteadyClock::time_point now);
+  SteadyClock::time_point nextDeadline() const;
+  void callOnClose(ConnectionId id, const Status& status);
+  Status frameTooLarge(ConnectionId id, uint16_t type, size_t size) const;
+
+  Fd listen_fd_;
+  const uint16_t port_;
+  WakeFd wake_;
+  const ControlOptions options_;
+  const control_wire::AuthKey key_;
+  FrameServerHandlers handlers_;
+
+  // Server-thread only.
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> all_;
+  size_t handshaking_ = 0;
+  ConnectionId next_id_ = 1;
+  SteadyClock::time_point accept_paused_until_{};
+
+  // Guarded by mu_: the open connections (as seen by send/close) and their request queues.
+  std::mutex mu_;
+  std::unordered_map<ConnectionId, Connection*> open_;
+  std::vector<ConnectionId> dirty_;  // open connections with queued frames or a close request
+  ConnectionId issued_ = 0;          // highest id handed out
+  bool stopped_ = false;
+
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<std::thread::id> loop_id_{};
+  std::mutex stop_mu_;  // serializes joins
+  std::thread thread_;
+};
+
+}  // namespace wsync

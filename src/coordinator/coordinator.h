@@ -1,0 +1,60 @@
+// The coordinator: one per job. Admits ranks (authenticated control connections), gathers their
+// registrations, computes the plan once, hands each rank its part, then sequences versions:
+// picks the slot each replica writes into, says when every replica may start, and marks a version
+// ready on a replica only when all of its data landed (see coordinator/protocol.h for the messages).
+//
+// Threading: start() spawns one event thread; every state change happens on it. The control
+// server's thread only enqueues events. wait() and stop() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "control/frame_channel.h"  // ControlOptions
+
+namespace wsync {
+
+struct CoordinatorOptions {
+  std::string bind_host = "127.0.0.1";
+  uint16_t port = 0;  // 0: an ephemeral port (see Coordinator::port())
+  ControlOptions control;
+  // Who must join. MPI bootstrap: `mpi_world_size` > 0 and every rank says its world rank in Hello
+  // (world ranks [first_participant_world_rank, mpi_world_size) join). Explicit bootstrap:
+  // num_trainers and num_rollouts.
+  int mpi_world_size = 0;
+  int first_participant_world_rank = 0;
+  int num_trainers = 0;
+  int num_rollouts = 0;
+  // Bound on joining, registering and committing, and on every version's progress.
+  std::chrono::milliseconds timeout{60000};
+  // A replica that has not drained its target slot this long after a version starts is skipped
+  // for that version, unless that would make it lag more than max_staleness versions.
+  std::chrono::milliseconds skip_grace{200};
+  int max_staleness = -1;  // -1: unbounded
+  std::function<void(const std::string&)> log;  // progress lines; may be empty
+};
+
+class Coordinator {
+ public:
+  static Result<std::unique_ptr<Coordinator>> start(CoordinatorOptions options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  uint16_t port() const;
+  // Blocks until every rank said goodbye (SUCCESS), the job failed (its error), or `timeout`.
+  Status wait(std::chrono::milliseconds timeout);
+  void stop();
+
+  class Impl;
+
+ private:
+  explicit Coordinator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wsync

@@ -1,0 +1,256 @@
+#include "coordinator/protocol.h"
+
+#include "common/wire.h"
+
+namespace wsync {
+namespace {
+
+constexpr uint64_t kMaxRanks = 1u << 20;
+constexpr uint64_t kMaxBlobBytes = 1ull << 30;
+constexpr uint64_t kMaxSlots = 64;
+constexpr size_t kMaxStringBytes = 1 << 16;
+
+void putBlob(ByteWriter& w, const std::vector<uint8_t>& b) {
+  w.varu(b.size());
+  w.bytes(b.data(), b.size());
+}
+bool getBlob(ByteReader& r, std::vector<uint8_t>& b) {
+  uint64_t n = 0;
+  if (!r.count(n, kMaxBlobBytes)) return false;
+  b.resize(n);
+  return r.bytes(b.data(), n);
+}
+void putInts(ByteWriter& w, const std::vector<int32_t>& v) {
+  w.varu(v.size());
+  for (int32_t x : v) w.vari(x);
+}
+bool getInts(ByteReader& r, std::vector<int32_t>& v, uint64_t max = kMaxRanks) {
+  uint64_t n = 0;
+  if (!r.count(n, max)) return false;
+  v.resize(n);
+  for (auto& x : v) {
+    int64_t i = 0;
+    if (!r.vari(i) || i < INT32_MIN || i > INT32_MAX) return r.fail();
+    x = static_cast<int32_t>(i);
+  }
+  return true;
+}
+bool getI32(ByteReader& r, int32_t& v) {
+  int64_t i = 0;
+  if (!r.vari(i) || i < INT32_MIN || i > INT32_MAX) return r.fail();
+  v = static_cast<int32_t>(i);
+  return true;
+}
+void putBlobs(ByteWriter& w, const std::vector<std::vector<uint8_t>>& v) {
+  w.varu(v.size());
+  for (const auto& b : v) putBlob(w, b);
+}
+bool getBlobs(ByteReader& r, std::vector<std::vector<uint8_t>>& v) {
+  uint64_t n = 0;
+  if (!r.count(n, kMaxSlots)) return false;
+  v.resize(n);
+  for (auto& b : v) {
+    if (!getBlob(r, b)) return false;
+  }
+  return true;
+}
+void putU64s(ByteWriter& w, const std::vector<uint64_t>& v) {
+  w.varu(v.size());
+  for (uint64_t x : v) w.varu(x);
+}
+bool getU64s(ByteReader& r, std::vector<uint64_t>& v) {
+  uint64_t n = 0;
+  if (!r.count(n, kMaxRanks)) return false;
+  v.resize(n);
+  for (auto& x : v) {
+    if (!r.varu(x)) return false;
+  }
+  return true;
+}
+
+Status finish(ByteReader& r, const char* what) {
+  if (!r.ok()) return protocolError(std::string("malformed or truncated ") + what + " message");
+  if (!r.atEnd()) return protocolError(std::string("trailing bytes after ") + what + " message");
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* messageTypeName(MessageType t) {
+  switch (t) {
+    case MessageType::kHello: return "Hello";
+    case MessageType::kWelcome: return "Welcome";
+    case MessageType::kRegister: return "Register";
+    case MessageType::kPlanAssignment: return "PlanAssignment";
+    case MessageType::kCommitDone: return "CommitDone";
+    case MessageType::kCommitOk: return "CommitOk";
+    case MessageType::kPublish: return "Publish";
+    case MessageType::kPrepare: return "Prepare";
+    case MessageType::kPrepared: return "Prepared";
+    case MessageType::kGo: return "Go";
+    case MessageType::kSent: return "Sent";
+    case MessageType::kReceived: return "Received";
+    case MessageType::kReady: return "Ready";
+    case MessageType::kDelivered: return "Delivered";
+    case MessageType::kError: return "Error";
+    case MessageType::kBye: return "Bye";
+  }
+  return "Unknown";
+}
+
+std::vector<uint8_t> encode(const HelloMsg& m) {
+  ByteWriter w;
+  w.varu(m.protocol_version);
+  w.u8(static_cast<uint8_t>(m.role));
+  w.vari(m.world_rank);
+  w.vari(m.role_rank);
+  w.vari(m.replica);
+  w.str(m.host);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m) {
+  ByteReader r(bytes);
+  uint64_t version = 0;
+  uint8_t role = 0;
+  r.varu(version) && r.u8(role) && getI32(r, m.world_rank) && getI32(r, m.role_rank) &&
+      getI32(r, m.replica) && r.str(m.host, kMaxStringBytes);
+  WSYNC_RETURN_IF_ERROR(finish(r, "Hello"));
+  if (version != kProtocolVersion) {
+    return protocolError("protocol version " + std::to_string(version) + " is not supported (this is " +
+                         std::to_string(kProtocolVersion) + ")");
+  }
+  if (role > 1) return protocolError("Hello: unknown role " + std::to_string(role));
+  m.protocol_version = static_cast<uint32_t>(version);
+  m.role = static_cast<Role>(role);
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode(const WelcomeMsg& m) {
+  ByteWriter w;
+  w.vari(m.role_rank);
+  w.vari(m.num_trainers);
+  w.vari(m.num_rollouts);
+  putInts(w, m.trainer_world_ranks);
+  putInts(w, m.rollout_world_ranks);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m) {
+  ByteReader r(bytes);
+  getI32(r, m.role_rank) && getI32(r, m.num_trainers) && getI32(r, m.num_rollouts) &&
+      getInts(r, m.trainer_world_ranks) && getInts(r, m.rollout_world_ranks);
+  return finish(r, "Welcome");
+}
+
+std::vector<uint8_t> encode(const RegisterMsg& m) {
+  ByteWriter w;
+  putBlob(w, m.registration);
+  putBlob(w, m.transport_address);
+  putBlobs(w, m.slot_descriptors);
+  putU64s(w, m.buffer_byte_offsets);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, RegisterMsg& m) {
+  ByteReader r(bytes);
+  getBlob(r, m.registration) && getBlob(r, m.transport_address) &&
+      getBlobs(r, m.slot_descriptors) && getU64s(r, m.buffer_byte_offsets);
+  return finish(r, "Register");
+}
+
+std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
+  ByteWriter w;
+  putBlob(w, m.rank_plan);
+  w.varu(m.peers.size());
+  for (const PeerInfo& p : m.peers) {
+    w.vari(p.rank);
+    putBlob(w, p.transport_address);
+    putBlobs(w, p.slot_descriptors);
+    putU64s(w, p.buffer_byte_offsets);
+  }
+  w.varu(m.comms.size());
+  for (const BroadcastComm& c : m.comms) {
+    w.vari(c.id);
+    putInts(w, c.world_ranks);
+  }
+  putInts(w, m.group_comm);
+  putInts(w, m.replica_of_rollout);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
+  ByteReader r(bytes);
+  uint64_t n = 0;
+  if (getBlob(r, m.rank_plan) && r.count(n, kMaxRanks)) {
+    m.peers.resize(n);
+    for (PeerInfo& p : m.peers) {
+      if (!(getI32(r, p.rank) && getBlob(r, p.transport_address) &&
+            getBlobs(r, p.slot_descriptors) && getU64s(r, p.buffer_byte_offsets))) {
+        break;
+      }
+    }
+  }
+  if (r.ok() && r.count(n, kMaxRanks)) {
+    m.comms.resize(n);
+    for (BroadcastComm& c : m.comms) {
+      if (!(getI32(r, c.id) && getInts(r, c.world_ranks))) break;
+    }
+  }
+  getInts(r, m.group_comm, 1ull << 32) && getInts(r, m.replica_of_rollout);
+  WSYNC_RETURN_IF_ERROR(finish(r, "PlanAssignment"));
+  for (int32_t c : m.group_comm) {
+    if (c < 0 || static_cast<size_t>(c) >= m.comms.size()) {
+      return protocolError("PlanAssignment: group communicator index out of range");
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode(const VersionMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, VersionMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.version);
+  return finish(r, "version");
+}
+
+std::vector<uint8_t> encode(const SlotMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  w.vari(m.slot);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, SlotMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.version) && getI32(r, m.slot);
+  return finish(r, "slot");
+}
+
+std::vector<uint8_t> encode(const GoMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  putInts(w, m.slot_of_replica);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, GoMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.version) && getInts(r, m.slot_of_replica);
+  return finish(r, "Go");
+}
+
+std::vector<uint8_t> encode(const ErrorMsg& m) {
+  ByteWriter w;
+  w.varu(static_cast<uint64_t>(m.code));
+  w.str(m.message);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, ErrorMsg& m) {
+  ByteReader r(bytes);
+  uint64_t code = 0;
+  r.varuMax(code, WSYNC_ERR_INTERNAL) && r.str(m.message, kMaxStringBytes);
+  WSYNC_RETURN_IF_ERROR(finish(r, "Error"));
+  m.code = code == WSYNC_SUCCESS ? WSYNC_ERR_REMOTE : static_cast<wsync_status_t>(code);
+  return Status::ok();
+}
+
+}  // namespace wsync

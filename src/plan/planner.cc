@@ -1,0 +1,1177 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <time.h>
+#include <cstdio>
+static double profCpu() { timespec ts{}; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+#define PROF_BEGIN double prof_t = profCpu()
+#define PROF(name) do { double n_ = profCpu(); fprintf(stderr, "  %-16s %.3f s\n", name, n_ - prof_t); prof_t = n_; } while (0)
+namespace wsync {
+namespace {
+
+// ---- small helpers ---------------------------------------------------------------------------
+
+constexpr int kBufferBits = 24;  // PieceRef packs the buffer index and the dtype in 32 bits
+constexpr int64_t kMaxBuffersPerRank = int64_t{1} << kBufferBits;
+
+std::string who(Role role, int32_t rank) {
+  return std::string(roleName(role)) + " " + std::to_string(rank);
+}
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+bool isFloat8(DType t) { return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2; }
+
+uint16_t dtypeBit(DType t) { return static_cast<uint16_t>(1u << static_cast<unsigned>(t)); }
+
+std::string offsetString(const Box& b) { return b.offset.toString(); }
+
+// True when the piece's elements are one run, row-major over its box (the stride of a dim of
+// extent 1 does not matter).
+bool rowMajorContiguous(const Piece& p) {
+  int64_t expect = 1;
+  for (int d = p.box.rank() - 1; d >= 0; --d) {
+    if (p.box.extent[d] != 1 && p.local_strides[d] != expect) return false;
+    expect *= p.box.extent[d];
+  }
+  return true;
+}
+
+// Lexicographic order on (offset, extent).
+bool boxLess(const Box& a, const Box& b) {
+  const int r = a.rank();
+  for (int d = 0; d < r; ++d) {
+    if (a.offset[d] != b.offset[d]) return a.offset[d] < b.offset[d];
+  }
+  for (int d = 0; d < r; ++d) {
+    if (a.extent[d] != b.extent[d]) return a.extent[d] < b.extent[d];
+  }
+  return false;
+}
+
+bool offsetLess(const Box& a, const Box& b) {
+  for (int d = 0; d < a.rank(); ++d) {
+    if (a.offset[d] != b.offset[d]) return a.offset[d] < b.offset[d];
+  }
+  return false;
+}
+
+// Appends a \ b (as at most 2 * rank disjoint boxes) to `out`.
+void subtractBox(const Box& a, const Box& b, std::vector<Box>& out) {
+  Box rest = a;
+  for (int d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(rest.offset[d], b.offset[d]);
+    const int64_t hi = std::min(rest.end(d), b.end(d));
+    if (lo >= hi) {
+      out.push_back(rest);
+      return;
+    }
+    if (rest.offset[d] < lo) {
+      Box part = rest;
+      part.extent[d] = lo - rest.offset[d];
+      out.push_back(part);
+    }
+    if (hi < rest.end(d)) {
+      Box part = rest;
+      part.offset[d] = hi;
+      part.extent[d] = rest.end(d) - hi;
+      out.push_back(part);
+    }
+    rest.offset[d] = lo;
+    rest.extent[d] = hi - lo;
+  }
+  // What is left of `rest` lies inside b.
+}
+
+// One dim of a region being built, innermost first.
+struct RunDim {
+  int64_t count;
+  int64_t src_stride;
+  int64_t dst_stride;
+};
+
+// Calls emit(Region) for the regions that move `box` (inside both pieces) from `src` to `dst`:
+// dims merge while contiguous on both sides; more than 3 dims left -> one region per index of
+// the outer ones, in row-major order.
+template <typename F>
+void forEachRegion(const Box& box, const Piece& src, const Piece& dst, F&& emit) {
+  const int r = box.rank();
+  int64_t src_offset = src.local_offset;
+  int64_t dst_offset = dst.local_offset;
+  for (int d = 0; d < r; ++d) {
+    src_offset += (box.offset[d] - src.box.offset[d]) * src.local_strides[d];
+    dst_offset += (box.offset[d] - dst.box.offset[d]) * dst.local_strides[d];
+  }
+  RunDim dims[kMaxRank];
+  int n = 1;
+  dims[0] = {r > 0 ? box.extent[r - 1] : 1, 1, 1};
+  for (int d = r - 2; d >= 0; --d) {
+    const int64_t e = box.extent[d];
+    if (e == 1) continue;
+    RunDim& top = dims[n - 1];
+    if (src.local_strides[d] == top.src_stride * top.count &&
+        dst.local_strides[d] == top.dst_stride * top.count) {
+      top.count *= e;
+    } else {
+      dims[n++] = {e, src.local_strides[d], dst.local_strides[d]};
+    }
+  }
+  Region base;
+  base.count[0] = dims[0].count;
+  for (int k = 1; k < 3 && k < n; ++k) {
+    base.count[k] = dims[k].count;
+    base.src_stride[k - 1] = dims[k].src_stride;
+    base.dst_stride[k - 1] = dims[k].dst_stride;
+  }
+  if (n <= 3) {
+    base.src_offset = src_offset;
+    base.dst_offset = dst_offset;
+    emit(base);
+    return;
+  }
+  int64_t index[kMaxRank] = {};
+  for (;;) {
+    Region region = base;
+    region.src_offset = src_offset;
+    region.dst_offset = dst_offset;
+    for (int k = 3; k < n; ++k) {
+      region.src_offset += index[k] * dims[k].src_stride;
+      region.dst_offset += index[k] * dims[k].dst_stride;
+    }
+    emit(region);
+    int k = 3;
+    while (k < n && ++index[k] == dims[k].count) {
+      index[k] = 0;
+      ++k;
+    }
+    if (k == n) return;
+  }
+}
+
+bool isOneD(const Region& r) { return r.count[1] == 1 && r.count[2] == 1; }
+
+// True when `b` continues `a` (same endpoints, 1-D, contiguous on both sides); then `a` absorbs it.
+bool tryMerge(WriteOp& a, const WriteOp& b) {
+  if (a.src_rank != b.src_rank || a.src_buffer != b.src_buffer || a.dst_rank != b.dst_rank ||
+      a.dst_buffer != b.dst_buffer || a.src_dtype != b.src_dtype || a.dst_dtype != b.dst_dtype) {
+    return false;
+  }
+  if (a.tensor != b.tensor && (isFloat8(a.src_dtype) || isFloat8(a.dst_dtype))) return false;
+  if (!isOneD(a.region) || !isOneD(b.region)) return false;
+  if (a.region.src_offset + a.region.count[0] != b.region.src_offset ||
+      a.region.dst_offset + a.region.count[0] != b.region.dst_offset) {
+    return false;
+  }
+  a.region.count[0] += b.region.count[0];
+  return true;
+}
+
+// ---- planner state ---------------------------------------------------------------------------
+
+// A piece of some rank: the piece, the rank, and its buffer index and dtype packed.
+struct PieceRef {
+  const Piece* piece;
+  int32_t rank;
+  uint32_t buffer_dtype;  // buffer << 8 | dtype
+  int32_t buffer() const { return static_cast<int32_t>(buffer_dtype >> 8); }
+  DType dtype() const { return static_cast<DType>(buffer_dtype & 0xff); }
+};
+
+struct TensorInfo {
+  std::string_view name;  // points into a registration (outlives the planner)
+  Dims shape;
+  Role first_role = Role::kTrainer;  // who declared it first (for mismatch messages)
+  int32_t first_rank = 0;
+  bool trainer_declared = false;
+  uint16_t trainer_dtypes = 0;  // one bit per DType some trainer holds a piece of it in
+  int32_t proc = -1;            // processing index, -1 when no rollout wants any of it
+};
+
+// A trainer piece of the tensor being processed.
+struct Holder {
+  const Piece* piece;
+  int32_t rank;
+  int32_t buffer;
+  DType dtype;
+  bool row_major;
+};
+
+// Identical trainer boxes of the tensor being processed (holders_[holder_begin, +holder_count)).
+struct Source {
+  int32_t holder_begin = 0;
+  int32_t holder_count = 0;
+  int32_t priority = 0;         // index of its first holder among the tensor's trainer pieces
+  int32_t row_major_count = 0;  // holders laid out row-major over the box (broadcast senders)
+  int32_t group_head = -1;      // first group of this box (pass A), chained by group_next_
+  int32_t write_cands = -1;     // cands_ index of its holders (pass A, on first use)
+  int32_t bcast_cands = -1;     // cands_ index of its row-major holders (pass A, on first use)
+};
+
+// A disjoint part of a source box (the whole box unless another source box owns some of it).
+struct Resolved {
+  Box box;
+  int32_t source;
+};
+
+// A sender alternative for a balancing choice.
+struct Cand {
+  int32_t rank;
+  int32_t buffer;
+  int64_t offset;
+  DType dtype;
+};
+
+// A balancing choice: `elements` to send from one of cands_[cand_begin, +cand_count).
+// target >= 0: write_choice_[target]; target < 0: group -(target + 1).
+struct Item {
+  int64_t bytes;  // elements * size of the first candidate's dtype (sort key)
+  int64_t elements;
+  int32_t cand_begin;
+  int32_t cand_count;
+  int32_t target;
+};
+
+enum PieceMode : uint8_t { kGroupMode = 1, kWriteMode = 2, kFlexWriteMode = 3 };
+
+// Collects the ops of one rollout piece, merging an op into the previous op of the same source
+// rank when contiguous on both sides.
+class PieceEmitter {
+ public:
+  void resize(int32_t trainer_ranks) {
+    last_.assign(static_cast<size_t>(trainer_ranks), 0);
+    stamp_.assign(static_cast<size_t>(trainer_ranks), 0);
+  }
+  void begin() {
+    ++current_;
+    ops_.clear();
+  }
+  void add(const WriteOp& op) {
+    const size_t r = static_cast<size_t>(op.src_rank);
+    if (stamp_[r] == current_ && tryMerge(ops_[last_[r]], op)) return;
+    stamp_[r] = current_;
+    last_[r] = ops_.size();
+    ops_.push_back(op);
+  }
+  const std::vector<WriteOp>& ops() const { return ops_; }
+
+ private:
+  std::vector<WriteOp> ops_;
+  std::vector<size_t> last_;
+  std::vector<uint64_t> stamp_;
+  uint64_t current_ = 0;
+};
+
+class PlanBuilder {
+ public:
+  PlanBuilder(const std::vector<Registration>& trainers, const std::vector<Registration>& rollouts,
+              const PlannerOptions& options)
+      : trainers_(trainers), rollouts_(rollouts), options_(options) {}
+
+  Result<Plan> build() {
+    PROF_BEGIN;
+    WSYNC_RETURN_IF_ERROR(checkRanks());
+    WSYNC_RETURN_IF_ERROR(unifyTensors());
+    PROF("unify");
+    WSYNC_RETURN_IF_ERROR(bucketTrainerPieces());
+    PROF("bucket trainers");
+    WSYNC_RETURN_IF_ERROR(bucketRolloutPieces());
+    PROF("bucket rollouts");
+    trainer_map_ = {};
+    rollout_map_ = {};
+    WSYNC_RETURN_IF_ERROR(analyze());
+    PROF("analyze");
+    fprintf(stderr, "items %zu cands %zu\n", items_.size(), cands_.size());
+    chooseSenders();
+    PROF("choose");
+    countFlexible();
+    PROF("count flex");
+    emitWrites();
+    PROF("emit");
+    finishWrites();
+    PROF("finish writes");
+    finishPlan();
+    PROF("finish plan");
+    return std::move(plan_);
+  }
+
+ private:
+  // ---- validation and unification -----------------------------------------------------------
+
+  Status checkRanks() {
+    if (trainers_.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()) ||
+        rollouts_.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return invalidArgument("makePlan: too many ranks");
+    }
+    num_trainers_ = static_cast<int32_t>(trainers_.size());
+    num_rollouts_ = static_cast<int32_t>(rollouts_.size());
+    for (int32_t i = 0; i < num_trainers_; ++i) {
+      const Registration& r = trainers_[static_cast<size_t>(i)];
+      if (r.role != Role::kTrainer || r.rank != i) {
+        return invalidArgument("makePlan: trainers[" + std::to_string(i) + "] is " +
+                               who(r.role, r.rank) + ", must be trainer " + std::to_string(i));
+      }
+      if (static_cast<int64_t>(r.buffers.size()) >= kMaxBuffersPerRank) {
+        return invalidArgument("makePlan: trainer " + std::to_string(i) + " has " +
+                               std::to_string(r.buffers.size()) + " buffers, more than " +
+                               std::to_string(kMaxBuffersPerRank - 1));
+      }
+    }
+    for (int32_t j = 0; j < num_rollouts_; ++j) {
+      const Registration& r = rollouts_[static_cast<size_t>(j)];
+      if (r.role != Role::kRollout || r.rank != j) {
+        return invalidArgument("makePlan: rollouts[" + std::to_string(j) + "] is " +
+                               who(r.role, r.rank) + ", must be rollout " + std::to_string(j));
+      }
+      if (r.replica < 0) {
+        return invalidArgument("makePlan: rollout " + std::to_string(j) + " has replica " +
+                               std::to_string(r.replica) + ", must be >= 0");
+      }
+      if (static_cast<int64_t>(r.buffers.size()) >= kMaxBuffersPerRank) {
+        return invalidArgument("makePlan: rollout " + std::to_string(j) + " has " +
+                               std::to_string(r.buffers.size()) + " buffers, more than " +
+                               std::to_string(kMaxBuffersPerRank - 1));
+      }
+    }
+    return Status::ok();
+  }
+
+  // Open addressing over (hash, id); names compare against tensors_.
+  struct Slot {
+    uint64_t hash = 0;
+    int32_t id = -1;
+  };
+
+  int32_t findName(std::string_view name, uint64_t hash) const {
+    for (size_t i = hash & slot_mask_;; i = (i + 1) & slot_mask_) {
+      const Slot& s = slots_[i];
+      if (s.id < 0) return -1;
+      if (s.hash == hash && tensors_[static_cast<size_t>(s.id)].name == name) return s.id;
+    }
+  }
+
+  void insertSlot(uint64_t hash, int32_t id) {
+    size_t i = hash & slot_mask_;
+    while (slots_[i].id >= 0) i = (i + 1) & slot_mask_;
+    slots_[i] = {hash, id};
+  }
+
+  void growSlots(size_t capacity) {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(capacity, Slot{});
+    slot_mask_ = capacity - 1;
+    for (const Slot& s : old) {
+      if (s.id >= 0) insertSlot(s.hash, s.id);
+    }
+  }
+
+  Status declare(const Registration& reg, std::vector<int32_t>& map) {
+    map.resize(reg.tensors.size());
+    for (size_t i = 0; i < reg.tensors.size(); ++i) {
+      const TensorDecl& decl = reg.tensors[i];
+      if (decl.shape.rank > kMaxRank) {
+        return invalidArgument(who(reg.role, reg.rank) + " declares tensor " +
+                               quoted(decl.name) + " with rank " +
+                               std::to_string(decl.shape.rank) + " (at most " +
+                               std::to_string(kMaxRank) + ")");
+      }
+      int64_t volume = 1;
+      for (int d = 0; d < decl.shape.rank; ++d) {
+        if (decl.shape[d] < 0 || __builtin_mul_overflow(volume, decl.shape[d], &volume)) {
+          return invalidArgument(who(reg.role, reg.rank) + " declares tensor " +
+                                 quoted(decl.name) + " with invalid shape " +
+                                 decl.shape.toString());
+        }
+      }
+      const uint64_t hash = std::hash<std::string_view>{}(decl.name);
+      int32_t id = findName(decl.name, hash);
+      if (id < 0) {
+        if ((tensors_.size() + 1) * 2 > slots_.size()) growSlots(slots_.size() * 2);
+        id = static_cast<int32_t>(tensors_.size());
+        TensorInfo info;
+        info.name = decl.name;
+        info.shape = decl.shape;
+        info.first_role = reg.role;
+        info.first_rank = reg.rank;
+        tensors_.push_back(info);
+        insertSlot(hash, id);
+      } else {
+        const TensorInfo& info = tensors_[static_cast<size_t>(id)];
+        if (info.shape != decl.shape) {
+          return mismatch("tensor " + quoted(decl.name) + " has shape " + info.shape.toString() +
+                          " on " + who(info.first_role, info.first_rank) + " but " +
+                          decl.shape.toString() + " on " + who(reg.role, reg.rank));
+        }
+      }
+      if (reg.role == Role::kTrainer) tensors_[static_cast<size_t>(id)].trainer_declared = true;
+      map[i] = id;
+    }
+    return Status::ok();
+  }
+
+  Status unifyTensors() {
+    size_t most = 16;
+    for (const Registration& r : trainers_) most = std::max(most, r.tensors.size());
+    for (const Registration& r : rollouts_) most = std::max(most, r.tensors.size());
+    size_t capacity = 64;
+    while (capacity < 4 * most) capacity *= 2;
+    slots_.assign(capacity, Slot{});
+    slot_mask_ = capacity - 1;
+    tensors_.reserve(most * 2);
+    trainer_map_.resize(trainers_.size());
+    rollout_map_.resize(rollouts_.size());
+    for (size_t i = 0; i < trainers_.size(); ++i) {
+      WSYNC_RETURN_IF_ERROR(declare(trainers_[i], trainer_map_[i]));
+    }
+    for (size_t j = 0; j < rollouts_.size(); ++j) {
+      WSYNC_RETURN_IF_ERROR(declare(rollouts_[j], rollout_map_[j]));
+    }
+    slots_ = {};
+    return Status::ok();
+  }
+
+  // Checks one piece; sets *global to its tensor's id.
+  Status checkPiece(const Registration& reg, const std::vector<int32_t>& map, size_t b, size_t p,
+                    int32_t* global) const {
+    const LocalBuffer& buf = reg.buffers[b];
+    const Piece& piece = buf.pieces[p];
+    auto where = [&]() {
+      std::string s = who(reg.role, reg.rank) + " buffer " + quoted(buf.name) + " piece " +
+                      std::to_string(p);
+      if (piece.tensor >= 0 && static_cast<size_t>(piece.tensor) < reg.tensors.size()) {
+        s += " (tensor " + quoted(reg.tensors[static_cast<size_t>(piece.tensor)].name) + ")";
+      }
+      return s;
+    };
+    if (!validDType(static_cast<int>(buf.dtype))) {
+      return invalidArgument(where() + ": invalid dtype " +
+                             std::to_string(static_cast<int>(buf.dtype)));
+    }
+    if (piece.tensor < 0 || static_cast<size_t>(piece.tensor) >= reg.tensors.size()) {
+      return invalidArgument(where() + ": tensor index " + std::to_string(piece.tensor) +
+                             " is not declared (" + std::to_string(reg.tensors.size()) +
+                             " tensors)");
+    }
+    const int32_t id = map[static_cast<size_t>(piece.tensor)];
+    const Dims& shape = tensors_[static_cast<size_t>(id)].shape;
+    const int r = shape.rank;
+    if (piece.box.offset.rank != r || piece.box.extent.rank != r ||
+        piece.local_strides.rank != r) {
+      return invalidArgument(where() + ": box offset/extent/strides have ranks " +
+                             std::to_string(piece.box.offset.rank) + "/" +
+                             std::to_string(piece.box.extent.rank) + "/" +
+                             std::to_string(piece.local_strides.rank) + ", the tensor's is " +
+                             std::to_string(r));
+    }
+    if (!piece.box.fitsIn(shape)) {
+      return invalidArgument(where() + ": box " + piece.box.toString() + " is outside shape " +
+                             shape.toString());
+    }
+    *global = id;
+    if (piece.box.empty()) return Status::ok();
+    if (r > 0 && piece.local_strides[r - 1] != 1) {
+      return invalidArgument(where() + ": innermost local stride is " +
+                             std::to_string(piece.local_strides[r - 1]) + ", must be 1");
+    }
+    int64_t last = piece.local_offset;
+    bool overflow = piece.local_offset < 0;
+    for (int d = 0; d < r && !overflow; ++d) {
+      int64_t step = 0;
+      if (piece.local_strides[d] < 0) {
+        return invalidArgument(where() + ": negative local stride in " +
+                               piece.local_strides.toString());
+      }
+      overflow = __builtin_mul_overflow(piece.box.extent[d] - 1, piece.local_strides[d], &step) ||
+                 __builtin_add_overflow(last, step, &last);
+    }
+    if (overflow || last >= buf.num_elements) {
+      return invalidArgument(where() + ": elements [" + std::to_string(piece.local_offset) +
+                             ", " + (overflow ? std::string("overflow") : std::to_string(last)) +
+                             "] (box " + piece.box.toString() + ", strides " +
+                             piece.local_strides.toString() + ") are outside the buffer's " +
+                             std::to_string(buf.num_elements) + " elements");
+    }
+    return Status::ok();
+  }
+
+  static PieceRef makeRef(const Piece& piece, int32_t rank, size_t buffer, DType dtype) {
+    return {&piece, rank, static_cast<uint32_t>(buffer << 8) | static_cast<uint32_t>(dtype)};
+  }
+
+  Status bucketTrainerPieces() {
+    std::vector<int64_t> count(tensors_.size() + 1, 0);
+    for (size_t t = 0; t < trainers_.size(); ++t) {
+      const Registration& reg = trainers_[t];
+      for (size_t b = 0; b < reg.buffers.size(); ++b) {
+        const LocalBuffer& buf = reg.buffers[b];
+        for (size_t p = 0; p < buf.pieces.size(); ++p) {
+          int32_t id = -1;
+          WSYNC_RETURN_IF_ERROR(checkPiece(reg, trainer_map_[t], b, p, &id));
+          if (buf.pieces[p].box.empty()) continue;
+          ++count[static_cast<size_t>(id) + 1];
+          tensors_[static_cast<size_t>(id)].trainer_dtypes |= dtypeBit(buf.dtype);
+        }
+      }
+    }
+    for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+    trainer_refs_.resize(static_cast<size_t>(count.back()));
+    trainer_begin_ = count;
+    for (size_t t = 0; t < trainers_.size(); ++t) {
+      const Registration& reg = trainers_[t];
+      for (size_t b = 0; b < reg.buffers.size(); ++b) {
+        const LocalBuffer& buf = reg.buffers[b];
+        for (const Piece& piece : buf.pieces) {
+          if (piece.box.empty()) continue;
+          const int32_t id = trainer_map_[t][static_cast<size_t>(piece.tensor)];
+          trainer_refs_[static_cast<size_t>(count[static_cast<size_t>(id)]++)] =
+              makeRef(piece, static_cast<int32_t>(t), b, buf.dtype);
+        }
+      }
+    }
+    return Status::ok();
+  }
+
+  Status dtypeError(int32_t id, const Registration& reg, const LocalBuffer& buf) const {
+    const TensorInfo& info = tensors_[static_cast<size_t>(id)];
+    for (int64_t k = trainer_begin_[static_cast<size_t>(id)];
+         k < trainer_begin_[static_cast<size_t>(id) + 1]; ++k) {
+      const PieceRef& ref = trainer_refs_[static_cast<size_t>(k)];
+      if (canConvert(ref.dtype(), buf.dtype)) continue;
+      const LocalBuffer& src = trainers_[static_cast<size_t>(ref.rank)].buffers[static_cast<size_t>(
+          ref.buffer())];
+      return mismatch("tensor " + quoted(info.name) + ": trainer " + std::to_string(ref.rank) +
+                      " holds it as " + dtypeName(ref.dtype()) + " (buffer " + quoted(src.name) +
+                      "), which cannot convert to " + dtypeName(buf.dtype) + " wanted by " +
+                      who(reg.role, reg.rank) + " (buffer " + quoted(buf.name) + ")");
+    }
+    return internalError("dtype check failed for tensor " + quoted(info.name));
+  }
+
+  Status bucketRolloutPieces() {
+    uint16_t convertible_from[kNumDTypes] = {};
+    for (int to = 0; to < kNumDTypes; ++to) {
+      for (int from = 0; from < kNumDTypes; ++from) {
+        if (canConvert(static_cast<DType>(from), static_cast<DType>(to))) {
+          convertible_from[to] |= dtypeBit(static_cast<DType>(from));
+        }
+      }
+    }
+    std::vector<int64_t> count(1, 0);
+    for (size_t j = 0; j < rollouts_.size(); ++j) {
+      const Registration& reg = rollouts_[j];
+      for (size_t b = 0; b < reg.buffers.size(); ++b) {
+        const LocalBuffer& buf = reg.buffers[b];
+        for (size_t p = 0; p < buf.pieces.size(); ++p) {
+          int32_t id = -1;
+          WSYNC_RETURN_IF_ERROR(checkPiece(reg, rollout_map_[j], b, p, &id));
+          if (buf.pieces[p].box.empty()) continue;
+          TensorInfo& info = tensors_[static_cast<size_t>(id)];
+          if (!info.trainer_declared) {
+            return mismatch(who(reg.role, reg.rank) + " wants tensor " + quoted(info.name) +
+                            " (buffer " + quoted(buf.name) + "), which no trainer declares");
+          }
+          if (info.trainer_dtypes & ~convertible_from[static_cast<int>(buf.dtype)]) {
+            return dtypeError(id, reg, buf);
+          }
+          if (info.proc < 0) {
+            info.proc = static_cast<int32_t>(proc_tensor_.size());
+            proc_tensor_.push_back(id);
+            count.push_back(0);
+          }
+          ++count[static_cast<size_t>(info.proc) + 1];
+        }
+      }
+    }
+    for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+    rollout_refs_.resize(static_cast<size_t>(count.back()));
+    rollout_begin_ = count;
+    for (size_t j = 0; j < rollouts_.size(); ++j) {
+      const Registration& reg = rollouts_[j];
+      for (size_t b = 0; b < reg.buffers.size(); ++b) {
+        const LocalBuffer& buf = reg.buffers[b];
+        for (const Piece& piece : buf.pieces) {
+          if (piece.box.empty()) continue;
+          const int32_t id = rollout_map_[j][static_cast<size_t>(piece.tensor)];
+          const size_t proc = static_cast<size_t>(tensors_[static_cast<size_t>(id)].proc);
+          rollout_refs_[static_cast<size_t>(count[proc]++)] =
+              makeRef(piece, static_cast<int32_t>(j), b, buf.dtype);
+        }
+      }
+    }
+    piece_mode_.assign(rollout_refs_.size(), 0);
+    return Status::ok();
+  }
+
+  // ---- per-tensor sources ---------------------------------------------------------------------
+
+  // Builds holders_, sources_ (sorted by box) and resolved_ (disjoint, sorted by offset) for
+  // global tensor `id`.
+  void buildSources(int32_t id) {
+    holders_.clear();
+    sources_.clear();
+    resolved_.clear();
+    const int64_t begin = trainer_begin_[static_cast<size_t>(id)];
+    const int64_t end = trainer_begin_[static_cast<size_t>(id) + 1];
+    const int32_t n = static_cast<int32_t>(end - begin);
+    if (n == 0) return;
+    const PieceRef* refs = trainer_refs_.data() + begin;
+    order_.resize(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) order_[static_cast<size_t>(i)] = i;
+    std::sort(order_.begin(), order_.end(), [refs](int32_t a, int32_t b) {
+      const Box& x = refs[a].piece->box;
+      const Box& y = refs[b].piece->box;
+      if (boxLess(x, y)) return true;
+      if (boxLess(y, x)) return false;
+      return a < b;
+    });
+    for (int32_t k = 0; k < n; ++k) {
+      const int32_t i = order_[static_cast<size_t>(k)];
+      const PieceRef& ref = refs[i];
+      const bool row_major = rowMajorContiguous(*ref.piece);
+      if (k == 0 || ref.piece->box != holders_.back().piece->box) {
+        Source s;
+        s.holder_begin = k;
+        s.priority = i;
+        sources_.push_back(s);
+      }
+      Source& s = sources_.back();
+      ++s.holder_count;
+      s.row_major_count += row_major ? 1 : 0;
+      holders_.push_back({ref.piece, ref.rank, ref.buffer(), ref.dtype(), row_major});
+    }
+    const int32_t num_sources = static_cast<int32_t>(sources_.size());
+    auto boxOf = [this](int32_t s) -> const Box& {
+      return holders_[static_cast<size_t>(sources_[static_cast<size_t>(s)].holder_begin)]
+          .piece->box;
+    };
+    // Overlaps: sources are sorted by offset along dim 0, so only boxes starting before one's
+    // end along dim 0 can overlap it.
+    conflicts_.clear();
+    if (tensors_[static_cast<size_t>(id)].shape.rank > 0) {
+      for (int32_t a = 0; a < num_sources; ++a) {
+        const Box& x = boxOf(a);
+        for (int32_t b = a + 1; b < num_sources && boxOf(b).offset[0] < x.end(0); ++b) {
+          if (!overlaps(x, boxOf(b))) continue;
+          const bool a_wins = sources_[static_cast<size_t>(a)].priority <
+                              sources_[static_cast<size_t>(b)].priority;
+          conflicts_.push_back(a_wins ? std::pair{b, a} : std::pair{a, b});  // (loser, winner)
+        }
+      }
+    }
+    if (conflicts_.empty()) {
+      for (int32_t s = 0; s < num_sources; ++s) resolved_.push_back({boxOf(s), s});
+    } else {
+      std::sort(conflicts_.begin(), conflicts_.end(),
+                [this](const std::pair<int32_t, int32_t>& x, const std::pair<int32_t, int32_t>& y) {
+                  if (x.first != y.first) return x.first < y.first;
+                  return sources_[static_cast<size_t>(x.second)].priority <
+                         sources_[static_cast<size_t>(y.second)].priority;
+                });
+      size_t c = 0;
+      for (int32_t s = 0; s < num_sources; ++s) {
+        fragments_.assign(1, boxOf(s));
+        for (; c < conflicts_.size() && conflicts_[c].first == s; ++c) {
+          const Box& winner = boxOf(conflicts_[c].second);
+          scratch_.clear();
+          for (const Box& f : fragments_) {
+            if (overlaps(f, winner)) {
+              subtractBox(f, winner, scratch_);
+            } else {
+              scratch_.push_back(f);
+            }
+          }
+          fragments_.swap(scratch_);
+        }
+        for (const Box& f : fragments_) resolved_.push_back({f, s});
+      }
+      std::sort(resolved_.begin(), resolved_.end(),
+                [](const Resolved& x, const Resolved& y) { return offsetLess(x.box, y.box); });
+    }
+    prefix_end0_.resize(resolved_.size());
+    int64_t most = std::numeric_limits<int64_t>::min();
+    for (size_t k = 0; k < resolved_.size(); ++k) {
+      if (resolved_[k].box.rank() > 0) most = std::max(most, resolved_[k].box.end(0));
+      prefix_end0_[k] = most;
+    }
+  }
+
+  // The index in sources_ of the source box equal to `box`, or -1.
+  int32_t findSource(const Box& box) const {
+    auto it = std::lower_bound(sources_.begin(), sources_.end(), box,
+                               [this](const Source& s, const Box& b) {
+                                 return boxLess(holders_[static_cast<size_t>(s.holder_begin)]
+                                                    .piece->box,
+                                                b);
+                               });
+    if (it == sources_.end() ||
+        holders_[static_cast<size_t>(it->holder_begin)].piece->box != box) {
+      return -1;
+    }
+    return static_cast<int32_t>(it - sources_.begin());
+  }
+
+  // Calls f(resolved index, intersection) for every resolved box meeting `box`, in offset order.
+  template <typename F>
+  void forEachIntersection(const Box& box, F&& f) const {
+    size_t lo = 0;
+    size_t hi = resolved_.size();
+    if (box.rank() > 0) {
+      const int64_t begin0 = box.offset[0];
+      const int64_t end0 = box.end(0);
+      lo = static_cast<size_t>(
+          std::upper_bound(prefix_end0_.begin(), prefix_end0_.end(), begin0) -
+          prefix_end0_.begin());
+      hi = static_cast<size_t>(
+          std::lower_bound(resolved_.begin(), resolved_.end(), end0,
+                           [](const Resolved& r, int64_t v) { return r.box.offset[0] < v; }) -
+          resolved_.begin());
+    }
+    for (size_t k = lo; k < hi; ++k) {
+      const Box i = intersect(box, resolved_[k].box);
+      if (!i.empty()) f(static_cast<int32_t>(k), i);
+    }
+  }
+
+  Status coverageError(int32_t id, const PieceRef& ref) {
+    const Registration& reg = rollouts_[static_cast<size_t>(ref.rank)];
+    const LocalBuffer& buf = reg.buffers[static_cast<size_t>(ref.buffer())];
+    const Box& want = ref.piece->box;
+    fragments_.assign(1, want);
+    for (const Resolved& r : resolved_) {
+      scratch_.clear();
+      for (const Box& f : fragments_) {
+        if (overlaps(f, r.box)) {
+          subtractBox(f, r.box, scratch_);
+        } else {
+          scratch_.push_back(f);
+        }
+      }
+      fragments_.swap(scratch_);
+    }
+    std::string missing = "part of it";
+    if (!fragments_.empty()) {
+      missing = fragments_.front().toString() + " (first element " +
+                offsetString(fragments_.front()) + ")";
+    }
+    return mismatch(who(Role::kRollout, ref.rank) + " wants " + want.toString() + " of tensor " +
+                    quoted(tensors_[static_cast<size_t>(id)].name) + " (buffer " +
+                    quoted(buf.name) + "), but no trainer holds " + missing);
+  }
+
+  // ---- pass A: groups, coverage, fixed loads, choices, op counts of fixed pieces -------------
+
+  int32_t addCands(const Source& s, bool row_major_only) {
+    const int32_t begin = static_cast<int32_t>(cands_.size());
+    for (int32_t h = s.holder_begin; h < s.holder_begin + s.holder_count; ++h) {
+      const Holder& holder = holders_[static_cast<size_t>(h)];
+      if (row_major_only && !holder.row_major) continue;
+      cands_.push_back({holder.rank, holder.buffer, holder.piece->local_offset, holder.dtype});
+    }
+    return begin;
+  }
+
+  WriteOp makeOp(int32_t id, const Holder& h, const PieceRef& dst) const {
+    WriteOp op;
+    op.tensor = id;
+    op.src_rank = h.rank;
+    op.src_buffer = h.buffer;
+    op.dst_rank = dst.rank;
+    op.dst_buffer = dst.buffer();
+    op.src_dtype = h.dtype;
+    op.dst_dtype = dst.dtype();
+    return op;
+  }
+
+  void emitIntersection(int32_t id, const Box& box, const Holder& h, const PieceRef& dst) {
+    WriteOp op = makeOp(id, h, dst);
+    forEachRegion(box, *h.piece, *dst.piece, [&](const Region& region) {
+      op.region = region;
+      emitter_.add(op);
+    });
+  }
+
+  void countPieceOps() {
+    for (const WriteOp& op : emitter_.ops()) {
+      ++pair_count_[static_cast<size_t>(op.src_rank) * static_cast<size_t>(num_rollouts_) +
+                    static_cast<size_t>(op.dst_rank)];
+    }
+  }
+
+  // Tries to put the piece in a broadcast group; false -> it goes by writes.
+  bool joinGroup(int32_t id, const PieceRef& ref) {
+    const Piece& piece = *ref.piece;
+    if (!options_.allow_broadcast || !rowMajorContiguous(piece)) return false;
+    const int32_t s = findSource(piece.box);
+    if (s < 0) return false;
+    Source& source = sources_[static_cast<size_t>(s)];
+    if (source.row_major_count == 0) return false;
+    const int32_t replica = rollouts_[static_cast<size_t>(ref.rank)].replica;
+    const DType dst_dtype = ref.dtype();
+    const BufferSpan span{ref.rank, ref.buffer(), piece.local_offset};
+    int32_t g = source.group_head;
+    for (; g >= 0; g = group_next_[static_cast<size_t>(g)]) {
+      const BroadcastGroup& group = plan_.groups[static_cast<size_t>(g)];
+      if (group.replica == replica && group.dst_dtype == dst_dtype) break;
+    }
+    if (g >= 0) {
+      BroadcastGroup& group = plan_.groups[static_cast<size_t>(g)];
+      if (group.dst.back().rank == ref.rank) return false;  // this rank is in it already
+      group.dst.push_back(span);
+      return true;
+    }
+    g = static_cast<int32_t>(plan_.groups.size());
+    BroadcastGroup group;
+    group.tensor = id;
+    group.box = piece.box;
+    group.replica = replica;
+    group.num_elements = piece.box.volume();
+    group.dst_dtype = dst_dtype;
+    group.dst.push_back(span);
+    if (source.bcast_cands < 0) source.bcast_cands = addCands(source, /*row_major_only=*/true);
+    const Cand& first = cands_[static_cast<size_t>(source.bcast_cands)];
+    if (source.row_major_count == 1) {
+      group.src = {first.rank, first.buffer, first.offset};
+      group.src_dtype = first.dtype;
+      load_[static_cast<size_t>(first.rank)] +=
+          group.num_elements * static_cast<int64_t>(dtypeSize(first.dtype));
+    } else {
+      items_.push_back({group.num_elements * static_cast<int64_t>(dtypeSize(first.dtype)),
+                        group.num_elements, source.bcast_cands, source.row_major_count,
+                        -(g + 1)});
+    }
+    plan_.groups.push_back(std::move(group));
+    group_next_.push_back(source.group_head);
+    source.group_head = g;
+    return true;
+  }
+
+  Status analyze() {
+    load_.assign(static_cast<size_t>(num_trainers_), 0);
+    emitter_.resize(num_trainers_);
+    pair_count_.assign(static_cast<size_t>(num_trainers_) * static_cast<size_t>(num_rollouts_),
+                       0);
+    for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
+      const int32_t id = proc_tensor_[proc];
+      buildSources(id);
+      for (int64_t k = rollout_begin_[proc]; k < rollout_begin_[proc + 1]; ++k) {
+        const PieceRef& ref = rollout_refs_[static_cast<size_t>(k)];
+        const Piece& piece = *ref.piece;
+        if (joinGroup(id, ref)) {
+          piece_mode_[static_cast<size_t>(k)] = kGroupMode;
+          continue;
+        }
+        bool flexible = false;
+        int64_t covered = 0;
+        emitter_.begin();
+        forEachIntersection(piece.box, [&](int32_t r, const Box& box) {
+          const int64_t volume = box.volume();
+          covered += volume;
+          Source& s = sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
+          if (s.holder_count > 1) {
+            flexible = true;
+            if (s.write_cands < 0) s.write_cands = addCands(s, /*row_major_only=*/false);
+            const Holder& first = holders_[static_cast<size_t>(s.holder_begin)];
+            items_.push_back({volume * static_cast<int64_t>(dtypeSize(first.dtype)), volume,
+                              s.write_cands, s.holder_count,
+                              static_cast<int32_t>(write_choice_.size())});
+            write_choice_.push_back(0);
+            return;
+          }
+          const Holder& h = holders_[static_cast<size_t>(s.holder_begin)];
+          load_[static_cast<size_t>(h.rank)] += volume * static_cast<int64_t>(dtypeSize(h.dtype));
+          if (!flexible) emitIntersection(id, box, h, ref);
+        });
+        if (covered != piece.box.volume()) return coverageError(id, ref);
+        if (!flexible) countPieceOps();
+        piece_mode_[static_cast<size_t>(k)] = flexible ? kFlexWriteMode : kWriteMode;
+      }
+    }
+    return Status::ok();
+  }
+
+  // ---- balancing ------------------------------------------------------------------------------
+
+  void chooseSenders() {
+    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      return a.target < b.target;
+    });
+    for (const Item& item : items_) {
+      int32_t best = item.cand_begin;
+      for (int32_t c = item.cand_begin + 1; c < item.cand_begin + item.cand_count; ++c) {
+        const Cand& x = cands_[static_cast<size_t>(c)];
+        const Cand& y = cands_[static_cast<size_t>(best)];
+        const int64_t lx = load_[static_cast<size_t>(x.rank)];
+        const int64_t ly = load_[static_cast<size_t>(y.rank)];
+        if (lx < ly || (lx == ly && x.rank < y.rank)) best = c;
+      }
+      const Cand& chosen = cands_[static_cast<size_t>(best)];
+      load_[static_cast<size_t>(chosen.rank)] +=
+          item.elements * static_cast<int64_t>(dtypeSize(chosen.dtype));
+      if (item.target >= 0) {
+        write_choice_[static_cast<size_t>(item.target)] = best - item.cand_begin;
+      } else {
+        BroadcastGroup& group = plan_.groups[static_cast<size_t>(-(item.target + 1))];
+        group.src = {chosen.rank, chosen.buffer, chosen.offset};
+        group.src_dtype = chosen.dtype;
+      }
+    }
+    items_ = {};
+    cands_ = {};
+    group_next_ = {};
+  }
+
+  // ---- passes B and C: the ops of write pieces, with the choices made -------------------------
+
+  // Collects the ops of piece `k` of the tensor being processed into emitter_, taking flexible
+  // choices from write_choice_[*cursor...].
+  void collectPieceOps(int32_t id, const PieceRef& ref, size_t* cursor) {
+    emitter_.begin();
+    forEachIntersection(ref.piece->box, [&](int32_t r, const Box& box) {
+      const Source& s = sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
+      int32_t h = s.holder_begin;
+      if (s.holder_count > 1) h += write_choice_[(*cursor)++];
+      emitIntersection(id, box, holders_[static_cast<size_t>(h)], ref);
+    });
+  }
+
+  // Pass B: op counts of the pieces with choices.
+  void countFlexible() {
+    size_t cursor = 0;
+    for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
+      const int64_t begin = rollout_begin_[proc];
+      const int64_t end = rollout_begin_[proc + 1];
+      bool any = false;
+      for (int64_t k = begin; k < end && !any; ++k) {
+        any = piece_mode_[static_cast<size_t>(k)] == kFlexWriteMode;
+      }
+      if (!any) continue;
+      const int32_t id = proc_tensor_[proc];
+      buildSources(id);
+      for (int64_t k = begin; k < end; ++k) {
+        if (piece_mode_[static_cast<size_t>(k)] != kFlexWriteMode) continue;
+        collectPieceOps(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
+        countPieceOps();
+      }
+    }
+  }
+
+  // Pass C: every op into its (src_rank, dst_rank) slot range of plan_.writes.
+  void emitWrites() {
+    int64_t total = 0;
+    for (int64_t& c : pair_count_) {
+      const int64_t n = c;
+      c = total;  // now the next free slot of the pair
+      total += n;
+    }
+    plan_.writes.resize(static_cast<size_t>(total));
+    size_t cursor = 0;
+    for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
+      const int64_t begin = rollout_begin_[proc];
+      const int64_t end = rollout_begin_[proc + 1];
+      bool any = false;
+      for (int64_t k = begin; k < end && !any; ++k) {
+        any = piece_mode_[static_cast<size_t>(k)] >= kWriteMode;
+      }
+      if (!any) continue;
+      const int32_t id = proc_tensor_[proc];
+      buildSources(id);
+      for (int64_t k = begin; k < end; ++k) {
+        if (piece_mode_[static_cast<size_t>(k)] < kWriteMode) continue;
+        collectPieceOps(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
+        for (const WriteOp& op : emitter_.ops()) {
+          int64_t& slot = pair_count_[static_cast<size_t>(op.src_rank) *
+                                          static_cast<size_t>(num_rollouts_) +
+                                      static_cast<size_t>(op.dst_rank)];
+          plan_.writes[static_cast<size_t>(slot++)] = op;
+        }
+      }
+    }
+  }
+
+  // Sorts each (src_rank, dst_rank) range by (dst_buffer, dst_offset) where needed, merges ops
+  // that became adjacent, and counts write bytes.
+  void finishWrites() {
+    std::vector<WriteOp>& writes = plan_.writes;
+    auto less = [](const WriteOp& a, const WriteOp& b) {
+      if (a.dst_buffer != b.dst_buffer) return a.dst_buffer < b.dst_buffer;
+      return a.region.dst_offset < b.region.dst_offset;
+    };
+    int64_t begin = 0;
+    for (const int64_t end : pair_count_) {
+      auto first = writes.begin() + begin;
+      auto last = writes.begin() + end;
+      if (end - begin > 1 && !std::is_sorted(first, last, less)) std::sort(first, last, less);
+      begin = end;
+    }
+    pair_count_ = {};
+    size_t out = 0;
+    for (size_t i = 0; i < writes.size(); ++i) {
+      if (out > 0 && tryMerge(writes[out - 1], writes[i])) continue;
+      if (out != i) writes[out] = writes[i];
+      ++out;
+    }
+    writes.resize(out);
+    if (writes.capacity() - writes.size() > writes.size() / 8) writes.shrink_to_fit();
+    for (const WriteOp& op : writes) {
+      plan_.stats.write_bytes +=
+          op.region.numElements() * static_cast<int64_t>(dtypeSize(op.dst_dtype));
+    }
+  }
+
+  void finishPlan() {
+    plan_.tensors.reserve(tensors_.size());
+    for (const TensorInfo& t : tensors_) plan_.tensors.push_back({std::string(t.name), t.shape});
+    PlanStats& stats = plan_.stats;
+    stats.trainer_ranks = num_trainers_;
+    stats.rollout_ranks = num_rollouts_;
+    std::vector<int32_t> replicas;
+    replicas.reserve(rollouts_.size());
+    for (const Registration& r : rollouts_) replicas.push_back(r.replica);
+    std::sort(replicas.begin(), replicas.end());
+    stats.replicas =
+        static_cast<int32_t>(std::unique(replicas.begin(), replicas.end()) - replicas.begin());
+    for (const BroadcastGroup& g : plan_.groups) {
+      stats.broadcast_bytes += g.num_elements * static_cast<int64_t>(dtypeSize(g.dst_dtype)) *
+                               static_cast<int64_t>(g.dst.size());
+    }
+    stats.bytes_total = stats.broadcast_bytes + stats.write_bytes;
+    stats.bytes_per_sender = std::move(load_);
+  }
+
+  const std::vector<Registration>& trainers_;
+  const std::vector<Registration>& rollouts_;
+  const PlannerOptions options_;
+  int32_t num_trainers_ = 0;
+  int32_t num_rollouts_ = 0;
+
+  // Unified tensors and the name index (freed after unification).
+  std::vector<TensorInfo> tensors_;
+  std::vector<Slot> slots_;
+  size_t slot_mask_ = 0;
+  std::vector<std::vector<int32_t>> trainer_map_;  // local tensor index -> global, per rank
+  std::vector<std::vector<int32_t>> rollout_map_;
+
+  // Pieces bucketed per tensor: trainers by global id, rollouts by processing index.
+  std::vector<int64_t> trainer_begin_;
+  std::vector<PieceRef> trainer_refs_;
+  std::vector<int32_t> proc_tensor_;  // processing index -> global id
+  std::vector<int64_t> rollout_begin_;
+  std::vector<PieceRef> rollout_refs_;
+  std::vector<uint8_t> piece_mode_;  // PieceMode per rollout_refs_ entry
+
+  // Scratch of the tensor being processed.
+  std::vector<Holder> holders_;
+  std::vector<int32_t> order_;
+  std::vector<Source> sources_;
+  std::vector<Resolved> resolved_;
+  std::vector<int64_t> prefix_end0_;
+  std::vector<std::pair<int32_t, int32_t>> conflicts_;
+  std::vector<Box> fragments_;
+  std::vector<Box> scratch_;
+
+  // Balancing.
+  std::vector<int64_t> load_;  // bytes per trainer rank
+  std::vector<Cand> cands_;
+  std::vector<Item> items_;
+  std::vector<int32_t> write_choice_;  // per flexible write intersection, in generation order
+  std::vector<int32_t> group_next_;    // per group: the next group of the same source box
+
+  // Ops.
+  PieceEmitter emitter_;
+  std::vector<int64_t> pair_count_;  // per (src_rank, dst_rank): op count, then slot cursor
+
+  Plan plan_;
+};
+
+}  // namespace
+
+Result<Plan> makePlan(const std::vector<Registration>& trainers,
+                      const std::vector<Registration>& rollouts, const PlannerOptions& options) {
+  PlanBuilder builder(trainers, rollouts, options);
+  return builder.build();
+}
+
+RankPlan rankView(const Plan& plan, Role role, int32_t rank) {
+  RankPlan view;
+  view.role = role;
+  view.rank = rank;
+  view.stats = plan.stats;
+  std::vector<int32_t> peers;
+  if (role == Role::kTrainer) {
+    for (const BroadcastGroup& g : plan.groups) {
+      if (g.src.rank != rank) continue;
+      view.groups.push_back(g);
+      for (const BufferSpan& d : g.dst) peers.push_back(d.rank);
+    }
+    const auto first = std::partition_point(plan.writes.begin(), plan.writes.end(),
+                                            [rank](const WriteOp& w) { return w.src_rank < rank; });
+    const auto last = std::partition_point(first, plan.writes.end(),
+                                           [rank](const WriteOp& w) { return w.src_rank == rank; });
+    view.writes.assign(first, last);
+    for (const WriteOp& w : view.writes) {
+      if (peers.empty() || peers.back() != w.dst_rank) peers.push_back(w.dst_rank);
+    }
+  } else {
+    for (const BroadcastGroup& g : plan.groups) {
+      const auto it = std::lower_bound(
+          g.dst.begin(), g.dst.end(), rank,
+          [](const BufferSpan& s, int32_t r) { return s.rank < r; });
+      if (it == g.dst.end() || it->rank != rank) continue;
+      view.groups.push_back(g);
+      peers.push_back(g.src.rank);
+    }
+    // Writes are sorted by (src_rank, dst_rank): find this rank's run in each source's block.
+    auto block = plan.writes.begin();
+    while (block != plan.writes.end()) {
+      const int32_t src = block->src_rank;
+      const auto block_end = std::partition_point(
+          block, plan.writes.end(), [src](const WriteOp& w) { return w.src_rank == src; });
+      const auto first = std::partition_point(
+          block, block_end, [rank](const WriteOp& w) { return w.dst_rank < rank; });
+      const auto last = std::partition_point(
+          first, block_end, [rank](const WriteOp& w) { return w.dst_rank == rank; });
+      if (first != last) {
+        view.writes.insert(view.writes.end(), first, last);
+        peers.push_back(src);
+      }
+      block = block_end;
+    }
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  view.peers = std::move(peers);
+
+  // Local tensor table: the referenced tensors, in plan order.
+  std::vector<int32_t> used;
+  used.reserve(view.groups.size() + view.writes.size() / 4 + 1);
+  for (const BroadcastGroup& g : view.groups) used.push_back(g.tensor);
+  for (const WriteOp& w : view.writes) {
+    if (used.empty() || used.back() != w.tensor) used.push_back(w.tensor);
+  }
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  view.tensors.reserve(used.size());
+  for (const int32_t t : used) view.tensors.push_back(plan.tensors[static_cast<size_t>(t)]);
+  auto local = [&used](int32_t t) {
+    return static_cast<int32_t>(std::lower_bound(used.begin(), used.end(), t) - used.begin());
+  };
+  for (BroadcastGroup& g : view.groups) g.tensor = local(g.tensor);
+  int32_t last_global = -1;
+  int32_t last_local = -1;
+  for (WriteOp& w : view.writes) {
+    if (w.tensor != last_global) {
+      last_global = w.tensor;
+      last_local = local(w.tensor);
+    }
+    w.tensor = last_local;
+  }
+  return view;
+}
+
+}  // namespace wsync

@@ -1,0 +1,68 @@
+// The transfer planner: from every rank's Registration to the static Plan (broadcast groups plus
+// one-sided write ops, balanced across trainer senders), and each rank's part of it.
+//
+// Contract of makePlan (DESIGN.md "One policy step", 1-2):
+//  - Tensors are unified by name over all registrations; every declaration of a name must have the
+//    same global shape (else MISMATCH naming the tensor, both ranks and both shapes). A rollout
+//    piece of a tensor no trainer declares is a MISMATCH naming the tensor and the rollout rank.
+//  - Every piece must be well formed (INVALID_ARGUMENT naming rank, buffer, tensor): a declared
+//    tensor, ranks equal to the tensor's (<= kMaxRank), its box inside the global shape, strides
+//    >= 0 with innermost stride 1, and every element inside [0, num_elements) of its buffer.
+//    Pieces with an empty box are accepted and ignored.
+//  - Every trainer dtype of a tensor must convert (canConvert) into the dtype of every rollout
+//    buffer that wants part of it (else MISMATCH naming tensor, ranks, dtypes).
+//  - Trainer pieces of one tensor with identical boxes form one "source box" whose holders are
+//    alternative senders (data-parallel replicas). Partially overlapping source boxes are
+//    resolved: the one whose lowest holder (rank, buffer, piece) comes first owns the overlap,
+//    later ones lose it (box difference). So every wanted element has exactly one source box.
+//  - A rollout piece whose box equals a source box, laid out row-major-contiguous over the box on
+//    the rollout and on at least one holder, joins the BroadcastGroup of (tensor, box, replica,
+//    destination dtype) when options.allow_broadcast; a rank that wants the same box twice gets
+//    the second copy by writes. Every other piece is served by write ops: one or more Regions
+//    (<= 3 dims after merging dims contiguous on both sides) per intersection with the resolved
+//    source boxes. Ops with the same ranks, buffers and dtypes whose 1-D regions are contiguous on
+//    both sides are merged (across tensors only when neither dtype is float8, whose scales are
+//    per tensor); a merged op names the first tensor it covers.
+//  - Every wanted element must be provided (else MISMATCH naming tensor, rollout rank, its box and
+//    a missing box with its first element).
+//  - Senders are balanced: single-holder transfers are charged first, then every choice (a group's
+//    sender, a write intersection's holder) in decreasing bytes (ties: generation order) goes to
+//    the least-loaded holder (ties: lowest rank). Bytes are counted in the source dtype; a group
+//    charges its sender once.
+//  - Output: Plan::tensors is every declared tensor (trainers' in rank/declaration order, then
+//    names only rollouts declare); groups in the order of (first wanting tensor, first receiver);
+//    writes sorted by (src_rank, dst_rank, dst_buffer, region.dst_offset). Same input ->
+//    identical plan.
+// Cost: O(pieces + ops) time and memory besides sorting the pieces of each tensor and the
+// balancing choices; the planner's own working memory is a few tens of bytes per piece, plus a
+// trainers x rollouts table of 8-byte counters. Thread-safe (pure function of its arguments).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "layout/registration.h"
+#include "plan/plan.h"
+
+namespace wsync {
+
+struct PlannerOptions {
+  bool allow_broadcast = true;  // false: every rollout piece goes by write ops
+};
+
+// trainers[i].rank must be i with role kTrainer; rollouts[j].rank must be j with role kRollout and
+// replica >= 0 (INVALID_ARGUMENT otherwise).
+Result<Plan> makePlan(const std::vector<Registration>& trainers,
+                      const std::vector<Registration>& rollouts,
+                      const PlannerOptions& options = {});
+
+// The part of `plan` that rank `rank` of `role` needs: a trainer gets the groups it sends and the
+// writes it is the source of; a rollout gets the groups it receives (whole, with every receiver)
+// and the writes into it. Tensor indices are remapped to the RankPlan's own table (only the
+// tensors referenced, in plan order); peers are the sorted distinct ranks of the other role it
+// exchanges data with; stats are the whole plan's. Cost: O(groups + log(writes) * trainers + the
+// rank's writes). Thread-safe.
+RankPlan rankView(const Plan& plan, Role role, int32_t rank);
+
+}  // namespace wsync

@@ -1,0 +1,55 @@
+// Joining a job: finds the coordinator (MPI: world rank 0 hosts it or is the wsync-coordinator
+// program, and tells every rank its address and the job's secret with point-to-point messages;
+// explicit: from the config), connects the control channel, and says Hello. Every wait is bounded.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "control/frame_channel.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/protocol.h"
+#include "layout/registration.h"
+
+namespace wsync {
+
+struct BootstrapOptions {
+  bool use_mpi = true;
+  Role role = Role::kTrainer;
+  int32_t replica = -1;
+  std::chrono::milliseconds timeout{60000};
+  int max_staleness = -1;
+  // Explicit bootstrap only.
+  int32_t rank = -1;
+  std::string coordinator_address;  // "host:port"
+  std::string secret;
+};
+
+struct JobConnection {
+  std::unique_ptr<FrameChannel> channel;
+  std::unique_ptr<Coordinator> hosted_coordinator;  // set on the rank that runs it on a thread
+  WelcomeMsg welcome;
+  bool mpi = false;
+  int32_t world_rank = -1;
+};
+
+// Initializes MPI (MPI_THREAD_MULTIPLE) when needed and MPI was asked for.
+Status ensureMpiInitialized();
+
+// Joins the job and returns once the coordinator has welcomed this rank (every rank of the job
+// has joined). TIMEOUT names what did not arrive.
+Result<JobConnection> joinJob(const BootstrapOptions& options);
+
+// Waits for a frame of type `expected`; an Error frame becomes its status; anything else is a
+// protocol error. Used while the calling thread owns the channel (create, commit).
+Result<Frame> expectFrame(FrameChannel& channel, MessageType expected,
+                          std::chrono::milliseconds timeout);
+
+// For the wsync-coordinator program under mpirun (it is world rank 0): starts the coordinator and
+// sends its address to every other world rank.
+Result<std::unique_ptr<Coordinator>> hostCoordinatorForMpiJob(CoordinatorOptions options);
+
+}  // namespace wsync

@@ -1,0 +1,201 @@
+#include "runtime/context.h"
+
+#include <unordered_set>
+
+#include "codec/plan_codec.h"
+#include "codec/registration_codec.h"
+#include "runtime/rollout_context.h"
+#include "runtime/trainer_context.h"
+
+namespace wsync {
+
+Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) {
+  if (options.timeout.count() <= 0) return invalidArgument("timeout_ms must be positive");
+  if (options.role == Role::kRollout) {
+    if (options.replica < 0) return invalidArgument("a rollout context needs replica >= 0");
+    if (options.num_slots < 2 || options.num_slots > 64) {
+      return invalidArgument("num_slots must be in [2, 64], got " + std::to_string(options.num_slots));
+    }
+  }
+  if (!options.use_mpi) {
+    const int32_t count = options.role == Role::kTrainer ? options.num_trainers : options.num_rollouts;
+    if (options.rank < 0 || options.rank >= count) {
+      return invalidArgument("explicit bootstrap: rank " + std::to_string(options.rank) +
+                             " is out of range for " + std::to_string(count) + " " +
+                             roleName(options.role) + " ranks");
+    }
+    if (options.coordinator_address.empty()) {
+      return invalidArgument("explicit bootstrap needs coordinator_address (host:port)");
+    }
+  }
+  std::unique_ptr<Context> ctx;
+  if (options.role == Role::kTrainer) {
+    ctx = std::make_unique<TrainerContext>(options);
+  } else {
+    ctx = std::make_unique<RolloutContext>(options);
+  }
+  WSYNC_RETURN_IF_ERROR(ctx->joinJob());
+  return ctx;
+}
+
+Context::~Context() = default;
+
+Status Context::joinJob() {
+  BootstrapOptions b;
+  b.use_mpi = options_.use_mpi;
+  b.role = options_.role;
+  b.replica = options_.replica;
+  b.timeout = options_.timeout;
+  b.max_staleness = options_.max_staleness;
+  b.rank = options_.rank;
+  b.coordinator_address = options_.coordinator_address;
+  b.secret = options_.secret;
+  WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
+  registration_.role = options_.role;
+  registration_.rank = job_.welcome.role_rank;
+  registration_.replica = options_.replica;
+  return Status::ok();
+}
+
+Result<int32_t> Context::declareTensor(const std::string& name, const Dims& shape) {
+  if (commit_started_) return invalidUsage("register_buffer after commit");
+  const int32_t index = registration_.declareTensor(name, shape);
+  if (index < 0) {
+    for (const TensorDecl& t : registration_.tensors) {
+      if (t.name == name) {
+        return invalidArgument("tensor '" + name + "' is declared with global shape " + t.shape.toString() +
+                               " and " + shape.toString() + " on this rank");
+      }
+    }
+  }
+  return index;
+}
+
+Result<int32_t> Context::registerBuffer(LocalBuffer buffer, void* data) {
+  if (commit_started_) return invalidUsage("register_buffer after commit");
+  const std::string where = "buffer '" + buffer.name + "'";
+  if (buffer.name.empty()) return invalidArgument("a buffer needs a name");
+  for (const LocalBuffer& b : registration_.buffers) {
+    if (b.name == buffer.name) return invalidArgument(where + " is registered twice");
+  }
+  if (buffer.num_elements < 0) return invalidArgument(where + ": negative num_elements");
+  if (options_.role == Role::kTrainer && data == nullptr && buffer.num_elements > 0) {
+    return invalidArgument(where + ": a trainer buffer needs its data pointer");
+  }
+  if (options_.role == Role::kRollout && data != nullptr) {
+    return invalidArgument(where + ": rollout buffers are allocated by wsync (pass NULL data)");
+  }
+  if (buffer.memory == MemoryKind::kDevice) {
+    return Status(WSYNC_ERR_UNSUPPORTED, where + ": device memory is not supported by this build yet");
+  }
+  for (const Piece& p : buffer.pieces) {
+    if (p.tensor < 0 || static_cast<size_t>(p.tensor) >= registration_.tensors.size()) {
+      return internalError(where + ": piece names an undeclared tensor");
+    }
+    const TensorDecl& t = registration_.tensors[static_cast<size_t>(p.tensor)];
+    const std::string piece = where + ", tensor '" + t.name + "'";
+    if (!p.box.fitsIn(t.shape)) {
+      return invalidArgument(piece + ": box " + p.box.toString() + " is not inside the global shape " +
+                             t.shape.toString());
+    }
+    if (p.local_strides.rank != t.shape.rank) {
+      return invalidArgument(piece + ": local strides have rank " + std::to_string(p.local_strides.rank) +
+                             ", the tensor has rank " + std::to_string(t.shape.rank));
+    }
+    if (t.shape.rank > 0 && p.local_strides[t.shape.rank - 1] != 1) {
+      return invalidArgument(piece + ": the innermost local stride must be 1, got " +
+                             std::to_string(p.local_strides[t.shape.rank - 1]));
+    }
+    int64_t last = p.local_offset;
+    for (int d = 0; d < t.shape.rank; ++d) {
+      if (p.local_strides[d] < 0) return invalidArgument(piece + ": negative local stride");
+      last += (p.box.extent[d] - 1) * p.local_strides[d];
+    }
+    if (p.box.empty()) continue;
+    if (p.local_offset < 0 || last >= buffer.num_elements) {
+      return invalidArgument(piece + ": elements [" + std::to_string(p.local_offset) + ", " +
+                             std::to_string(last) + "] fall outside the buffer of " +
+                             std::to_string(buffer.num_elements) + " elements");
+    }
+  }
+  registration_.buffers.push_back(std::move(buffer));
+  buffer_data_.push_back(data);
+  return static_cast<int32_t>(registration_.buffers.size() - 1);
+}
+
+Status Context::sendMessage(MessageType type, const std::vector<uint8_t>& payload) {
+  return job_.channel->send(static_cast<uint16_t>(type), payload);
+}
+
+Status Context::sendError(const Status& status) {
+  return sendMessage(MessageType::kError, encode(ErrorMsg{status.code(), status.message()}));
+}
+
+void Context::setFailed(const Status& status) {
+  std::lock_guard lock(failure_mu_);
+  if (failure_.isOk()) failure_ = status;
+  failed_ = true;
+}
+
+Status Context::failure() const {
+  std::lock_guard lock(failure_mu_);
+  return failure_;
+}
+
+Status Context::commit() {
+  if (commit_started_) return invalidUsage("commit called twice");
+  commit_started_ = true;
+  auto fail = [this](const Status& s) {
+    setFailed(s);
+    return s;
+  };
+  RegisterMsg reg;
+  Status s = prepareRegistration(reg);
+  if (!s.isOk()) {
+    (void)sendError(s.withContext(std::string(roleName(role())) + " " + std::to_string(rank())));
+    return fail(s);
+  }
+  reg.registration = encodeRegistration(registration_);
+  reg.transport_address = transport_->localAddress();
+  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kRegister, encode(reg)));
+  Result<Frame> frame = expectFrame(*job_.channel, MessageType::kPlanAssignment, options_.timeout);
+  if (!frame.isOk()) return fail(frame.status());
+  PlanAssignmentMsg assignment;
+  WSYNC_RETURN_IF_ERROR(decode(frame->payload, assignment));
+  Result<RankPlan> plan = decodeRankPlan(assignment.rank_plan.data(), assignment.rank_plan.size());
+  if (!plan.isOk()) return fail(plan.status());
+  plan_summary_.bytes_per_version = plan->stats.bytes_total;
+  plan_summary_.broadcast_groups = static_cast<int64_t>(plan->groups.size());
+  plan_summary_.write_ops = static_cast<int64_t>(plan->writes.size());
+  plan_summary_.replicas = plan->stats.replicas;
+  s = applyPlan(std::move(plan).value(), std::move(assignment));
+  if (!s.isOk()) {
+    (void)sendError(s.withContext(std::string(roleName(role())) + " " + std::to_string(rank())));
+    return fail(s);
+  }
+  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kCommitDone, encode(VersionMsg{0})));
+  frame = expectFrame(*job_.channel, MessageType::kCommitOk, options_.timeout);
+  if (!frame.isOk()) return fail(frame.status());
+  WSYNC_RETURN_IF_ERROR(startRunning());
+  committed_ = true;
+  return Status::ok();
+}
+
+void Context::abort() {
+  setFailed({WSYNC_ERR_ABORTED, "the context was aborted"});
+  if (job_.channel) job_.channel->shutdown();
+}
+
+Status Context::finalize() {
+  Status s;
+  if (job_.channel && !failedOrAborted()) s = sendMessage(MessageType::kBye, {});
+  if (job_.hosted_coordinator) {
+    // This rank runs the coordinator: let the others finish before it goes away.
+    Status job = job_.hosted_coordinator->wait(options_.timeout);
+    job_.hosted_coordinator->stop();
+    if (s.isOk() && !job.isOk() && job.code() != WSYNC_ERR_TIMEOUT) s = job;
+  }
+  return s;
+}
+
+}  // namespace wsync

@@ -1,0 +1,114 @@
+// Context: one rank's membership in a wsync job (the object behind wsync_context_t). The base
+// class owns what both roles share: the control channel to the coordinator, the registration, and
+// the commit handshake. TrainerContext and RolloutContext add their data planes.
+//
+// Threads: the application calls the public methods (from one thread at a time, except abort(),
+// which is safe from any thread, and the rollout's reader methods, which are thread-safe). After
+// commit, each role runs one background thread that owns the control channel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/protocol.h"
+#include "layout/registration.h"
+#include "plan/plan.h"
+#include "runtime/bootstrap.h"
+#include "transport/write_transport.h"
+
+namespace wsync {
+
+struct ContextOptions {
+  Role role = Role::kTrainer;
+  bool use_mpi = true;
+  int32_t replica = -1;
+  int32_t num_slots = 2;
+  std::chrono::milliseconds timeout{60000};
+  int max_staleness = -1;
+  bool snapshot = false;
+  // Explicit bootstrap:
+  int32_t rank = -1;
+  int32_t num_trainers = 0;
+  int32_t num_rollouts = 0;
+  std::string coordinator_address;
+  std::string secret;
+};
+
+class Context {
+ public:
+  static Result<std::unique_ptr<Context>> create(const ContextOptions& options);
+  virtual ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Role role() const { return options_.role; }
+  int32_t rank() const { return job_.welcome.role_rank; }
+  int32_t numTrainers() const { return job_.welcome.num_trainers; }
+  int32_t numRollouts() const { return job_.welcome.num_rollouts; }
+  const ContextOptions& options() const { return options_; }
+  bool committed() const { return committed_; }
+  // This rank's share of the plan (valid after commit).
+  struct PlanSummary {
+    int64_t bytes_per_version = 0;
+    int64_t broadcast_groups = 0;
+    int64_t write_ops = 0;
+    int32_t replicas = 0;
+  };
+  const PlanSummary& planSummary() const { return plan_summary_; }
+
+  // Declares global tensor `name` (idempotent); INVALID_ARGUMENT when it was declared on this rank
+  // with another shape. Returns its index for Piece::tensor.
+  Result<int32_t> declareTensor(const std::string& name, const Dims& shape);
+
+  // Adds a buffer (validated: name unique, pieces inside the buffer and their tensors). `data`:
+  // the trainer's memory; must be null for rollouts. Returns the buffer's index.
+  Result<int32_t> registerBuffer(LocalBuffer buffer, void* data);
+
+  // Collective: registration -> plan -> transports -> every rank ready.
+  Status commit();
+
+  // Every blocked call returns ABORTED; safe from any thread.
+  virtual void abort();
+  // Tells the coordinator goodbye after in-flight work ends (bounded by the timeout).
+  virtual Status finalize();
+
+ protected:
+  explicit Context(ContextOptions options) : options_(std::move(options)) {}
+
+  // Role hooks, called by commit() in this order on the calling thread.
+  // Before Register: set up memory and the transport; fill the role's part of `msg`.
+  virtual Status prepareRegistration(RegisterMsg& msg) = 0;
+  // After PlanAssignment: connect peers, build the per-version work.
+  virtual Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) = 0;
+  // After CommitOk: start the background thread (it owns the channel from now on).
+  virtual Status startRunning() = 0;
+
+  Status sendMessage(MessageType type, const std::vector<uint8_t>& payload);
+  Status sendError(const Status& status);
+  // Records the first fatal error of the context (later calls keep the first).
+  void setFailed(const Status& status);
+  Status failure() const;
+  bool failedOrAborted() const { return failed_.load(); }
+
+  ContextOptions options_;
+  JobConnection job_;
+  Registration registration_;
+  std::vector<void*> buffer_data_;  // trainers: the caller's memory per buffer
+  std::unique_ptr<WriteTransport> transport_;
+
+ private:
+  Status joinJob();
+  bool committed_ = false;
+  PlanSummary plan_summary_;
+  bool commit_started_ = false;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mu_;
+  Status failure_;
+};
+
+}  // namespace wsync

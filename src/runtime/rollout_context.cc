@@ -1,0 +1,179 @@
+#include "runtime/rollout_context.h"
+
+#include "transport/ucx/ucx_transport.h"
+
+namespace wsync {
+namespace {
+constexpr uint64_t kBufferAlignment = 256;  // bytes; every buffer starts aligned in its slot
+constexpr std::chrono::milliseconds kPollInterval{20};
+}  // namespace
+
+RolloutContext::~RolloutContext() { stopReceiver(); }
+
+Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
+  WSYNC_ASSIGN_OR_RETURN(transport_, createUcxTransport());
+  WSYNC_ASSIGN_OR_RETURN(store_, SlotStore::create(options_.num_slots));
+  uint64_t offset = 0;
+  for (const LocalBuffer& b : registration_.buffers) {
+    buffer_byte_offsets_.push_back(offset);
+    offset += static_cast<uint64_t>(b.num_elements) * dtypeSize(b.dtype);
+    offset = (offset + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  }
+  const size_t slot_bytes = std::max<uint64_t>(offset, kBufferAlignment);
+  for (int32_t s = 0; s < options_.num_slots; ++s) {
+    WSYNC_ASSIGN_OR_RETURN(auto memory, transport_->allocateExposed(slot_bytes));
+    msg.slot_descriptors.push_back(memory->descriptor());
+    slots_.push_back(std::move(memory));
+  }
+  msg.buffer_byte_offsets = buffer_byte_offsets_;
+  return Status::ok();
+}
+
+Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
+  plan_ = std::move(plan);
+  group_comm_ = std::move(assignment.group_comm);
+  if (group_comm_.size() != plan_.groups.size()) {
+    return protocolError("plan assignment: group communicators do not match the groups");
+  }
+  if (!assignment.comms.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(broadcaster_, HostBroadcaster::create(assignment.comms, job_.world_rank));
+  }
+  return Status::ok();
+}
+
+Status RolloutContext::startRunning() {
+  receiver_ = std::thread([this] { receiverLoop(); });
+  return Status::ok();
+}
+
+// ---- readers ---------------------------------------------------------------------------------
+Result<Lease> RolloutContext::acquire(uint64_t version) {
+  if (!committed()) return invalidUsage("acquire before commit");
+  return store_->acquire(version);
+}
+
+std::optional<uint64_t> RolloutContext::newestVersion() const {
+  if (!store_) return std::nullopt;
+  return store_->newestReady();
+}
+
+Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than, std::chrono::milliseconds timeout) {
+  if (!committed()) return invalidUsage("wait_version before commit");
+  Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);
+  if (!v.isOk() && v.status().code() == WSYNC_ERR_ABORTED && !failure().isOk()) return failure();
+  return v;
+}
+
+void* RolloutContext::bufferData(const Lease& lease, int32_t index) const {
+  if (!lease.valid() || index < 0 || index >= numBuffers()) return nullptr;
+  return static_cast<uint8_t*>(slots_[static_cast<size_t>(lease.slot())]->data()) +
+         buffer_byte_offsets_[static_cast<size_t>(index)];
+}
+
+// ---- receiver thread -------------------------------------------------------------------------
+void RolloutContext::receiverLoop() {
+  while (!stopping_) {
+    Result<Frame> frame = job_.channel->recv(kPollInterval);
+    if (!frame.isOk()) {
+      if (frame.status().code() == WSYNC_ERR_TIMEOUT) {
+        transport_->progress();  // emulated writes into exposed memory need the target's progress
+        continue;
+      }
+      if (!stopping_) setFailed(frame.status().withContext("control channel"));
+      break;
+    }
+    Status s = handle(*frame);
+    if (!s.isOk()) {
+      setFailed(s);
+      (void)sendError(s.withContext("rollout " + std::to_string(rank())));
+      break;
+    }
+  }
+  store_->abort();
+}
+
+Status RolloutContext::handle(const Frame& frame) {
+  switch (static_cast<MessageType>(frame.type)) {
+    case MessageType::kPrepare: {
+      SlotMsg m;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      if (prepared_slot_ >= 0) (void)store_->abandonWrite(prepared_slot_);  // a skipped version
+      WSYNC_RETURN_IF_ERROR(store_->beginWrite(m.slot, m.version, options_.timeout));
+      prepared_slot_ = m.slot;
+      prepared_version_ = m.version;
+      return sendMessage(MessageType::kPrepared, encode(m));
+    }
+    case MessageType::kGo: {
+      GoMsg go;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
+      const auto replica = static_cast<size_t>(options_.replica);
+      const int32_t slot = replica < go.slot_of_replica.size() ? go.slot_of_replica[replica] : -1;
+      if (slot < 0) {  // this replica skips the version: give the slot back
+        if (prepared_slot_ >= 0 && prepared_version_ == go.version) {
+          WSYNC_RETURN_IF_ERROR(store_->abandonWrite(prepared_slot_));
+          prepared_slot_ = -1;
+        }
+        return Status::ok();
+      }
+      if (slot != prepared_slot_ || go.version != prepared_version_) {
+        return protocolError("Go for version " + std::to_string(go.version) + " slot " + std::to_string(slot) +
+                             " but slot " + std::to_string(prepared_slot_) + " was prepared for version " +
+                             std::to_string(prepared_version_));
+      }
+      WSYNC_RETURN_IF_ERROR(receiveBroadcasts(go));
+      return sendMessage(MessageType::kReceived, encode(VersionMsg{go.version}));
+    }
+    case MessageType::kReady: {
+      SlotMsg m;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
+      if (m.slot == prepared_slot_) prepared_slot_ = -1;
+      return Status::ok();
+    }
+    case MessageType::kError: {
+      ErrorMsg err;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, err));
+      setFailed(Status(err.code, err.message));
+      stopping_ = true;
+      return Status::ok();
+    }
+    default:
+      return protocolError(std::string("unexpected ") + messageTypeName(static_cast<MessageType>(frame.type)) +
+                           " from the coordinator");
+  }
+}
+
+Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
+  if (plan_.groups.empty()) return Status::ok();
+  uint8_t* slot = static_cast<uint8_t*>(slots_[static_cast<size_t>(prepared_slot_)]->data());
+  for (size_t i = 0; i < plan_.groups.size(); ++i) {
+    const BroadcastGroup& g = plan_.groups[i];
+    const size_t dsz = dtypeSize(g.dst_dtype);
+    for (const BufferSpan& d : g.dst) {
+      if (d.rank != rank()) continue;
+      uint8_t* data = slot + buffer_byte_offsets_[static_cast<size_t>(d.buffer)] + static_cast<size_t>(d.offset) * dsz;
+      WSYNC_RETURN_IF_ERROR(broadcaster_->post(group_comm_[i], job_.welcome.trainer_world_ranks[static_cast<size_t>(g.src.rank)],
+                                               data, static_cast<size_t>(g.num_elements) * dsz));
+    }
+  }
+  (void)go;
+  return broadcaster_->waitAll(options_.timeout);
+}
+
+// ---- shutdown --------------------------------------------------------------------------------
+void RolloutContext::stopReceiver() {
+  stopping_ = true;
+  if (receiver_.joinable()) receiver_.join();
+}
+
+void RolloutContext::abort() {
+  Context::abort();
+  if (store_) store_->abort();
+}
+
+Status RolloutContext::finalize() {
+  stopReceiver();
+  return Context::finalize();
+}
+
+}  // namespace wsync

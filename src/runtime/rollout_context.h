@@ -1,0 +1,55 @@
+// RolloutContext: receives versions into its slots. Slots are allocated once at commit (through
+// the write transport, so trainers write into them one-sidedly); a receiver thread follows the
+// coordinator (Prepare: drain leases on the target slot; Go: take part in broadcasts; Ready: make
+// the version readable) while readers take leases from any thread.
+#pragma once
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "runtime/context.h"
+#include "store/slot_store.h"
+#include "transport/mpi/host_broadcast.h"
+
+namespace wsync {
+
+class RolloutContext final : public Context {
+ public:
+  explicit RolloutContext(ContextOptions options) : Context(std::move(options)) {}
+  ~RolloutContext() override;
+
+  // Readers (thread-safe, never wait for a transfer).
+  Result<Lease> acquire(uint64_t version);
+  std::optional<uint64_t> newestVersion() const;
+  Result<uint64_t> waitVersion(uint64_t newer_than, std::chrono::milliseconds timeout);
+  // The address of buffer `index` in the slot a lease holds; nullptr when out of range.
+  void* bufferData(const Lease& lease, int32_t index) const;
+  int32_t numBuffers() const { return static_cast<int32_t>(buffer_byte_offsets_.size()); }
+
+  void abort() override;
+  Status finalize() override;
+
+ private:
+  Status prepareRegistration(RegisterMsg& msg) override;
+  Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
+  Status startRunning() override;
+
+  void receiverLoop();
+  Status handle(const Frame& frame);
+  Status receiveBroadcasts(const GoMsg& go);
+  void stopReceiver();
+
+  std::unique_ptr<SlotStore> store_;
+  std::vector<std::unique_ptr<ExposedMemory>> slots_;
+  std::vector<uint64_t> buffer_byte_offsets_;
+  RankPlan plan_;
+  std::vector<int32_t> group_comm_;
+  std::unique_ptr<HostBroadcaster> broadcaster_;
+  int32_t prepared_slot_ = -1;  // receiver thread: the slot drained for the version in flight
+  uint64_t prepared_version_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread receiver_;
+};
+
+}  // namespace wsync

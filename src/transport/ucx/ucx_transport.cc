@@ -1,0 +1,509 @@
+#include "transport/ucx/ucx_transport.h"
+
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/wire.h"
+#include "transport/ucx/ucx_handles.h"
+
+namespace wsync {
+namespace ucx {
+
+Status ucxError(ucs_status_t status, const std::string& what) {
+  std::string message = what + ": " + ucs_status_string(status);
+  switch (status) {
+    case UCS_ERR_TIMED_OUT:
+      return timeoutError(std::move(message));
+    case UCS_ERR_UNSUPPORTED:
+      return {WSYNC_ERR_UNSUPPORTED, std::move(message)};
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR:
+      return invalidArgument(std::move(message));
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_CANCELED:
+      return remoteError(std::move(message));
+    default:
+      return systemError(std::move(message));
+  }
+}
+
+ucs_status_t waitRequest(ucp_worker_h worker, ucs_status_ptr_t request,
+                         std::chrono::steady_clock::time_point deadline) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  ucs_status_t status = ucp_request_check_status(request);
+  while (status == UCS_INPROGRESS) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ucp_request_free(request);  // UCX finishes it internally
+      return UCS_ERR_TIMED_OUT;
+    }
+    ucp_worker_progress(worker);
+    status = ucp_request_check_status(request);
+  }
+  ucp_request_free(request);
+  return status;
+}
+
+void EndpointCloser::operator()(ucp_ep_h endpoint) const {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = 0;  // flush mode: pending operations complete first
+  waitRequest(worker, ucp_ep_close_nbx(endpoint, &param), std::chrono::steady_clock::now() + bound);
+}
+
+Result<ContextRef> createContext() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) return ucxError(status, "UCX: ucp_config_read failed");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA;
+  params.name = "wsync";
+  ucp_context_h context = nullptr;
+  status = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (status != UCS_OK) return ucxError(status, "UCX: ucp_init (feature RMA) failed");
+  return ContextRef(context, ContextDeleter{});
+}
+
+Result<WorkerPtr> createWorker(ucp_context_h context) {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_MULTI;
+  ucp_worker_h raw = nullptr;
+  ucs_status_t status = ucp_worker_create(context, &params, &raw);
+  if (status != UCS_OK) return ucxError(status, "UCX: ucp_worker_create failed");
+  WorkerPtr worker(raw);
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+  status = ucp_worker_query(worker.get(), &attr);
+  if (status != UCS_OK) return ucxError(status, "UCX: ucp_worker_query failed");
+  if (attr.thread_mode != UCS_THREAD_MODE_MULTI) {
+    return Status(WSYNC_ERR_UNSUPPORTED,
+                  "UCX: this UCX build gives no UCS_THREAD_MODE_MULTI worker (built without "
+                  "--enable-mt?); wsync's progress threads need it");
+  }
+  return worker;
+}
+
+}  // namespace ucx
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Wire formats: a tag, a version, then the fields. Tags keep another backend's bytes (or garbage)
+// from reaching UCX's own parsers.
+constexpr uint32_t kAddressTag = 0x41555357;     // "WSUA"
+constexpr uint32_t kDescriptorTag = 0x44555357;  // "WSUD"
+constexpr uint8_t kWireVersion = 1;
+constexpr uint64_t kMaxUcxBlobBytes = 1 << 20;  // bound on a worker address or packed rkey
+
+std::vector<uint8_t> encodeBlob(uint32_t tag, const void* blob, size_t blob_bytes,
+                                uint64_t base = 0, uint64_t size = 0) {
+  ByteWriter w;
+  w.fixed32(tag);
+  w.u8(kWireVersion);
+  if (tag == kDescriptorTag) {
+    w.fixed64(base);
+    w.varu(size);
+  }
+  w.varu(blob_bytes);
+  w.bytes(blob, blob_bytes);
+  return w.take();
+}
+
+// Checks tag and version, reads base and size for descriptors, and returns the offset of the UCX
+// blob (which runs to the end) in `blob_offset`. Returns an explanation on failure.
+std::string decodeBlob(const std::vector<uint8_t>& bytes, uint32_t tag, size_t& blob_offset,
+                       uint64_t* base = nullptr, uint64_t* size = nullptr) {
+  ByteReader r(bytes);
+  uint32_t got_tag = 0;
+  uint8_t version = 0;
+  if (!r.fixed32(got_tag) || got_tag != tag) {
+    return "not a UCX " + std::string(tag == kDescriptorTag ? "memory descriptor" : "address") +
+           " (wrong tag; another backend's, or garbage)";
+  }
+  if (!r.u8(version) || version != kWireVersion) {
+    return "wire version " + std::to_string(version) + ", expected " + std::to_string(kWireVersion);
+  }
+  if (tag == kDescriptorTag) {
+    if (!r.fixed64(*base) || !r.varu(*size)) return "truncated before base and size";
+    if (*size == 0 || *base + *size < *base) return "empty or wrapping region";
+  }
+  uint64_t blob_bytes = 0;
+  if (!r.varuMax(blob_bytes, kMaxUcxBlobBytes) || blob_bytes == 0 || r.remaining() != blob_bytes) {
+    return "blob length does not match the " + std::to_string(bytes.size()) + " bytes given";
+  }
+  blob_offset = bytes.size() - r.remaining();
+  return {};
+}
+
+class UcxExposedMemory final : public ExposedMemory {
+ public:
+  UcxExposedMemory(ucx::MemPtr mem, void* data, size_t size, std::vector<uint8_t> descriptor)
+      : mem_(std::move(mem)), data_(data), size_(size), descriptor_(std::move(descriptor)) {}
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  const std::vector<uint8_t>& descriptor() const override { return descriptor_; }
+
+ private:
+  ucx::MemPtr mem_;
+  void* data_;
+  size_t size_;
+  std::vector<uint8_t> descriptor_;
+};
+
+class UcxSourceRegistration final : public SourceRegistration {
+ public:
+  explicit UcxSourceRegistration(ucx::MemPtr mem) : mem_(std::move(mem)) {}
+
+ private:
+  ucx::MemPtr mem_;
+};
+
+class UcxTransport final : public WriteTransport {
+ public:
+  UcxTransport(const UcxTransportOptions& options, ucx::ContextRef context, ucx::WorkerPtr worker,
+               std::vector<uint8_t> address)
+      : options_(options),
+        context_(std::move(context)),
+        worker_(std::move(worker)),
+        address_(std::move(address)) {
+    options_.max_in_flight = std::max<size_t>(options_.max_in_flight, 2);
+  }
+
+  // Flushes unflushed writes and closes the endpoints, each bounded by close_timeout. A peer
+  // that does not respond costs that bound once, not once per endpoint.
+  ~UcxTransport() override {
+    if (!pending_.empty() || unflushed_) (void)flush(options_.close_timeout);
+    for (const Pending& p : pending_)
+      ucp_request_free(p.request);
+    pending_.clear();
+    remotes_.clear();  // rkeys before their endpoints
+    std::vector<ucs_status_ptr_t> closing;
+    for (auto& [peer, ep] : endpoints_) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = 0;  // flush mode
+      closing.push_back(ucp_ep_close_nbx(ep.release(), &param));
+    }
+    endpoints_.clear();
+    const Clock::time_point deadline = Clock::now() + options_.close_timeout;
+    for (ucs_status_ptr_t request : closing)
+      ucx::waitRequest(worker_.get(), request, deadline);
+    // Member order does the rest: the worker, then the context once no memory map holds it.
+  }
+
+  const char* name() const override { return "ucx"; }
+  const std::vector<uint8_t>& localAddress() const override { return address_; }
+
+  Result<std::unique_ptr<ExposedMemory>> allocateExposed(size_t bytes) override {
+    if (bytes == 0) return invalidArgument("UCX allocateExposed: 0 bytes asked for");
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    params.length = bytes;
+    params.flags = UCP_MEM_MAP_ALLOCATE;
+    return mapAndPack(params, nullptr, "UCX allocateExposed(" + std::to_string(bytes) + " bytes)");
+  }
+
+  Result<std::unique_ptr<ExposedMemory>> expose(void* base, size_t bytes) override {
+    const std::string what = "UCX expose(" + std::to_string(bytes) + " bytes)";
+    if (base == nullptr || bytes == 0) return invalidArgument(what + ": null base or 0 bytes");
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = base;
+    params.length = bytes;
+    return mapAndPack(params, base, what);
+  }
+
+  Result<std::unique_ptr<SourceRegistration>> registerSource(const void* base,
+                                                             size_t bytes) override {
+    const std::string what = "UCX registerSource(" + std::to_string(bytes) + " bytes)";
+    if (base == nullptr || bytes == 0) return invalidArgument(what + ": null base or 0 bytes");
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = const_cast<void*>(base);  // UCX only reads it as a source
+    params.length = bytes;
+    ucp_mem_h mem = nullptr;
+    ucs_status_t status = ucp_mem_map(context_.get(), &params, &mem);
+    if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_mem_map failed");
+    return std::unique_ptr<SourceRegistration>(
+        new UcxSourceRegistration(ucx::MemPtr(mem, ucx::MemUnmapper{context_})));
+  }
+
+  Status connect(int32_t peer, const std::vector<uint8_t>& peer_address) override {
+    const std::string what = "UCX connect to peer " + std::to_string(peer);
+    if (peer < 0) return invalidArgument(what + ": peer ids are >= 0");
+    if (endpoints_.count(peer) != 0) return invalidUsage(what + ": already connected");
+    size_t blob_offset = 0;
+    const std::string bad = decodeBlob(peer_address, kAddressTag, blob_offset);
+    if (!bad.empty()) return invalidArgument(what + ": bad peer address: " + bad);
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data() + blob_offset);
+    ucp_ep_h ep = nullptr;
+    ucs_status_t status = ucp_ep_create(worker_.get(), &params, &ep);
+    if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_ep_create failed");
+    endpoints_.emplace(
+        peer, ucx::EndpointPtr(ep, ucx::EndpointCloser{worker_.get(), options_.close_timeout}));
+    return Status::ok();
+  }
+
+  Result<RemoteMemoryId> attach(int32_t peer, const std::vector<uint8_t>& descriptor) override {
+    const std::string what = "UCX attach for peer " + std::to_string(peer);
+    auto it = endpoints_.find(peer);
+    if (it == endpoints_.end()) return invalidUsage(what + ": not connected (connect() first)");
+    if (remotes_.size() >= static_cast<size_t>(std::numeric_limits<RemoteMemoryId>::max())) {
+      return invalidUsage(what + ": too many attached regions");
+    }
+    size_t blob_offset = 0;
+    uint64_t base = 0;
+    uint64_t size = 0;
+    const std::string bad = decodeBlob(descriptor, kDescriptorTag, blob_offset, &base, &size);
+    if (!bad.empty()) return protocolError(what + ": bad memory descriptor: " + bad);
+    ucp_rkey_h rkey = nullptr;
+    ucs_status_t status =
+        ucp_ep_rkey_unpack(it->second.get(), descriptor.data() + blob_offset, &rkey);
+    if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_ep_rkey_unpack failed");
+    const auto id = static_cast<RemoteMemoryId>(remotes_.size());
+    remotes_.push_back({peer, base, size, ucx::RkeyPtr(rkey), it->second.get(), false});
+    return id;
+  }
+
+  Status write(RemoteMemoryId remote, uint64_t remote_offset, const void* src,
+               size_t bytes) override {
+    return write2d(remote, remote_offset, bytes, src, bytes, bytes, 1);
+  }
+
+  Status write2d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
+                 const void* src, size_t src_pitch, size_t row_bytes, size_t rows) override {
+    if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
+      return invalidArgument("UCX write: unknown remote memory id " + std::to_string(remote) +
+                             " (" + std::to_string(remotes_.size()) + " attached)");
+    }
+    Remote& r = remotes_[remote];
+    if (rows == 0 || row_bytes == 0) return Status::ok();
+    auto fail = [&](const std::string& why) {
+      return invalidArgument("UCX write to peer " + std::to_string(r.peer) + ", remote memory " +
+                             std::to_string(remote) + ": " + why);
+    };
+    if (src == nullptr) return fail("null source");
+    if (rows > 1 && (remote_pitch < row_bytes || src_pitch < row_bytes)) {
+      return fail("pitches (remote " + std::to_string(remote_pitch) + ", source " +
+                  std::to_string(src_pitch) + ") smaller than the row (" +
+                  std::to_string(row_bytes) + " bytes) of a " + std::to_string(rows) +
+                  "-row write");
+    }
+    // Target extent (rows - 1) * remote_pitch + row_bytes, and the same for the source.
+    uint64_t extent = 0;
+    uint64_t src_extent = 0;
+    uint64_t end = 0;
+    if (__builtin_mul_overflow(rows - 1, remote_pitch, &extent) ||
+        __builtin_add_overflow(extent, row_bytes, &extent) ||
+        __builtin_mul_overflow(rows - 1, src_pitch, &src_extent) ||
+        __builtin_add_overflow(src_extent, row_bytes, &src_extent) ||
+        __builtin_add_overflow(remote_offset, extent, &end) || end > r.size) {
+      std::string shape =
+          std::to_string(row_bytes) + " bytes at offset " + std::to_string(remote_offset);
+      if (rows > 1) {
+        shape = std::to_string(rows) + " rows of " + shape + ", pitch " +
+                std::to_string(remote_pitch) + " (source pitch " + std::to_string(src_pitch) + ")";
+      }
+      return fail(shape + " do not fit the exposed size " + std::to_string(r.size));
+    }
+    const auto* s = static_cast<const uint8_t*>(src);
+    if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {
+      return post(remote, r, remote_offset, s, extent);
+    }
+    for (size_t i = 0; i < rows; ++i) {
+      WSYNC_RETURN_IF_ERROR(
+          post(remote, r, remote_offset + i * remote_pitch, s + i * src_pitch, row_bytes));
+    }
+    return Status::ok();
+  }
+
+  Status flush(std::chrono::milliseconds timeout) override {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    ucp_request_param_t param{};
+    const ucs_status_t status =
+        ucx::waitRequest(worker_.get(), ucp_worker_flush_nbx(worker_.get(), &param), deadline);
+    if (status == UCS_ERR_TIMED_OUT) {
+      return timeoutError("UCX flush: writes to " + unflushedPeers() + " not complete after " +
+                          std::to_string(timeout.count()) + " ms (is the target progressing?)");
+    }
+    if (status != UCS_OK) {
+      return ucx::ucxError(status, "UCX flush of writes to " + unflushedPeers() + " failed");
+    }
+    // The worker flush completed every put; collect their requests and errors.
+    while (!pending_.empty()) {
+      reapCompleted();
+      if (pending_.empty()) break;
+      if (Clock::now() >= deadline) {
+        return timeoutError("UCX flush: " + std::to_string(pending_.size()) +
+                            " write requests still open after the worker flush");
+      }
+      ucp_worker_progress(worker_.get());
+    }
+    Status result = std::exchange(deferred_error_, Status::ok());
+    if (result.isOk()) {
+      for (Remote& r : remotes_)
+        r.written = false;
+      unflushed_ = false;
+    }
+    return result;
+  }
+
+  void progress() override { ucp_worker_progress(worker_.get()); }
+
+ private:
+  struct Remote {
+    int32_t peer;
+    uint64_t base;  // address in the peer's process
+    uint64_t size;
+    ucx::RkeyPtr rkey;
+    ucp_ep_h ep;   // owned by endpoints_
+    bool written;  // written since the last successful flush
+  };
+  struct Pending {
+    void* request;
+    RemoteMemoryId remote;
+  };
+
+  // Maps (registers, or allocates when `base` is null) and packs the descriptor of [base, +length).
+  Result<std::unique_ptr<ExposedMemory>> mapAndPack(const ucp_mem_map_params_t& params, void* base,
+                                                    const std::string& what) {
+    ucp_mem_h raw = nullptr;
+    ucs_status_t status = ucp_mem_map(context_.get(), &params, &raw);
+    if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_mem_map failed");
+    ucx::MemPtr mem(raw, ucx::MemUnmapper{context_});
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    status = ucp_mem_query(mem.get(), &attr);
+    if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_mem_query failed");
+    if (base == nullptr) base = attr.address;
+    const auto* mapped = static_cast<const uint8_t*>(attr.address);
+    const auto* wanted = static_cast<const uint8_t*>(base);
+    if (wanted < mapped || wanted + params.length > mapped + attr.length) {
+      return internalError(what + ": UCX mapped [" + std::to_string(attr.length) + " bytes at " +
+                           std::to_string(reinterpret_cast<uintptr_t>(mapped)) +
+                           "), which does not cover the region");
+    }
+    void* rkey_buffer = nullptr;
+    size_t rkey_bytes = 0;
+    status = ucp_rkey_pack(context_.get(), mem.get(), &rkey_buffer, &rkey_bytes);
+    if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_rkey_pack failed");
+    std::vector<uint8_t> descriptor = encodeBlob(kDescriptorTag, rkey_buffer, rkey_bytes,
+                                                 reinterpret_cast<uint64_t>(base), params.length);
+    ucp_rkey_buffer_release(rkey_buffer);
+    return std::unique_ptr<ExposedMemory>(
+        new UcxExposedMemory(std::move(mem), base, params.length, std::move(descriptor)));
+  }
+
+  // Posts one put and keeps its request when it did not complete at once. When max_in_flight
+  // requests are kept, first progresses until half of them completed; past post_timeout it
+  // returns WSYNC_ERR_TIMEOUT and posts nothing.
+  Status post(RemoteMemoryId id, Remote& r, uint64_t offset, const uint8_t* src, size_t bytes) {
+    if (pending_.size() >= options_.max_in_flight) {
+      const Clock::time_point deadline = Clock::now() + options_.post_timeout;
+      while (true) {
+        ucp_worker_progress(worker_.get());
+        reapCompleted();
+        if (pending_.size() <= options_.max_in_flight / 2) break;
+        if (Clock::now() >= deadline) {
+          return timeoutError("UCX write to peer " + std::to_string(r.peer) + ", remote memory " +
+                              std::to_string(id) + ": " + std::to_string(pending_.size()) +
+                              " writes still in flight after " +
+                              std::to_string(options_.post_timeout.count()) +
+                              " ms (is the target progressing?); this one was not posted");
+        }
+      }
+    }
+    r.written = true;
+    unflushed_ = true;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_put_nbx(r.ep, src, bytes, r.base + offset, r.rkey.get(), &param);
+    if (request == nullptr) return Status::ok();
+    if (UCS_PTR_IS_ERR(request)) {
+      return ucx::ucxError(UCS_PTR_STATUS(request),
+                           "UCX write to peer " + std::to_string(r.peer) + ", remote memory " +
+                               std::to_string(id) + ": ucp_put_nbx of " + std::to_string(bytes) +
+                               " bytes at offset " + std::to_string(offset) + " failed");
+    }
+    pending_.push_back({request, id});
+    return Status::ok();
+  }
+
+  // Releases the requests that completed; keeps the first error for flush().
+  void reapCompleted() {
+    size_t kept = 0;
+    for (const Pending& p : pending_) {
+      const ucs_status_t status = ucp_request_check_status(p.request);
+      if (status == UCS_INPROGRESS) {
+        pending_[kept++] = p;
+        continue;
+      }
+      ucp_request_free(p.request);
+      if (status != UCS_OK && deferred_error_.isOk()) {
+        const Remote& r = remotes_[p.remote];
+        deferred_error_ =
+            ucx::ucxError(status, "UCX write to peer " + std::to_string(r.peer) +
+                                      ", remote memory " + std::to_string(p.remote) + " failed");
+      }
+    }
+    pending_.resize(kept);
+  }
+
+  // "peers 1, 3" (those with writes since the last successful flush), for error messages.
+  std::string unflushedPeers() const {
+    std::vector<int32_t> peers;
+    for (const Remote& r : remotes_) {
+      if (r.written) peers.push_back(r.peer);
+    }
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    if (peers.empty()) return "no peer";
+    std::string out = peers.size() == 1 ? "peer " : "peers ";
+    for (size_t i = 0; i < peers.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(peers[i]);
+    return out;
+  }
+
+  UcxTransportOptions options_;
+  // Declaration order is destruction order reversed: rkeys, endpoints, worker, context.
+  ucx::ContextRef context_;
+  ucx::WorkerPtr worker_;
+  std::vector<uint8_t> address_;
+  std::unordered_map<int32_t, ucx::EndpointPtr> endpoints_;
+  std::vector<Remote> remotes_;  // index: RemoteMemoryId
+  std::vector<Pending> pending_;
+  Status deferred_error_;
+  bool unflushed_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<WriteTransport>> createUcxTransport(const UcxTransportOptions& options) {
+  WSYNC_ASSIGN_OR_RETURN(ucx::ContextRef context, ucx::createContext());
+  WSYNC_ASSIGN_OR_RETURN(ucx::WorkerPtr worker, ucx::createWorker(context.get()));
+  ucp_address_t* raw_address = nullptr;
+  size_t address_bytes = 0;
+  ucs_status_t status = ucp_worker_get_address(worker.get(), &raw_address, &address_bytes);
+  if (status != UCS_OK) return ucx::ucxError(status, "UCX: ucp_worker_get_address failed");
+  std::vector<uint8_t> address = encodeBlob(kAddressTag, raw_address, address_bytes);
+  ucp_worker_release_address(worker.get(), raw_address);
+  return std::unique_ptr<WriteTransport>(
+      new UcxTransport(options, std::move(context), std::move(worker), std::move(address)));
+}
+
+}  // namespace wsync

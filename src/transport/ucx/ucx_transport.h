@@ -1,0 +1,32 @@
+// The UCX backend of WriteTransport: ucp_put_nbx into memory registered with ucp_mem_map, remote
+// keys packed into ExposedMemory::descriptor(). Host memory: shared memory (sysv/posix/cma)
+// within a node, whatever UCX finds (RDMA, TCP) across nodes.
+// With Debian's UCX 1.13, writes into allocateExposed() memory over shared memory are truly
+// one-sided; writes into expose()d (caller-allocated) memory are emulated with active messages
+// and land only while the target calls progress().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "common/status.h"
+#include "transport/write_transport.h"
+
+namespace wsync {
+
+struct UcxTransportOptions {
+  // Writes posted but not yet complete locally; beyond this write() progresses until half of
+  // them completed, so millions of small writes do not pile up requests.
+  size_t max_in_flight = 1024;
+  // How long write() waits for that room before WSYNC_ERR_TIMEOUT (the target may not progress).
+  std::chrono::milliseconds post_timeout{30000};
+  // How long the destructor waits to flush unflushed writes and to close each endpoint.
+  std::chrono::milliseconds close_timeout{5000};
+};
+
+// A UCX context (RMA feature, configured from UCX's UCX_* environment) with one worker in
+// UCS_THREAD_MODE_MULTI. UNSUPPORTED when UCX cannot give that thread mode.
+Result<std::unique_ptr<WriteTransport>> createUcxTransport(const UcxTransportOptions& options = {});
+
+}  // namespace wsync

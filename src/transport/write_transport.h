@@ -1,0 +1,114 @@
+// WriteTransport: one-sided writes from this process into memory that other processes exposed.
+// Backends: UCX (host memory: shared memory within a node, the network across nodes; see
+// transport/ucx/ucx_transport.h). A CUDA IPC backend for device memory comes later behind the
+// same interface.
+//
+// Typical use (plan time, once):
+//   target: mem = allocateExposed(n) or expose(p, n); send localAddress() and mem->descriptor()
+//   writer: connect(target_rank, its address); id = attach(target_rank, its descriptor)
+// and every step: write()/write2d() ... flush(timeout); then tell the target (out of band).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+
+namespace wsync {
+
+// Memory this process lets peers write into. descriptor() is the bytes a peer passes to
+// WriteTransport::attach(): the backend's name, base address, size and remote key. Owned by the
+// caller; it must outlive every write into it (the caller learns that writers are done out of
+// band, after their flush()). It may outlive the transport that made it.
+class ExposedMemory {
+ public:
+  virtual ~ExposedMemory() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;  // bytes peers may write, as asked for
+  virtual const std::vector<uint8_t>& descriptor() const = 0;
+};
+
+// Local memory registered as a write source, so posting writes from it costs no registration.
+// Optional (writes from unregistered memory work) and may be a no-op for some backends. Release
+// it only after the writes from it have been flushed.
+class SourceRegistration {
+ public:
+  virtual ~SourceRegistration() = default;
+};
+
+// Handle of a peer's exposed memory, returned by attach(); valid for the transport's lifetime.
+using RemoteMemoryId = int32_t;
+
+// Contract: one-sided writes from this process into memory other processes exposed.
+// Threads: every method is called from one thread (the owner), except progress(), which a
+// background thread may call concurrently with any of them but the destructor (stop that thread
+// before destroying the transport).
+// Ordering and completion: writes are not ordered among themselves. A write's source bytes must
+// stay unchanged until a later flush() returns success. flush() completes all writes posted so
+// far at their targets: once it returns success their bytes are visible there. Errors of posted
+// writes are reported by the next flush().
+// Targets: memory from allocateExposed() may need no help from its owner (UCX over shared memory
+// or RDMA is truly one-sided). Memory from expose(), and any memory reached over transports
+// without remote-write support, may need the owner to call progress() while writes land (UCX 1.13
+// emulates such writes with messages the target handles in progress()). A target that cannot
+// know should run a progress thread until its writers report that they are done.
+class WriteTransport {
+ public:
+  virtual ~WriteTransport() = default;
+
+  // A short static name: "ucx", "cuda_ipc".
+  virtual const char* name() const = 0;
+
+  // The bytes a peer passes to connect() to reach this process.
+  virtual const std::vector<uint8_t>& localAddress() const = 0;
+
+  // Memory allocated and registered by the transport (truly one-sided where the backend can be;
+  // preferred for targets). `bytes` > 0; contents are unspecified.
+  virtual Result<std::unique_ptr<ExposedMemory>> allocateExposed(size_t bytes) = 0;
+
+  // Caller-owned memory [base, base + bytes) exposed to peers; it must outlive the returned
+  // object. `base` non-null, `bytes` > 0.
+  virtual Result<std::unique_ptr<ExposedMemory>> expose(void* base, size_t bytes) = 0;
+
+  // Registers [base, base + bytes) as a source of writes; see SourceRegistration.
+  virtual Result<std::unique_ptr<SourceRegistration>> registerSource(const void* base,
+                                                                     size_t bytes) = 0;
+
+  // Opens the path to `peer` (a caller-chosen id >= 0, usually its rank) whose localAddress() is
+  // `peer_address`. Once per peer; connecting to this process itself is allowed.
+  virtual Status connect(int32_t peer, const std::vector<uint8_t>& peer_address) = 0;
+
+  // Makes memory that `peer` (connected) exposed writable from here; `descriptor` is its
+  // ExposedMemory::descriptor(). A descriptor from another backend or a malformed one is an error.
+  virtual Result<RemoteMemoryId> attach(int32_t peer, const std::vector<uint8_t>& descriptor) = 0;
+
+  // Posts a write of `bytes` from `src` to [remote_offset, remote_offset + bytes) of `remote`.
+  // Non-blocking, except that it waits (bounded by the backend's post timeout) while too many
+  // writes are in flight; WSYNC_ERR_TIMEOUT then, and nothing was posted. A range outside the
+  // exposed size, or an unknown `remote`, is INVALID_ARGUMENT and posts nothing; messages name
+  // the peer and the remote id. bytes == 0 does nothing.
+  virtual Status write(RemoteMemoryId remote, uint64_t remote_offset, const void* src,
+                       size_t bytes) = 0;
+
+  // 2-D write: `rows` rows of `row_bytes`, source rows `src_pitch` bytes apart starting at `src`,
+  // target rows `remote_pitch` bytes apart starting at `remote_offset`. Pitches are at least
+  // row_bytes when rows > 1 (rows never overlap). Checked like write(), all rows before any is
+  // posted; on WSYNC_ERR_TIMEOUT a prefix of the rows may have been posted (a later successful
+  // flush() completes them).
+  virtual Status write2d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
+                         const void* src, size_t src_pitch, size_t row_bytes, size_t rows) = 0;
+
+  // Completes every write posted so far (see the class comment). Returns WSYNC_ERR_TIMEOUT when
+  // that takes longer than `timeout` (writes stay posted; a later flush() may complete them), or
+  // the first error of a posted write.
+  virtual Status flush(std::chrono::milliseconds timeout) = 0;
+
+  // Advances the transport's communication (incoming emulated writes, completions). Cheap when
+  // idle; safe to call from a background thread concurrently with the owner's calls.
+  virtual void progress() = 0;
+};
+
+}  // namespace wsync

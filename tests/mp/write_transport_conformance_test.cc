@@ -1,0 +1,734 @@
+// Conformance suite of WriteTransport backends, run under mpirun with 2 ranks: rank 1 exposes
+// memory (allocated by the transport, or provided by the caller), rank 0 writes patterns into it
+// and flushes, then rank 1 checks every byte of the region: the written bytes equal the source,
+// all others keep their sentinel. Addresses and descriptors travel over MPI.
+//
+// Collective discipline: both ranks run the same tests in the same order, and every MPI call in a
+// test is reached by both ranks whatever failed; a test gives up only at bothOk(), together.
+// Add a backend by adding a factory to backends().
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/ucx/ucx_transport.h"
+#include "transport/write_transport.h"
+
+namespace wsync {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kWriter = 0;
+constexpr int kTarget = 1;
+constexpr uint8_t kSentinel = 0xA5;
+constexpr auto kFlushTimeout = 120s;  // generous: the CI machines have 2 shared cores
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// An MPI barrier that sleeps while it waits, so a rank parked in it leaves the (few, shared) cores
+// to the writer and to the target's progress thread.
+void barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  int done = 0;
+  MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  }
+}
+
+// True on both ranks when `mine` is true on both.
+bool bothOk(bool mine) {
+  int in = mine ? 1 : 0;
+  int out = 0;
+  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return out != 0;
+}
+
+// Every rank's bytes, indexed by rank.
+std::vector<std::vector<uint8_t>> allGather(const std::vector<uint8_t>& mine) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(size);
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> displs(size);
+  int total = 0;
+  for (int i = 0; i < size; ++i) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  std::vector<uint8_t> all(total);
+  MPI_Allgatherv(mine.data(), count, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                 MPI_COMM_WORLD);
+  std::vector<std::vector<uint8_t>> out(size);
+  for (int i = 0; i < size; ++i) {
+    out[i].assign(all.begin() + displs[i], all.begin() + displs[i] + counts[i]);
+  }
+  return out;
+}
+
+// Deterministic bytes (splitmix64), the same on both ranks for one seed.
+std::vector<uint8_t> pattern(size_t bytes, uint64_t seed) {
+  std::vector<uint8_t> out(bytes);
+  uint64_t x = seed;
+  for (size_t i = 0; i < bytes; i += 8) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(out.data() + i, &z, std::min<size_t>(8, bytes - i));
+  }
+  return out;
+}
+
+// One write of the test plan: a 2-D block (rows == 1: a contiguous write).
+struct WriteOp {
+  uint64_t dst;
+  uint64_t dst_pitch;
+  size_t src;
+  size_t src_pitch;
+  size_t row_bytes;
+  size_t rows;
+};
+
+WriteOp contiguous(uint64_t dst, size_t src, size_t bytes) {
+  return {dst, bytes, src, bytes, bytes, 1};
+}
+
+// What the target region must hold after `ops` from `source` landed on a sentinel-filled region.
+std::vector<uint8_t> expectedImage(size_t region_bytes, const std::vector<uint8_t>& source,
+                                   const std::vector<WriteOp>& ops) {
+  std::vector<uint8_t> image(region_bytes, kSentinel);
+  for (const WriteOp& op : ops) {
+    for (size_t row = 0; row < op.rows; ++row) {
+      std::memcpy(image.data() + op.dst + row * op.dst_pitch,
+                  source.data() + op.src + row * op.src_pitch, op.row_bytes);
+    }
+  }
+  return image;
+}
+
+// Posts `ops`: write() for single rows, write2d() otherwise.
+Status postAll(WriteTransport& t, RemoteMemoryId remote, const std::vector<uint8_t>& source,
+               const std::vector<WriteOp>& ops) {
+  for (const WriteOp& op : ops) {
+    const uint8_t* src = source.data() + op.src;
+    WSYNC_RETURN_IF_ERROR(op.rows == 1 ? t.write(remote, op.dst, src, op.row_bytes)
+                                       : t.write2d(remote, op.dst, op.dst_pitch, src, op.src_pitch,
+                                                   op.row_bytes, op.rows));
+  }
+  return Status::ok();
+}
+
+// Checks `got` equals `want`, reporting how many bytes differ and where the first does.
+void expectBytes(const uint8_t* got, const std::vector<uint8_t>& want, const char* what) {
+  size_t mismatches = 0;
+  size_t first = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i] && mismatches++ == 0) first = i;
+  }
+  EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " of " << want.size()
+                            << " bytes differ; the first at offset " << first << " is 0x"
+                            << std::hex << int(got[first]) << ", expected 0x" << int(want[first]);
+}
+
+::testing::AssertionResult hasCode(const Status& s, wsync_status_t code) {
+  if (s.code() == code) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "expected " << wsync_status_string(code) << ", got " << s.toString();
+}
+
+::testing::AssertionResult mentions(const Status& s, const std::string& text) {
+  if (s.message().find(text) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "'" << s.message() << "' does not mention '" << text << "'";
+}
+
+// ---- backends ----------------------------------------------------------------------------------
+
+struct BackendFactory {
+  std::string name;
+  std::function<Result<std::unique_ptr<WriteTransport>>()> create;
+  // Whether writes into allocateExposed() memory land with no progress() from the target (on one
+  // node). The suite then checks that they do, leaving the target idle in MPI.
+  bool allocated_is_one_sided;
+};
+
+std::vector<BackendFactory> backends() {
+  return {{"ucx", [] { return createUcxTransport(); }, /*allocated_is_one_sided=*/true}};
+}
+
+enum class TargetKind { kAllocated, kUserProvided };
+
+struct ConformanceParam {
+  BackendFactory backend;
+  TargetKind kind;
+};
+
+std::vector<ConformanceParam> conformanceParams() {
+  std::vector<ConformanceParam> out;
+  for (const BackendFactory& b : backends()) {
+    out.push_back({b, TargetKind::kAllocated});
+    out.push_back({b, TargetKind::kUserProvided});
+  }
+  return out;
+}
+
+// Calls progress() in a loop on its own thread until stopped (the target side of emulated writes).
+class ProgressThread {
+ public:
+  ~ProgressThread() { stop(); }
+  void start(WriteTransport* transport) {
+    stop_ = false;
+    thread_ = std::thread([this, transport] {
+      while (!stop_.load(std::memory_order_relaxed)) {
+        transport->progress();
+        std::this_thread::yield();
+      }
+    });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    thread_.join();
+  }
+  bool running() const { return thread_.joinable(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// One writer/target pair. open() and close() are collective.
+class Session {
+ public:
+  // Rank 1 exposes `region_bytes` of `kind` filled with kSentinel and, when `target_progress`,
+  // progresses its transport on a thread; rank 0 connects and attaches. True on both ranks when
+  // all of it worked on both.
+  bool open(const BackendFactory& backend, TargetKind kind, size_t region_bytes,
+            bool target_progress) {
+    region_bytes_ = region_bytes;
+    auto created = backend.create();
+    EXPECT_TRUE(created.isOk()) << backend.name << ": " << created.status().toString();
+    if (!bothOk(created.isOk())) return false;
+    transport_ = std::move(created).value();
+    const auto addresses = allGather(transport_->localAddress());
+
+    bool ok = true;
+    std::vector<uint8_t> descriptor;
+    if (rank() == kTarget) {
+      Result<std::unique_ptr<ExposedMemory>> mem = Status(WSYNC_ERR_INTERNAL, "unset");
+      if (kind == TargetKind::kAllocated) {
+        mem = transport_->allocateExposed(region_bytes);
+      } else {
+        user_buffer_.assign(region_bytes, 0);
+        mem = transport_->expose(user_buffer_.data(), region_bytes);
+      }
+      EXPECT_TRUE(mem.isOk()) << mem.status().toString();
+      ok = mem.isOk();
+      if (ok) {
+        target_ = std::move(mem).value();
+        EXPECT_EQ(target_->size(), region_bytes);
+        if (kind == TargetKind::kUserProvided) EXPECT_EQ(target_->data(), user_buffer_.data());
+        std::memset(target_->data(), kSentinel, region_bytes);
+        descriptor = target_->descriptor();
+        if (target_progress) progress_.start(transport_.get());
+      }
+    } else {
+      const Status s = transport_->connect(kTarget, addresses[kTarget]);
+      EXPECT_TRUE(s.isOk()) << s.toString();
+      ok = s.isOk();
+    }
+    const auto descriptors = allGather(descriptor);
+    if (rank() == kWriter && ok) {
+      auto id = transport_->attach(kTarget, descriptors[kTarget]);
+      EXPECT_TRUE(id.isOk()) << id.status().toString();
+      ok = id.isOk();
+      if (ok) remote_ = id.value();
+      attached_descriptor_ = descriptors[kTarget];
+    }
+    return bothOk(ok);
+  }
+
+  // Rank 0 tears down first while rank 1 still progresses (closing may need it), then rank 1.
+  void close() {
+    if (rank() == kWriter) transport_.reset();
+    barrier();
+    progress_.stop();
+    target_.reset();
+    transport_.reset();
+  }
+
+  WriteTransport& transport() { return *transport_; }
+  RemoteMemoryId remote() const { return remote_; }
+  const uint8_t* targetBytes() const { return static_cast<const uint8_t*>(target_->data()); }
+  size_t regionBytes() const { return region_bytes_; }
+  const std::vector<uint8_t>& attachedDescriptor() const { return attached_descriptor_; }
+  ProgressThread& progressThread() { return progress_; }
+
+ private:
+  size_t region_bytes_ = 0;
+  std::unique_ptr<WriteTransport> transport_;
+  std::vector<uint8_t> user_buffer_;  // outlives target_ (declared before it)
+  std::unique_ptr<ExposedMemory> target_;
+  ProgressThread progress_;  // stopped before transport_ goes (declared after it)
+  RemoteMemoryId remote_ = -1;
+  std::vector<uint8_t> attached_descriptor_;  // rank 0: what open() attached
+};
+
+// ---- the suite over (backend, target kind) ----------------------------------------------------
+
+class WriteTransportConformance : public ::testing::TestWithParam<ConformanceParam> {
+ protected:
+  void TearDown() override { session_.close(); }
+
+  bool open(size_t region_bytes) {
+    const ConformanceParam& p = GetParam();
+    const bool progress = p.kind == TargetKind::kUserProvided || !p.backend.allocated_is_one_sided;
+    return session_.open(p.backend, p.kind, region_bytes, progress);
+  }
+
+  // Rank 0 posts `ops` from `source` and flushes; barrier; rank 1 checks the whole region.
+  void writeAndCheck(const std::vector<uint8_t>& source, const std::vector<WriteOp>& ops,
+                     const char* what) {
+    if (rank() == kWriter) {
+      const Status posted = postAll(session_.transport(), session_.remote(), source, ops);
+      EXPECT_TRUE(posted.isOk()) << what << ": " << posted.toString();
+      const Status flushed = session_.transport().flush(kFlushTimeout);
+      EXPECT_TRUE(flushed.isOk()) << what << ": " << flushed.toString();
+    }
+    barrier();
+    if (rank() == kTarget) {
+      expectBytes(session_.targetBytes(), expectedImage(session_.regionBytes(), source, ops), what);
+    }
+  }
+
+  Session session_;
+};
+
+TEST_P(WriteTransportConformance, FlushWithNothingPostedSucceeds) {
+  {  // a fresh transport with no peers (no collectives: failing here desynchronizes nothing)
+    auto fresh = GetParam().backend.create();
+    EXPECT_TRUE(fresh.isOk()) << fresh.status().toString();
+    if (fresh.isOk()) {
+      const Status s = fresh.value()->flush(1s);
+      EXPECT_TRUE(s.isOk()) << s.toString();
+    }
+  }
+  if (!open(4096)) return;
+  const Status s = session_.transport().flush(5s);  // connected and attached, nothing written
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  const Status again = session_.transport().flush(5s);
+  EXPECT_TRUE(again.isOk()) << again.toString();
+  barrier();
+  if (rank() == kTarget) {
+    expectBytes(session_.targetBytes(), std::vector<uint8_t>(4096, kSentinel), "untouched region");
+  }
+}
+
+TEST_P(WriteTransportConformance, ContiguousWrites) {
+  constexpr size_t kRegion = 1 << 20;
+  if (!open(kRegion)) return;
+  const std::vector<uint8_t> source = pattern(256 << 10, 1);
+  std::unique_ptr<SourceRegistration> registration;
+  if (rank() == kWriter) {
+    auto reg = session_.transport().registerSource(source.data(), source.size());
+    EXPECT_TRUE(reg.isOk()) << reg.status().toString();
+    if (reg.isOk()) registration = std::move(reg).value();
+  }
+  const std::vector<WriteOp> ops = {
+      contiguous(0, 0, 100),                 // region start
+      contiguous(4096, 1000, 65536),         // page-aligned target, unaligned source
+      contiguous(200001, 3, 3),              // tiny, odd
+      contiguous(300000, 70000, 150000),     // large-ish
+      contiguous(kRegion - 17, 250000, 17),  // region end
+      contiguous(500000, 0, 0),              // empty: a no-op
+  };
+  writeAndCheck(source, ops, "contiguous writes");
+}
+
+TEST_P(WriteTransportConformance, StridedWrites) {
+  constexpr size_t kRegion = 1 << 20;
+  if (!open(kRegion)) return;
+  const std::vector<uint8_t> source = pattern(512 << 10, 2);
+  const std::vector<WriteOp> ops = {
+      {123, 4096, 0, 1500, 1000, 64},                      // both pitches differ from the row
+      {300000, 2000, 7, 3000, 2000, 20},                   // target rows packed, source strided
+      {400000, 512, 100000, 512, 512, 100},                // both packed: one merged write
+      {600001, 777, 200005, 300, 300, 33},                 // source packed, target strided
+      {900000, 0, 250000, 0, 50, 1},                       // one row: pitches do not matter
+      {950000, 64, 0, 64, 0, 10},                          // empty rows: a no-op
+      {960000, 64, 0, 64, 8, 0},                           // no rows: a no-op
+      {kRegion - 4096 * 3 - 10, 4096, 300000, 10, 10, 4},  // last row ends at the region end
+  };
+  writeAndCheck(source, ops, "strided writes");
+}
+
+TEST_P(WriteTransportConformance, ManySmallWrites) {
+  constexpr size_t kCount = 20000;
+  constexpr size_t kRegion = kCount * 64 + 64;
+  if (!open(kRegion)) return;
+  const std::vector<uint8_t> source = pattern(kCount * 64, 3);
+  std::vector<WriteOp> ops;
+  ops.reserve(kCount);
+  for (size_t i = 0; i < kCount; ++i) {  // disjoint writes of 8..40 bytes, odd alignments
+    ops.push_back(contiguous(i * 64 + (i % 7), i * 64 + (i % 5), 8 + (i % 33)));
+  }
+  writeAndCheck(source, ops, "20000 small writes");
+}
+
+TEST_P(WriteTransportConformance, LargeWrite64MiB) {
+  constexpr size_t kBytes = 64 << 20;
+  constexpr size_t kGuard = 4096;
+  if (!open(kBytes + 2 * kGuard)) return;
+  const std::vector<uint8_t> source = pattern(kBytes, 4);
+  writeAndCheck(source, {contiguous(kGuard, 0, kBytes)}, "64 MiB write");
+}
+
+TEST_P(WriteTransportConformance, OutOfRangeWritesAreRejected) {
+  constexpr size_t kRegion = 64 << 10;
+  if (!open(kRegion)) return;
+  const std::vector<uint8_t> source = pattern(4096, 5);
+  if (rank() == kWriter) {
+    WriteTransport& t = session_.transport();
+    const RemoteMemoryId id = session_.remote();
+    const std::string names_id = "remote memory " + std::to_string(id);
+    const uint8_t* src = source.data();
+
+    Status s = t.write(id, kRegion - 10, src, 11);  // one byte past the end
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, "peer 1"));
+    EXPECT_TRUE(mentions(s, names_id));
+    EXPECT_TRUE(hasCode(t.write(id, kRegion, src, 1), WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(hasCode(t.write(id, std::numeric_limits<uint64_t>::max() - 3, src, 8),
+                        WSYNC_ERR_INVALID_ARGUMENT));  // offset + bytes wraps
+    // 65 rows with pitch 1024: the last row starts at 65536, past the end.
+    s = t.write2d(id, 0, 1024, src, 16, 16, 65);
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, names_id));
+    // Overlapping rows (pitch smaller than the row).
+    EXPECT_TRUE(hasCode(t.write2d(id, 0, 8, src, 16, 16, 4), WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(hasCode(t.write2d(id, 0, 16, src, 8, 16, 4), WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(hasCode(t.write(id, 0, nullptr, 8), WSYNC_ERR_INVALID_ARGUMENT));
+    // Unknown ids.
+    s = t.write(id + 1, 0, src, 8);
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, std::to_string(id + 1)));
+    EXPECT_TRUE(hasCode(t.write(-1, 0, src, 8), WSYNC_ERR_INVALID_ARGUMENT));
+  }
+  // Nothing of the rejected writes may land; the one that ends exactly at the end must.
+  writeAndCheck(source, {contiguous(kRegion - 11, 100, 11)}, "after rejected writes");
+}
+
+TEST_P(WriteTransportConformance, ConnectAndAttachCheckTheirInputs) {
+  if (!open(4096)) return;
+  if (rank() == kWriter) {
+    WriteTransport& t = session_.transport();
+    const std::vector<uint8_t> garbage = pattern(64, 6);
+
+    Status s = t.attach(kTarget, garbage).status();
+    EXPECT_FALSE(s.isOk());
+    EXPECT_TRUE(mentions(s, "peer 1"));
+    s = t.attach(kTarget, {}).status();
+    EXPECT_FALSE(s.isOk());
+    s = t.attach(5, garbage).status();  // never connected
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_USAGE));
+    EXPECT_TRUE(mentions(s, "peer 5"));
+    s = t.connect(7, garbage);
+    EXPECT_FALSE(s.isOk());
+    EXPECT_TRUE(mentions(s, "peer 7"));
+    EXPECT_TRUE(hasCode(t.connect(-2, t.localAddress()), WSYNC_ERR_INVALID_ARGUMENT));
+    s = t.connect(kTarget, t.localAddress());  // peer 1 is connected already
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_USAGE));
+    EXPECT_TRUE(mentions(s, "peer 1"));
+  }
+  barrier();
+  if (rank() == kTarget) {
+    expectBytes(session_.targetBytes(), std::vector<uint8_t>(4096, kSentinel), "untouched region");
+  }
+}
+
+// Every rank writes into memory it exposed itself (connect to its own address); no collectives.
+TEST_P(WriteTransportConformance, WritesToItself) {
+  constexpr size_t kRegion = 256 << 10;
+  auto created = GetParam().backend.create();
+  EXPECT_TRUE(created.isOk()) << created.status().toString();
+  if (!created.isOk()) return;
+  WriteTransport& t = *created.value();
+  std::vector<uint8_t> user_buffer;
+  auto mem = GetParam().kind == TargetKind::kAllocated
+                 ? t.allocateExposed(kRegion)
+                 : (user_buffer.assign(kRegion, 0), t.expose(user_buffer.data(), kRegion));
+  EXPECT_TRUE(mem.isOk()) << mem.status().toString();
+  if (!mem.isOk()) return;
+  std::memset(mem.value()->data(), kSentinel, kRegion);
+  const int me = rank();
+  const Status connected = t.connect(me, t.localAddress());
+  EXPECT_TRUE(connected.isOk()) << connected.toString();
+  if (!connected.isOk()) return;
+  auto id = t.attach(me, mem.value()->descriptor());
+  EXPECT_TRUE(id.isOk()) << id.status().toString();
+  if (!id.isOk()) return;
+  const std::vector<uint8_t> source = pattern(kRegion, 11 + me);
+  const std::vector<WriteOp> ops = {contiguous(10, 0, 5000), {20000, 300, 9000, 200, 100, 500}};
+  const Status posted = postAll(t, id.value(), source, ops);
+  EXPECT_TRUE(posted.isOk()) << posted.toString();
+  const Status flushed = t.flush(kFlushTimeout);  // progresses this worker: emulated writes land
+  EXPECT_TRUE(flushed.isOk()) << flushed.toString();
+  expectBytes(static_cast<const uint8_t*>(mem.value()->data()), expectedImage(kRegion, source, ops),
+              "writes to itself");
+}
+
+// A truncated descriptor is rejected; one region attached twice gives two working ids.
+TEST_P(WriteTransportConformance, DescriptorsAreCheckedAndReattachable) {
+  constexpr size_t kRegion = 8192;
+  if (!open(kRegion)) return;
+  const std::vector<uint8_t> source = pattern(kRegion, 10);
+  std::vector<WriteOp> ops;
+  if (rank() == kWriter) {
+    WriteTransport& t = session_.transport();
+    std::vector<uint8_t> truncated = session_.attachedDescriptor();
+    truncated.pop_back();
+    const Status s = t.attach(kTarget, truncated).status();
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_PROTOCOL));
+    EXPECT_TRUE(mentions(s, "peer 1"));
+    auto second = t.attach(kTarget, session_.attachedDescriptor());
+    EXPECT_TRUE(second.isOk()) << second.status().toString();
+    if (second.isOk()) {
+      EXPECT_NE(second.value(), session_.remote());
+      EXPECT_TRUE(t.write(second.value(), 4096, source.data() + 4096, 4096).isOk());
+    }
+  }
+  // Through the first id: [0, 4096); through the second (when it worked): [4096, 8192).
+  writeAndCheck(source, {contiguous(0, 0, 4096), contiguous(4096, 4096, 4096)},
+                "writes through two ids");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WriteTransportConformance,
+                         ::testing::ValuesIn(conformanceParams()),
+                         [](const ::testing::TestParamInfo<ConformanceParam>& info) {
+                           return info.param.backend.name +
+                                  (info.param.kind == TargetKind::kAllocated ? "_allocated"
+                                                                             : "_user_memory");
+                         });
+
+// ---- the suite over backends only --------------------------------------------------------------
+
+class WriteTransportBackend : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  void TearDown() override { session_.close(); }
+  Session session_;
+};
+
+// A target that does not progress may keep flush() from completing (UCX 1.13's emulated writes
+// into caller memory); flush() must then return TIMEOUT on time, and once the target progresses a
+// later flush() must complete the same writes. A backend whose writes are one-sided passes the
+// first flush instead.
+TEST_P(WriteTransportBackend, FlushTimesOutWhileTargetIdlesThenCompletes) {
+  constexpr size_t kRegion = 1 << 20;
+  if (!session_.open(GetParam(), TargetKind::kUserProvided, kRegion, /*target_progress=*/false)) {
+    return;
+  }
+  const std::vector<uint8_t> source = pattern(kRegion, 7);
+  const std::vector<WriteOp> ops = {contiguous(0, 0, kRegion / 2),
+                                    {kRegion / 2, 1024, kRegion / 2, 2048, 1000, 256}};
+  bool timed_out = false;
+  if (rank() == kWriter) {
+    const Status posted = postAll(session_.transport(), session_.remote(), source, ops);
+    EXPECT_TRUE(posted.isOk()) << posted.toString();
+    const auto start = Clock::now();
+    const Status s = session_.transport().flush(300ms);
+    const auto elapsed = Clock::now() - start;
+    EXPECT_TRUE(s.isOk() || s.code() == WSYNC_ERR_TIMEOUT) << s.toString();
+    EXPECT_LT(elapsed, 5s) << "flush(300ms) took "
+                           << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count()
+                           << " ms";
+    timed_out = s.code() == WSYNC_ERR_TIMEOUT;
+    if (timed_out) EXPECT_TRUE(mentions(s, "peer 1"));
+    std::printf("[ info ] %s: flush with an idle target %s\n", GetParam().name.c_str(),
+                timed_out ? "timed out as allowed" : "completed (one-sided)");
+  }
+  barrier();  // the target idles in MPI until here
+  if (rank() == kTarget) session_.progressThread().start(&session_.transport());
+  barrier();
+  if (rank() == kWriter) {
+    const Status s = session_.transport().flush(kFlushTimeout);
+    EXPECT_TRUE(s.isOk()) << s.toString();
+  }
+  barrier();
+  if (rank() == kTarget) {
+    expectBytes(session_.targetBytes(), expectedImage(kRegion, source, ops), "after the retry");
+  }
+}
+
+// GB/s of a 256 MiB write into allocated target memory, next to a local memcpy of the same size.
+// Informational: checks the bytes, never the speed.
+TEST_P(WriteTransportBackend, Bandwidth256MiB) {
+  constexpr size_t kBytes = 256 << 20;
+  const bool progress = !GetParam().allocated_is_one_sided;
+  if (!session_.open(GetParam(), TargetKind::kAllocated, kBytes, progress)) return;
+  const std::vector<uint8_t> source = pattern(kBytes, 8);
+  if (rank() == kWriter) {
+    WriteTransport& t = session_.transport();
+    double best_put = 0;
+    for (int run = 0; run < 3; ++run) {
+      const auto start = Clock::now();
+      const Status w = t.write(session_.remote(), 0, source.data(), kBytes);
+      const Status f = t.flush(kFlushTimeout);
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      EXPECT_TRUE(w.isOk()) << w.toString();
+      EXPECT_TRUE(f.isOk()) << f.toString();
+      best_put = std::max(best_put, kBytes / s / 1e9);
+    }
+    std::vector<uint8_t> local(kBytes, 0);
+    double best_copy = 0;
+    for (int run = 0; run < 3; ++run) {
+      const auto start = Clock::now();
+      std::memcpy(local.data(), source.data(), kBytes);
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      best_copy = std::max(best_copy, kBytes / s / 1e9);
+    }
+    EXPECT_EQ(std::memcmp(local.data(), source.data(), kBytes), 0);
+    std::printf(
+        "[ info ] %s: 256 MiB write+flush into allocated target memory %.2f GB/s; "
+        "local memcpy %.2f GB/s (best of 3)\n",
+        GetParam().name.c_str(), best_put, best_copy);
+  }
+  barrier();
+  if (rank() == kTarget) expectBytes(session_.targetBytes(), source, "256 MiB write");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WriteTransportBackend, ::testing::ValuesIn(backends()),
+                         [](const ::testing::TestParamInfo<BackendFactory>& info) {
+                           return info.param.name;
+                         });
+
+// ---- UCX specifics -----------------------------------------------------------------------------
+
+// write() waits at most post_timeout for room among max_in_flight requests; a write that times
+// out was not posted, the ones before it land once the target progresses.
+TEST(UcxTransport, WriteWaitsBoundedForRoom) {
+  constexpr size_t kChunk = 64 << 10;
+  constexpr size_t kChunks = 256;
+  constexpr size_t kRegion = kChunk * kChunks;
+  UcxTransportOptions options;
+  options.max_in_flight = 4;
+  options.post_timeout = 300ms;
+  const BackendFactory backend{"ucx_small_window",
+                               [options] { return createUcxTransport(options); }, true};
+  Session session;
+  if (!session.open(backend, TargetKind::kUserProvided, kRegion, /*target_progress=*/false)) {
+    session.close();
+    return;
+  }
+  const std::vector<uint8_t> source = pattern(kRegion, 9);
+  std::vector<WriteOp> posted_ops;
+  if (rank() == kWriter) {
+    for (size_t i = 0; i < kChunks; ++i) {
+      const auto start = Clock::now();
+      const Status s = session.transport().write(session.remote(), i * kChunk,
+                                                 source.data() + i * kChunk, kChunk);
+      const auto elapsed = Clock::now() - start;
+      EXPECT_LT(elapsed, 5s) << "write " << i << " blocked too long";
+      if (!s.isOk()) {
+        EXPECT_TRUE(hasCode(s, WSYNC_ERR_TIMEOUT));
+        EXPECT_TRUE(mentions(s, "peer 1"));
+        std::printf("[ info ] write %zu of %zu timed out waiting for room, as allowed: %s\n", i,
+                    kChunks, s.message().c_str());
+        break;
+      }
+      posted_ops.push_back(contiguous(i * kChunk, i * kChunk, kChunk));
+    }
+  }
+  barrier();
+  if (rank() == kTarget) session.progressThread().start(&session.transport());
+  barrier();
+  if (rank() == kWriter) {
+    const Status s = session.transport().flush(kFlushTimeout);
+    EXPECT_TRUE(s.isOk()) << s.toString();
+  }
+  // The target learns which writes were posted.
+  std::vector<uint8_t> count_bytes(8, 0);
+  uint64_t count = posted_ops.size();
+  std::memcpy(count_bytes.data(), &count, 8);
+  std::memcpy(&count, allGather(count_bytes)[kWriter].data(), 8);
+  barrier();
+  if (rank() == kTarget) {
+    for (size_t i = 0; i < count; ++i)
+      posted_ops.push_back(contiguous(i * kChunk, i * kChunk, kChunk));
+    expectBytes(session.targetBytes(), expectedImage(kRegion, source, posted_ops),
+                "writes posted before the timeout");
+  }
+  session.close();
+}
+
+// On every rank but 0: print only failures, tagged with the rank, instead of gtest's full output.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::printf("[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                r.line_number(), r.summary());
+    std::fflush(stdout);
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Failed()) {
+      std::printf("[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace wsync
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 2) {
+    if (rank == 0) std::fprintf(stderr, "this suite runs with exactly 2 ranks, not %d\n", size);
+    MPI_Finalize();
+    return 1;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  GTEST_FLAG_SET(shuffle, false);  // both ranks must run the tests in the same order
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new wsync::RankFailurePrinter(rank));
+  }
+  const int result = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && worst != result) {
+    std::printf("[  FAILED  ] on another rank (see its [rank N] lines); exiting with %d\n", worst);
+  }
+  MPI_Finalize();
+  return worst;
+}

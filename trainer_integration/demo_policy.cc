@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace wsync_demo {
@@ -267,6 +268,26 @@ void mpmdAppRank(int* index, int* count) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag);
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  // Open MPI lists the size of every app context ("2 4"): no collective needed (a
+  // wsync-coordinator rank in the job takes part in no collective of the demo).
+  const char* sizes = std::getenv("OMPI_APP_CTX_NUM_PROCS");
+  if (flag && sizes) {
+    std::vector<int> size;
+    for (char* p = const_cast<char*>(sizes); *p;) {
+      char* end = nullptr;
+      const long n = std::strtol(p, &end, 10);
+      if (end == p) break;
+      size.push_back(static_cast<int>(n));
+      p = end;
+    }
+    if (*appnum >= 0 && static_cast<size_t>(*appnum) < size.size()) {
+      int first = 0;
+      for (int a = 0; a < *appnum; ++a) first += size[static_cast<size_t>(a)];
+      *index = world_rank - first;
+      *count = size[static_cast<size_t>(*appnum)];
+      return;
+    }
+  }
   MPI_Comm app = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, flag ? *appnum : 0, world_rank, &app);
   MPI_Comm_rank(app, index);

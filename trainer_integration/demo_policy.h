@@ -82,7 +82,8 @@ wsync_status_t registerBuffers(wsync_context_t ctx, const std::vector<TensorSpec
                                const std::vector<void*>& data, std::vector<int>* indices);
 
 // This process's index and the number of processes in its MPMD app (mpirun -np T trainer : -np R
-// rollout): collective over MPI_COMM_WORLD, so every app calls it once, before wsync starts.
+// rollout). Under Open MPI it reads the launcher's app layout; elsewhere it is collective over
+// MPI_COMM_WORLD (every app calls it once, before wsync starts).
 void mpmdAppRank(int* index, int* count);
 
 size_t dtypeBytes(wsync_dtype_t dtype);

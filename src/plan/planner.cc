@@ -1,17 +1,14 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 
-#include <time.h>
-#include <cstdio>
-static double profCpu() { timespec ts{}; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
-#define PROF_BEGIN double prof_t = profCpu()
-#define PROF(name) do { double n_ = profCpu(); fprintf(stderr, "  %-16s %.3f s\n", name, n_ - prof_t); prof_t = n_; } while (0)
 namespace wsync {
 namespace {
 
@@ -24,13 +21,21 @@ std::string who(Role role, int32_t rank) {
   return std::string(roleName(role)) + " " + std::to_string(rank);
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) {
+  return "'" + std::string(s) + "'";
+}
 
-bool isFloat8(DType t) { return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2; }
+bool isFloat8(DType t) {
+  return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2;
+}
 
-uint16_t dtypeBit(DType t) { return static_cast<uint16_t>(1u << static_cast<unsigned>(t)); }
+uint16_t dtypeBit(DType t) {
+  return static_cast<uint16_t>(1u << static_cast<unsigned>(t));
+}
 
-std::string offsetString(const Box& b) { return b.offset.toString(); }
+std::string offsetString(const Box& b) {
+  return b.offset.toString();
+}
 
 // True when the piece's elements are one run, row-major over its box (the stride of a dim of
 // extent 1 does not matter).
@@ -43,16 +48,57 @@ bool rowMajorContiguous(const Piece& p) {
   return true;
 }
 
-// Lexicographic order on (offset, extent).
-bool boxLess(const Box& a, const Box& b) {
-  const int r = a.rank();
-  for (int d = 0; d < r; ++d) {
-    if (a.offset[d] != b.offset[d]) return a.offset[d] < b.offset[d];
+inline bool dimsEqual(const Dims& a, const Dims& b) {
+  if (a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a[d] != b[d]) return false;
   }
-  for (int d = 0; d < r; ++d) {
-    if (a.extent[d] != b.extent[d]) return a.extent[d] < b.extent[d];
+  return true;
+}
+
+inline bool boxEmpty(const Box& b) {
+  for (int d = 0; d < b.rank(); ++d) {
+    if (b.extent[d] <= 0) return true;
   }
   return false;
+}
+
+inline int64_t volumeOf(const Box& b) {
+  int64_t v = 1;
+  for (int d = 0; d < b.rank(); ++d)
+    v *= b.extent[d];
+  return v;
+}
+
+// Lexicographic order on (offset, extent): <0, 0 or >0.
+inline int boxCompare(const Box& a, const Box& b) {
+  const int r = a.rank();
+  for (int d = 0; d < r; ++d) {
+    if (a.offset[d] != b.offset[d]) return a.offset[d] < b.offset[d] ? -1 : 1;
+  }
+  for (int d = 0; d < r; ++d) {
+    if (a.extent[d] != b.extent[d]) return a.extent[d] < b.extent[d] ? -1 : 1;
+  }
+  return 0;
+}
+
+inline bool boxLess(const Box& a, const Box& b) {
+  return boxCompare(a, b) < 0;
+}
+
+// The intersection of two boxes of equal rank into `out`; false (out unspecified) when empty.
+inline bool intersectInto(const Box& a, const Box& b, Box& out) {
+  const int r = a.rank();
+  out.offset.rank = static_cast<uint8_t>(r);
+  out.extent.rank = static_cast<uint8_t>(r);
+  for (int d = 0; d < r; ++d) {
+    const int64_t lo = std::max(a.offset[d], b.offset[d]);
+    const int64_t hi = std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d]);
+    if (lo >= hi) return false;
+    out.offset[d] = lo;
+    out.extent[d] = hi - lo;
+  }
+  return true;
 }
 
 bool offsetLess(const Box& a, const Box& b) {
@@ -96,9 +142,17 @@ struct RunDim {
   int64_t dst_stride;
 };
 
-// Calls emit(Region) for the regions that move `box` (inside both pieces) from `src` to `dst`:
-// dims merge while contiguous on both sides; more than 3 dims left -> one region per index of
-// the outer ones, in row-major order.
+// The shape of the regions of one intersection (Region without its offsets).
+struct RegionShape {
+  int64_t count[3] = {0, 1, 1};
+  int64_t src_stride[2] = {0, 0};
+  int64_t dst_stride[2] = {0, 0};
+  bool oneD() const { return count[1] == 1 && count[2] == 1; }
+};
+
+// Calls emit(src_offset, dst_offset, shape) for the regions that move `box` (inside both pieces)
+// from `src` to `dst`: dims merge while contiguous on both sides; more than 3 dims left -> one
+// region per index of the outer ones, in row-major order.
 template <typename F>
 void forEachRegion(const Box& box, const Piece& src, const Piece& dst, F&& emit) {
   const int r = box.rank();
@@ -122,29 +176,26 @@ void forEachRegion(const Box& box, const Piece& src, const Piece& dst, F&& emit)
       dims[n++] = {e, src.local_strides[d], dst.local_strides[d]};
     }
   }
-  Region base;
-  base.count[0] = dims[0].count;
+  RegionShape shape;
+  shape.count[0] = dims[0].count;
   for (int k = 1; k < 3 && k < n; ++k) {
-    base.count[k] = dims[k].count;
-    base.src_stride[k - 1] = dims[k].src_stride;
-    base.dst_stride[k - 1] = dims[k].dst_stride;
+    shape.count[k] = dims[k].count;
+    shape.src_stride[k - 1] = dims[k].src_stride;
+    shape.dst_stride[k - 1] = dims[k].dst_stride;
   }
   if (n <= 3) {
-    base.src_offset = src_offset;
-    base.dst_offset = dst_offset;
-    emit(base);
+    emit(src_offset, dst_offset, shape);
     return;
   }
   int64_t index[kMaxRank] = {};
   for (;;) {
-    Region region = base;
-    region.src_offset = src_offset;
-    region.dst_offset = dst_offset;
+    int64_t s = src_offset;
+    int64_t t = dst_offset;
     for (int k = 3; k < n; ++k) {
-      region.src_offset += index[k] * dims[k].src_stride;
-      region.dst_offset += index[k] * dims[k].dst_stride;
+      s += index[k] * dims[k].src_stride;
+      t += index[k] * dims[k].dst_stride;
     }
-    emit(region);
+    emit(s, t, shape);
     int k = 3;
     while (k < n && ++index[k] == dims[k].count) {
       index[k] = 0;
@@ -154,7 +205,9 @@ void forEachRegion(const Box& box, const Piece& src, const Piece& dst, F&& emit)
   }
 }
 
-bool isOneD(const Region& r) { return r.count[1] == 1 && r.count[2] == 1; }
+bool isOneD(const Region& r) {
+  return r.count[1] == 1 && r.count[2] == 1;
+}
 
 // True when `b` continues `a` (same endpoints, 1-D, contiguous on both sides); then `a` absorbs it.
 bool tryMerge(WriteOp& a, const WriteOp& b) {
@@ -187,10 +240,10 @@ struct TensorInfo {
   std::string_view name;  // points into a registration (outlives the planner)
   Dims shape;
   Role first_role = Role::kTrainer;  // who declared it first (for mismatch messages)
-  int32_t first_rank = 0;
-  bool trainer_declared = false;
-  uint16_t trainer_dtypes = 0;  // one bit per DType some trainer holds a piece of it in
-  int32_t proc = -1;            // processing index, -1 when no rollout wants any of it
+  int32_t first_rank = 0;            // trainers are declared first: first_role == kTrainer iff some
+                                     // trainer declares the tensor
+  uint16_t trainer_dtypes = 0;       // one bit per DType some trainer holds a piece of it in
+  int32_t proc = -1;                 // processing index, -1 when no rollout wants any of it
 };
 
 // A trainer piece of the tensor being processed.
@@ -215,7 +268,7 @@ struct Source {
 
 // A disjoint part of a source box (the whole box unless another source box owns some of it).
 struct Resolved {
-  Box box;
+  const Box* box;  // a holder's piece box, or an entry of PlanBuilder::fragment_pool_
   int32_t source;
 };
 
@@ -239,32 +292,15 @@ struct Item {
 
 enum PieceMode : uint8_t { kGroupMode = 1, kWriteMode = 2, kFlexWriteMode = 3 };
 
-// Collects the ops of one rollout piece, merging an op into the previous op of the same source
-// rank when contiguous on both sides.
-class PieceEmitter {
- public:
-  void resize(int32_t trainer_ranks) {
-    last_.assign(static_cast<size_t>(trainer_ranks), 0);
-    stamp_.assign(static_cast<size_t>(trainer_ranks), 0);
-  }
-  void begin() {
-    ++current_;
-    ops_.clear();
-  }
-  void add(const WriteOp& op) {
-    const size_t r = static_cast<size_t>(op.src_rank);
-    if (stamp_[r] == current_ && tryMerge(ops_[last_[r]], op)) return;
-    stamp_[r] = current_;
-    last_[r] = ops_.size();
-    ops_.push_back(op);
-  }
-  const std::vector<WriteOp>& ops() const { return ops_; }
-
- private:
-  std::vector<WriteOp> ops_;
-  std::vector<size_t> last_;
-  std::vector<uint64_t> stamp_;
-  uint64_t current_ = 0;
+// What a trainer rank last sent to the rollout piece being processed: ops of one piece from one
+// rank merge when 1-D and contiguous on both sides (same dst, so only the source side varies).
+struct LastOp {
+  uint64_t stamp = 0;  // the piece's stamp; stale -> no merge
+  int32_t src_buffer = -1;
+  bool one_d = false;
+  int64_t src_end = 0;
+  int64_t dst_end = 0;
+  WriteOp* op = nullptr;  // the stored op (emit pass only)
 };
 
 class PlanBuilder {
@@ -274,29 +310,18 @@ class PlanBuilder {
       : trainers_(trainers), rollouts_(rollouts), options_(options) {}
 
   Result<Plan> build() {
-    PROF_BEGIN;
     WSYNC_RETURN_IF_ERROR(checkRanks());
     WSYNC_RETURN_IF_ERROR(unifyTensors());
-    PROF("unify");
     WSYNC_RETURN_IF_ERROR(bucketTrainerPieces());
-    PROF("bucket trainers");
     WSYNC_RETURN_IF_ERROR(bucketRolloutPieces());
-    PROF("bucket rollouts");
     trainer_map_ = {};
     rollout_map_ = {};
     WSYNC_RETURN_IF_ERROR(analyze());
-    PROF("analyze");
-    fprintf(stderr, "items %zu cands %zu\n", items_.size(), cands_.size());
     chooseSenders();
-    PROF("choose");
     countFlexible();
-    PROF("count flex");
     emitWrites();
-    PROF("emit");
     finishWrites();
-    PROF("finish writes");
     finishPlan();
-    PROF("finish plan");
     return std::move(plan_);
   }
 
@@ -357,7 +382,8 @@ class PlanBuilder {
 
   void insertSlot(uint64_t hash, int32_t id) {
     size_t i = hash & slot_mask_;
-    while (slots_[i].id >= 0) i = (i + 1) & slot_mask_;
+    while (slots_[i].id >= 0)
+      i = (i + 1) & slot_mask_;
     slots_[i] = {hash, id};
   }
 
@@ -370,22 +396,31 @@ class PlanBuilder {
     }
   }
 
-  Status declare(const Registration& reg, std::vector<int32_t>& map) {
+  // Maps reg's declarations to global ids. `prev` (the previous rank of the same role, or null)
+  // usually declares the same names in the same order: a declaration equal to prev's at the same
+  // position reuses its id without hashing.
+  Status declare(const Registration& reg, std::vector<int32_t>& map, const Registration* prev,
+                 const std::vector<int32_t>* prev_map) {
     map.resize(reg.tensors.size());
     for (size_t i = 0; i < reg.tensors.size(); ++i) {
       const TensorDecl& decl = reg.tensors[i];
+      if (prev != nullptr && i < prev->tensors.size()) {
+        const TensorDecl& same = prev->tensors[i];
+        if (same.name == decl.name && dimsEqual(same.shape, decl.shape)) {
+          map[i] = (*prev_map)[i];
+          continue;
+        }
+      }
       if (decl.shape.rank > kMaxRank) {
-        return invalidArgument(who(reg.role, reg.rank) + " declares tensor " +
-                               quoted(decl.name) + " with rank " +
-                               std::to_string(decl.shape.rank) + " (at most " +
+        return invalidArgument(who(reg.role, reg.rank) + " declares tensor " + quoted(decl.name) +
+                               " with rank " + std::to_string(decl.shape.rank) + " (at most " +
                                std::to_string(kMaxRank) + ")");
       }
       int64_t volume = 1;
       for (int d = 0; d < decl.shape.rank; ++d) {
         if (decl.shape[d] < 0 || __builtin_mul_overflow(volume, decl.shape[d], &volume)) {
-          return invalidArgument(who(reg.role, reg.rank) + " declares tensor " +
-                                 quoted(decl.name) + " with invalid shape " +
-                                 decl.shape.toString());
+          return invalidArgument(who(reg.role, reg.rank) + " declares tensor " + quoted(decl.name) +
+                                 " with invalid shape " + decl.shape.toString());
         }
       }
       const uint64_t hash = std::hash<std::string_view>{}(decl.name);
@@ -402,13 +437,12 @@ class PlanBuilder {
         insertSlot(hash, id);
       } else {
         const TensorInfo& info = tensors_[static_cast<size_t>(id)];
-        if (info.shape != decl.shape) {
+        if (!dimsEqual(info.shape, decl.shape)) {
           return mismatch("tensor " + quoted(decl.name) + " has shape " + info.shape.toString() +
                           " on " + who(info.first_role, info.first_rank) + " but " +
                           decl.shape.toString() + " on " + who(reg.role, reg.rank));
         }
       }
-      if (reg.role == Role::kTrainer) tensors_[static_cast<size_t>(id)].trainer_declared = true;
       map[i] = id;
     }
     return Status::ok();
@@ -416,20 +450,27 @@ class PlanBuilder {
 
   Status unifyTensors() {
     size_t most = 16;
-    for (const Registration& r : trainers_) most = std::max(most, r.tensors.size());
-    for (const Registration& r : rollouts_) most = std::max(most, r.tensors.size());
+    for (const Registration& r : trainers_)
+      most = std::max(most, r.tensors.size());
+    for (const Registration& r : rollouts_)
+      most = std::max(most, r.tensors.size());
     size_t capacity = 64;
-    while (capacity < 4 * most) capacity *= 2;
+    while (capacity < 4 * most)
+      capacity *= 2;
     slots_.assign(capacity, Slot{});
     slot_mask_ = capacity - 1;
     tensors_.reserve(most * 2);
     trainer_map_.resize(trainers_.size());
     rollout_map_.resize(rollouts_.size());
     for (size_t i = 0; i < trainers_.size(); ++i) {
-      WSYNC_RETURN_IF_ERROR(declare(trainers_[i], trainer_map_[i]));
+      WSYNC_RETURN_IF_ERROR(declare(trainers_[i], trainer_map_[i],
+                                    i > 0 ? &trainers_[i - 1] : nullptr,
+                                    i > 0 ? &trainer_map_[i - 1] : nullptr));
     }
     for (size_t j = 0; j < rollouts_.size(); ++j) {
-      WSYNC_RETURN_IF_ERROR(declare(rollouts_[j], rollout_map_[j]));
+      WSYNC_RETURN_IF_ERROR(declare(rollouts_[j], rollout_map_[j],
+                                    j > 0 ? &rollouts_[j - 1] : nullptr,
+                                    j > 0 ? &rollout_map_[j - 1] : nullptr));
     }
     slots_ = {};
     return Status::ok();
@@ -441,8 +482,8 @@ class PlanBuilder {
     const LocalBuffer& buf = reg.buffers[b];
     const Piece& piece = buf.pieces[p];
     auto where = [&]() {
-      std::string s = who(reg.role, reg.rank) + " buffer " + quoted(buf.name) + " piece " +
-                      std::to_string(p);
+      std::string s =
+          who(reg.role, reg.rank) + " buffer " + quoted(buf.name) + " piece " + std::to_string(p);
       if (piece.tensor >= 0 && static_cast<size_t>(piece.tensor) < reg.tensors.size()) {
         s += " (tensor " + quoted(reg.tensors[static_cast<size_t>(piece.tensor)].name) + ")";
       }
@@ -460,8 +501,7 @@ class PlanBuilder {
     const int32_t id = map[static_cast<size_t>(piece.tensor)];
     const Dims& shape = tensors_[static_cast<size_t>(id)].shape;
     const int r = shape.rank;
-    if (piece.box.offset.rank != r || piece.box.extent.rank != r ||
-        piece.local_strides.rank != r) {
+    if (piece.box.offset.rank != r || piece.box.extent.rank != r || piece.local_strides.rank != r) {
       return invalidArgument(where() + ": box offset/extent/strides have ranks " +
                              std::to_string(piece.box.offset.rank) + "/" +
                              std::to_string(piece.box.extent.rank) + "/" +
@@ -473,7 +513,7 @@ class PlanBuilder {
                              shape.toString());
     }
     *global = id;
-    if (piece.box.empty()) return Status::ok();
+    if (boxEmpty(piece.box)) return Status::ok();
     if (r > 0 && piece.local_strides[r - 1] != 1) {
       return invalidArgument(where() + ": innermost local stride is " +
                              std::to_string(piece.local_strides[r - 1]) + ", must be 1");
@@ -490,8 +530,8 @@ class PlanBuilder {
                  __builtin_add_overflow(last, step, &last);
     }
     if (overflow || last >= buf.num_elements) {
-      return invalidArgument(where() + ": elements [" + std::to_string(piece.local_offset) +
-                             ", " + (overflow ? std::string("overflow") : std::to_string(last)) +
+      return invalidArgument(where() + ": elements [" + std::to_string(piece.local_offset) + ", " +
+                             (overflow ? std::string("overflow") : std::to_string(last)) +
                              "] (box " + piece.box.toString() + ", strides " +
                              piece.local_strides.toString() + ") are outside the buffer's " +
                              std::to_string(buf.num_elements) + " elements");
@@ -512,13 +552,14 @@ class PlanBuilder {
         for (size_t p = 0; p < buf.pieces.size(); ++p) {
           int32_t id = -1;
           WSYNC_RETURN_IF_ERROR(checkPiece(reg, trainer_map_[t], b, p, &id));
-          if (buf.pieces[p].box.empty()) continue;
+          if (boxEmpty(buf.pieces[p].box)) continue;
           ++count[static_cast<size_t>(id) + 1];
           tensors_[static_cast<size_t>(id)].trainer_dtypes |= dtypeBit(buf.dtype);
         }
       }
     }
-    for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+    for (size_t i = 1; i < count.size(); ++i)
+      count[i] += count[i - 1];
     trainer_refs_.resize(static_cast<size_t>(count.back()));
     trainer_begin_ = count;
     for (size_t t = 0; t < trainers_.size(); ++t) {
@@ -526,7 +567,7 @@ class PlanBuilder {
       for (size_t b = 0; b < reg.buffers.size(); ++b) {
         const LocalBuffer& buf = reg.buffers[b];
         for (const Piece& piece : buf.pieces) {
-          if (piece.box.empty()) continue;
+          if (boxEmpty(piece.box)) continue;
           const int32_t id = trainer_map_[t][static_cast<size_t>(piece.tensor)];
           trainer_refs_[static_cast<size_t>(count[static_cast<size_t>(id)]++)] =
               makeRef(piece, static_cast<int32_t>(t), b, buf.dtype);
@@ -542,8 +583,8 @@ class PlanBuilder {
          k < trainer_begin_[static_cast<size_t>(id) + 1]; ++k) {
       const PieceRef& ref = trainer_refs_[static_cast<size_t>(k)];
       if (canConvert(ref.dtype(), buf.dtype)) continue;
-      const LocalBuffer& src = trainers_[static_cast<size_t>(ref.rank)].buffers[static_cast<size_t>(
-          ref.buffer())];
+      const LocalBuffer& src =
+          trainers_[static_cast<size_t>(ref.rank)].buffers[static_cast<size_t>(ref.buffer())];
       return mismatch("tensor " + quoted(info.name) + ": trainer " + std::to_string(ref.rank) +
                       " holds it as " + dtypeName(ref.dtype()) + " (buffer " + quoted(src.name) +
                       "), which cannot convert to " + dtypeName(buf.dtype) + " wanted by " +
@@ -569,9 +610,9 @@ class PlanBuilder {
         for (size_t p = 0; p < buf.pieces.size(); ++p) {
           int32_t id = -1;
           WSYNC_RETURN_IF_ERROR(checkPiece(reg, rollout_map_[j], b, p, &id));
-          if (buf.pieces[p].box.empty()) continue;
+          if (boxEmpty(buf.pieces[p].box)) continue;
           TensorInfo& info = tensors_[static_cast<size_t>(id)];
-          if (!info.trainer_declared) {
+          if (info.first_role != Role::kTrainer) {
             return mismatch(who(reg.role, reg.rank) + " wants tensor " + quoted(info.name) +
                             " (buffer " + quoted(buf.name) + "), which no trainer declares");
           }
@@ -587,7 +628,8 @@ class PlanBuilder {
         }
       }
     }
-    for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+    for (size_t i = 1; i < count.size(); ++i)
+      count[i] += count[i - 1];
     rollout_refs_.resize(static_cast<size_t>(count.back()));
     rollout_begin_ = count;
     for (size_t j = 0; j < rollouts_.size(); ++j) {
@@ -595,7 +637,7 @@ class PlanBuilder {
       for (size_t b = 0; b < reg.buffers.size(); ++b) {
         const LocalBuffer& buf = reg.buffers[b];
         for (const Piece& piece : buf.pieces) {
-          if (piece.box.empty()) continue;
+          if (boxEmpty(piece.box)) continue;
           const int32_t id = rollout_map_[j][static_cast<size_t>(piece.tensor)];
           const size_t proc = static_cast<size_t>(tensors_[static_cast<size_t>(id)].proc);
           rollout_refs_[static_cast<size_t>(count[proc]++)] =
@@ -610,8 +652,8 @@ class PlanBuilder {
   // ---- per-tensor sources ---------------------------------------------------------------------
 
   // Builds holders_, sources_ (sorted by box) and resolved_ (disjoint, sorted by offset) for
-  // global tensor `id`.
-  void buildSources(int32_t id) {
+  // global tensor `id`; the holders' row_major flags only when `for_groups`.
+  void buildSources(int32_t id, bool for_groups) {
     holders_.clear();
     sources_.clear();
     resolved_.clear();
@@ -621,19 +663,22 @@ class PlanBuilder {
     if (n == 0) return;
     const PieceRef* refs = trainer_refs_.data() + begin;
     order_.resize(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) order_[static_cast<size_t>(i)] = i;
-    std::sort(order_.begin(), order_.end(), [refs](int32_t a, int32_t b) {
-      const Box& x = refs[a].piece->box;
-      const Box& y = refs[b].piece->box;
-      if (boxLess(x, y)) return true;
-      if (boxLess(y, x)) return false;
-      return a < b;
-    });
+    bool sorted = true;
+    for (int32_t i = 0; i < n; ++i) {
+      order_[static_cast<size_t>(i)] = i;
+      if (i > 0 && sorted) sorted = boxCompare(refs[i - 1].piece->box, refs[i].piece->box) <= 0;
+    }
+    if (!sorted) {  // by box, then by rank order (so a source's first holder has its priority)
+      std::sort(order_.begin(), order_.end(), [refs](int32_t a, int32_t b) {
+        const int c = boxCompare(refs[a].piece->box, refs[b].piece->box);
+        return c != 0 ? c < 0 : a < b;
+      });
+    }
     for (int32_t k = 0; k < n; ++k) {
       const int32_t i = order_[static_cast<size_t>(k)];
       const PieceRef& ref = refs[i];
-      const bool row_major = rowMajorContiguous(*ref.piece);
-      if (k == 0 || ref.piece->box != holders_.back().piece->box) {
+      const bool row_major = for_groups && rowMajorContiguous(*ref.piece);
+      if (k == 0 || boxCompare(ref.piece->box, holders_.back().piece->box) != 0) {
         Source s;
         s.holder_begin = k;
         s.priority = i;
@@ -657,14 +702,15 @@ class PlanBuilder {
         const Box& x = boxOf(a);
         for (int32_t b = a + 1; b < num_sources && boxOf(b).offset[0] < x.end(0); ++b) {
           if (!overlaps(x, boxOf(b))) continue;
-          const bool a_wins = sources_[static_cast<size_t>(a)].priority <
-                              sources_[static_cast<size_t>(b)].priority;
+          const bool a_wins =
+              sources_[static_cast<size_t>(a)].priority < sources_[static_cast<size_t>(b)].priority;
           conflicts_.push_back(a_wins ? std::pair{b, a} : std::pair{a, b});  // (loser, winner)
         }
       }
     }
     if (conflicts_.empty()) {
-      for (int32_t s = 0; s < num_sources; ++s) resolved_.push_back({boxOf(s), s});
+      for (int32_t s = 0; s < num_sources; ++s)
+        resolved_.push_back({&boxOf(s), s});
     } else {
       std::sort(conflicts_.begin(), conflicts_.end(),
                 [this](const std::pair<int32_t, int32_t>& x, const std::pair<int32_t, int32_t>& y) {
@@ -673,6 +719,8 @@ class PlanBuilder {
                          sources_[static_cast<size_t>(y.second)].priority;
                 });
       size_t c = 0;
+      fragment_pool_.clear();
+      fragment_source_.clear();
       for (int32_t s = 0; s < num_sources; ++s) {
         fragments_.assign(1, boxOf(s));
         for (; c < conflicts_.size() && conflicts_[c].first == s; ++c) {
@@ -687,29 +735,32 @@ class PlanBuilder {
           }
           fragments_.swap(scratch_);
         }
-        for (const Box& f : fragments_) resolved_.push_back({f, s});
+        for (const Box& f : fragments_) {
+          fragment_pool_.push_back(f);
+          fragment_source_.push_back(s);
+        }
+      }
+      for (size_t f = 0; f < fragment_pool_.size(); ++f) {
+        resolved_.push_back({&fragment_pool_[f], fragment_source_[f]});
       }
       std::sort(resolved_.begin(), resolved_.end(),
-                [](const Resolved& x, const Resolved& y) { return offsetLess(x.box, y.box); });
+                [](const Resolved& x, const Resolved& y) { return offsetLess(*x.box, *y.box); });
     }
     prefix_end0_.resize(resolved_.size());
     int64_t most = std::numeric_limits<int64_t>::min();
     for (size_t k = 0; k < resolved_.size(); ++k) {
-      if (resolved_[k].box.rank() > 0) most = std::max(most, resolved_[k].box.end(0));
+      if (resolved_[k].box->rank() > 0) most = std::max(most, resolved_[k].box->end(0));
       prefix_end0_[k] = most;
     }
   }
 
   // The index in sources_ of the source box equal to `box`, or -1.
   int32_t findSource(const Box& box) const {
-    auto it = std::lower_bound(sources_.begin(), sources_.end(), box,
-                               [this](const Source& s, const Box& b) {
-                                 return boxLess(holders_[static_cast<size_t>(s.holder_begin)]
-                                                    .piece->box,
-                                                b);
-                               });
-    if (it == sources_.end() ||
-        holders_[static_cast<size_t>(it->holder_begin)].piece->box != box) {
+    auto it = std::lower_bound(
+        sources_.begin(), sources_.end(), box, [this](const Source& s, const Box& b) {
+          return boxLess(holders_[static_cast<size_t>(s.holder_begin)].piece->box, b);
+        });
+    if (it == sources_.end() || holders_[static_cast<size_t>(it->holder_begin)].piece->box != box) {
       return -1;
     }
     return static_cast<int32_t>(it - sources_.begin());
@@ -723,17 +774,16 @@ class PlanBuilder {
     if (box.rank() > 0) {
       const int64_t begin0 = box.offset[0];
       const int64_t end0 = box.end(0);
-      lo = static_cast<size_t>(
-          std::upper_bound(prefix_end0_.begin(), prefix_end0_.end(), begin0) -
-          prefix_end0_.begin());
+      lo = static_cast<size_t>(std::upper_bound(prefix_end0_.begin(), prefix_end0_.end(), begin0) -
+                               prefix_end0_.begin());
       hi = static_cast<size_t>(
           std::lower_bound(resolved_.begin(), resolved_.end(), end0,
-                           [](const Resolved& r, int64_t v) { return r.box.offset[0] < v; }) -
+                           [](const Resolved& r, int64_t v) { return r.box->offset[0] < v; }) -
           resolved_.begin());
     }
+    Box i;
     for (size_t k = lo; k < hi; ++k) {
-      const Box i = intersect(box, resolved_[k].box);
-      if (!i.empty()) f(static_cast<int32_t>(k), i);
+      if (intersectInto(box, *resolved_[k].box, i)) f(static_cast<int32_t>(k), i);
     }
   }
 
@@ -745,8 +795,8 @@ class PlanBuilder {
     for (const Resolved& r : resolved_) {
       scratch_.clear();
       for (const Box& f : fragments_) {
-        if (overlaps(f, r.box)) {
-          subtractBox(f, r.box, scratch_);
+        if (overlaps(f, *r.box)) {
+          subtractBox(f, *r.box, scratch_);
         } else {
           scratch_.push_back(f);
         }
@@ -775,32 +825,61 @@ class PlanBuilder {
     return begin;
   }
 
-  WriteOp makeOp(int32_t id, const Holder& h, const PieceRef& dst) const {
-    WriteOp op;
-    op.tensor = id;
-    op.src_rank = h.rank;
-    op.src_buffer = h.buffer;
-    op.dst_rank = dst.rank;
-    op.dst_buffer = dst.buffer();
-    op.src_dtype = h.dtype;
-    op.dst_dtype = dst.dtype();
-    return op;
+  // The ops moving `box` from holder h into rollout piece `dst`: counted per (src, dst) rank pair
+  // (kStore false) or stored at the pair's next slot of plan_.writes (kStore true). Call
+  // beginPiece() before each piece's first intersection.
+  template <bool kStore>
+  void addOps(int32_t id, const Box& box, const Holder& h, const PieceRef& dst) {
+    LastOp& last = last_[static_cast<size_t>(h.rank)];
+    forEachRegion(
+        box, *h.piece, *dst.piece,
+        [&](int64_t src_offset, int64_t dst_offset, const RegionShape& shape) {
+          const bool one_d = shape.oneD();
+          if (last.stamp == piece_stamp_ && last.src_buffer == h.buffer && one_d && last.one_d &&
+              last.src_end == src_offset && last.dst_end == dst_offset) {
+            last.src_end += shape.count[0];
+            last.dst_end += shape.count[0];
+            if constexpr (kStore) last.op->region.count[0] += shape.count[0];
+            return;
+          }
+          int64_t& pair =
+              pair_count_[static_cast<size_t>(h.rank) * static_cast<size_t>(num_rollouts_) +
+                          static_cast<size_t>(dst.rank)];
+          if constexpr (kStore) {
+            WriteOp* slot = plan_.writes.data() + pair;
+            // The pair's next slot is written a few hundred ops later: fetch it now
+            // (writes to ~trainers x rollouts streams otherwise stall on every line).
+            const uintptr_t next = reinterpret_cast<uintptr_t>(slot + 1);
+            __builtin_prefetch(reinterpret_cast<const void*>(next), 1);
+            __builtin_prefetch(reinterpret_cast<const void*>(next + 64), 1);
+            WriteOp& w = *slot;
+            w.tensor = id;
+            w.src_rank = h.rank;
+            w.src_buffer = h.buffer;
+            w.dst_rank = dst.rank;
+            w.dst_buffer = dst.buffer();
+            w.src_dtype = h.dtype;
+            w.dst_dtype = dst.dtype();
+            w.region.src_offset = src_offset;
+            w.region.dst_offset = dst_offset;
+            for (int k = 0; k < 3; ++k)
+              w.region.count[k] = shape.count[k];
+            for (int k = 0; k < 2; ++k) {
+              w.region.src_stride[k] = shape.src_stride[k];
+              w.region.dst_stride[k] = shape.dst_stride[k];
+            }
+            last.op = &w;
+          }
+          ++pair;
+          last.stamp = piece_stamp_;
+          last.src_buffer = h.buffer;
+          last.one_d = one_d;
+          last.src_end = src_offset + shape.count[0];
+          last.dst_end = dst_offset + shape.count[0];
+        });
   }
 
-  void emitIntersection(int32_t id, const Box& box, const Holder& h, const PieceRef& dst) {
-    WriteOp op = makeOp(id, h, dst);
-    forEachRegion(box, *h.piece, *dst.piece, [&](const Region& region) {
-      op.region = region;
-      emitter_.add(op);
-    });
-  }
-
-  void countPieceOps() {
-    for (const WriteOp& op : emitter_.ops()) {
-      ++pair_count_[static_cast<size_t>(op.src_rank) * static_cast<size_t>(num_rollouts_) +
-                    static_cast<size_t>(op.dst_rank)];
-    }
-  }
+  void beginPiece() { ++piece_stamp_; }
 
   // Tries to put the piece in a broadcast group; false -> it goes by writes.
   bool joinGroup(int32_t id, const PieceRef& ref) {
@@ -841,8 +920,7 @@ class PlanBuilder {
           group.num_elements * static_cast<int64_t>(dtypeSize(first.dtype));
     } else {
       items_.push_back({group.num_elements * static_cast<int64_t>(dtypeSize(first.dtype)),
-                        group.num_elements, source.bcast_cands, source.row_major_count,
-                        -(g + 1)});
+                        group.num_elements, source.bcast_cands, source.row_major_count, -(g + 1)});
     }
     plan_.groups.push_back(std::move(group));
     group_next_.push_back(source.group_head);
@@ -852,12 +930,11 @@ class PlanBuilder {
 
   Status analyze() {
     load_.assign(static_cast<size_t>(num_trainers_), 0);
-    emitter_.resize(num_trainers_);
-    pair_count_.assign(static_cast<size_t>(num_trainers_) * static_cast<size_t>(num_rollouts_),
-                       0);
+    last_.assign(static_cast<size_t>(num_trainers_), LastOp{});
+    pair_count_.assign(static_cast<size_t>(num_trainers_) * static_cast<size_t>(num_rollouts_), 0);
     for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
       const int32_t id = proc_tensor_[proc];
-      buildSources(id);
+      buildSources(id, /*for_groups=*/options_.allow_broadcast);
       for (int64_t k = rollout_begin_[proc]; k < rollout_begin_[proc + 1]; ++k) {
         const PieceRef& ref = rollout_refs_[static_cast<size_t>(k)];
         const Piece& piece = *ref.piece;
@@ -867,9 +944,8 @@ class PlanBuilder {
         }
         bool flexible = false;
         int64_t covered = 0;
-        emitter_.begin();
         forEachIntersection(piece.box, [&](int32_t r, const Box& box) {
-          const int64_t volume = box.volume();
+          const int64_t volume = volumeOf(box);
           covered += volume;
           Source& s = sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
           if (s.holder_count > 1) {
@@ -884,10 +960,16 @@ class PlanBuilder {
           }
           const Holder& h = holders_[static_cast<size_t>(s.holder_begin)];
           load_[static_cast<size_t>(h.rank)] += volume * static_cast<int64_t>(dtypeSize(h.dtype));
-          if (!flexible) emitIntersection(id, box, h, ref);
         });
-        if (covered != piece.box.volume()) return coverageError(id, ref);
-        if (!flexible) countPieceOps();
+        if (covered != volumeOf(piece.box)) return coverageError(id, ref);
+        if (!flexible) {  // count its ops now; pieces with choices are counted after choosing
+          beginPiece();
+          forEachIntersection(piece.box, [&](int32_t r, const Box& box) {
+            const Source& s =
+                sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
+            addOps<false>(id, box, holders_[static_cast<size_t>(s.holder_begin)], ref);
+          });
+        }
         piece_mode_[static_cast<size_t>(k)] = flexible ? kFlexWriteMode : kWriteMode;
       }
     }
@@ -896,12 +978,48 @@ class PlanBuilder {
 
   // ---- balancing ------------------------------------------------------------------------------
 
-  void chooseSenders() {
-    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
-      if (a.bytes != b.bytes) return a.bytes > b.bytes;
-      return a.target < b.target;
-    });
+  // The order of items_ by decreasing bytes, ties in generation order. Items usually come in a
+  // few distinct sizes: a counting sort over them; a comparison sort when there are many.
+  std::vector<uint32_t> itemOrder() const {
+    const size_t n = items_.size();
+    std::vector<uint32_t> order(n);
+    constexpr size_t kMaxDistinct = 4096;
+    std::unordered_map<int64_t, uint32_t> bucket;  // bytes -> bucket (iteration order unused)
+    std::vector<int64_t> sizes;
     for (const Item& item : items_) {
+      if (bucket.size() > kMaxDistinct) break;
+      if (bucket.emplace(item.bytes, 0).second) sizes.push_back(item.bytes);
+    }
+    if (bucket.size() > kMaxDistinct) {
+      for (size_t i = 0; i < n; ++i)
+        order[i] = static_cast<uint32_t>(i);
+      std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
+        const int64_t x = items_[a].bytes;
+        const int64_t y = items_[b].bytes;
+        return x != y ? x > y : a < b;
+      });
+      return order;
+    }
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    std::vector<size_t> start(sizes.size() + 1, 0);
+    for (size_t k = 0; k < sizes.size(); ++k)
+      bucket[sizes[k]] = static_cast<uint32_t>(k);
+    std::vector<uint32_t> item_bucket(n);
+    for (size_t i = 0; i < n; ++i) {
+      item_bucket[i] = bucket[items_[i].bytes];
+      ++start[item_bucket[i] + 1];
+    }
+    for (size_t k = 1; k < start.size(); ++k)
+      start[k] += start[k - 1];
+    for (size_t i = 0; i < n; ++i)
+      order[start[item_bucket[i]]++] = static_cast<uint32_t>(i);
+    return order;
+  }
+
+  void chooseSenders() {
+    const std::vector<uint32_t> order = itemOrder();
+    for (const uint32_t index : order) {
+      const Item& item = items_[index];
       int32_t best = item.cand_begin;
       for (int32_t c = item.cand_begin + 1; c < item.cand_begin + item.cand_count; ++c) {
         const Cand& x = cands_[static_cast<size_t>(c)];
@@ -928,15 +1046,16 @@ class PlanBuilder {
 
   // ---- passes B and C: the ops of write pieces, with the choices made -------------------------
 
-  // Collects the ops of piece `k` of the tensor being processed into emitter_, taking flexible
-  // choices from write_choice_[*cursor...].
-  void collectPieceOps(int32_t id, const PieceRef& ref, size_t* cursor) {
-    emitter_.begin();
+  // Counts (kStore false) or stores the ops of rollout piece `ref` of the tensor being processed,
+  // taking flexible choices from write_choice_[*cursor...].
+  template <bool kStore>
+  void pieceOps(int32_t id, const PieceRef& ref, size_t* cursor) {
+    beginPiece();
     forEachIntersection(ref.piece->box, [&](int32_t r, const Box& box) {
       const Source& s = sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
       int32_t h = s.holder_begin;
       if (s.holder_count > 1) h += write_choice_[(*cursor)++];
-      emitIntersection(id, box, holders_[static_cast<size_t>(h)], ref);
+      addOps<kStore>(id, box, holders_[static_cast<size_t>(h)], ref);
     });
   }
 
@@ -952,11 +1071,10 @@ class PlanBuilder {
       }
       if (!any) continue;
       const int32_t id = proc_tensor_[proc];
-      buildSources(id);
+      buildSources(id, /*for_groups=*/false);
       for (int64_t k = begin; k < end; ++k) {
         if (piece_mode_[static_cast<size_t>(k)] != kFlexWriteMode) continue;
-        collectPieceOps(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
-        countPieceOps();
+        pieceOps<false>(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
       }
     }
   }
@@ -980,16 +1098,10 @@ class PlanBuilder {
       }
       if (!any) continue;
       const int32_t id = proc_tensor_[proc];
-      buildSources(id);
+      buildSources(id, /*for_groups=*/false);
       for (int64_t k = begin; k < end; ++k) {
         if (piece_mode_[static_cast<size_t>(k)] < kWriteMode) continue;
-        collectPieceOps(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
-        for (const WriteOp& op : emitter_.ops()) {
-          int64_t& slot = pair_count_[static_cast<size_t>(op.src_rank) *
-                                          static_cast<size_t>(num_rollouts_) +
-                                      static_cast<size_t>(op.dst_rank)];
-          plan_.writes[static_cast<size_t>(slot++)] = op;
-        }
+        pieceOps<true>(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
       }
     }
   }
@@ -1002,37 +1114,41 @@ class PlanBuilder {
       if (a.dst_buffer != b.dst_buffer) return a.dst_buffer < b.dst_buffer;
       return a.region.dst_offset < b.region.dst_offset;
     };
-    int64_t begin = 0;
-    for (const int64_t end : pair_count_) {
-      auto first = writes.begin() + begin;
-      auto last = writes.begin() + end;
+    size_t begin = 0;
+    size_t out = 0;
+    int64_t bytes = 0;
+    for (const int64_t pair_end : pair_count_) {
+      const size_t end = static_cast<size_t>(pair_end);
+      auto first = writes.begin() + static_cast<ptrdiff_t>(begin);
+      auto last = writes.begin() + static_cast<ptrdiff_t>(end);
       if (end - begin > 1 && !std::is_sorted(first, last, less)) std::sort(first, last, less);
+      const size_t range_out = out;
+      for (size_t i = begin; i < end; ++i) {
+        bytes +=
+            writes[i].region.numElements() * static_cast<int64_t>(dtypeSize(writes[i].dst_dtype));
+        if (out > range_out && tryMerge(writes[out - 1], writes[i])) continue;
+        if (out != i) writes[out] = writes[i];
+        ++out;
+      }
       begin = end;
     }
     pair_count_ = {};
-    size_t out = 0;
-    for (size_t i = 0; i < writes.size(); ++i) {
-      if (out > 0 && tryMerge(writes[out - 1], writes[i])) continue;
-      if (out != i) writes[out] = writes[i];
-      ++out;
-    }
     writes.resize(out);
     if (writes.capacity() - writes.size() > writes.size() / 8) writes.shrink_to_fit();
-    for (const WriteOp& op : writes) {
-      plan_.stats.write_bytes +=
-          op.region.numElements() * static_cast<int64_t>(dtypeSize(op.dst_dtype));
-    }
+    plan_.stats.write_bytes = bytes;
   }
 
   void finishPlan() {
     plan_.tensors.reserve(tensors_.size());
-    for (const TensorInfo& t : tensors_) plan_.tensors.push_back({std::string(t.name), t.shape});
+    for (const TensorInfo& t : tensors_)
+      plan_.tensors.push_back({std::string(t.name), t.shape});
     PlanStats& stats = plan_.stats;
     stats.trainer_ranks = num_trainers_;
     stats.rollout_ranks = num_rollouts_;
     std::vector<int32_t> replicas;
     replicas.reserve(rollouts_.size());
-    for (const Registration& r : rollouts_) replicas.push_back(r.replica);
+    for (const Registration& r : rollouts_)
+      replicas.push_back(r.replica);
     std::sort(replicas.begin(), replicas.end());
     stats.replicas =
         static_cast<int32_t>(std::unique(replicas.begin(), replicas.end()) - replicas.begin());
@@ -1070,6 +1186,8 @@ class PlanBuilder {
   std::vector<int32_t> order_;
   std::vector<Source> sources_;
   std::vector<Resolved> resolved_;
+  std::vector<Box> fragment_pool_;  // resolved parts of source boxes that lost an overlap
+  std::vector<int32_t> fragment_source_;
   std::vector<int64_t> prefix_end0_;
   std::vector<std::pair<int32_t, int32_t>> conflicts_;
   std::vector<Box> fragments_;
@@ -1083,7 +1201,8 @@ class PlanBuilder {
   std::vector<int32_t> group_next_;    // per group: the next group of the same source box
 
   // Ops.
-  PieceEmitter emitter_;
+  std::vector<LastOp> last_;  // per trainer rank
+  uint64_t piece_stamp_ = 0;
   std::vector<int64_t> pair_count_;  // per (src_rank, dst_rank): op count, then slot cursor
 
   Plan plan_;
@@ -1107,7 +1226,8 @@ RankPlan rankView(const Plan& plan, Role role, int32_t rank) {
     for (const BroadcastGroup& g : plan.groups) {
       if (g.src.rank != rank) continue;
       view.groups.push_back(g);
-      for (const BufferSpan& d : g.dst) peers.push_back(d.rank);
+      for (const BufferSpan& d : g.dst)
+        peers.push_back(d.rank);
     }
     const auto first = std::partition_point(plan.writes.begin(), plan.writes.end(),
                                             [rank](const WriteOp& w) { return w.src_rank < rank; });
@@ -1119,9 +1239,8 @@ RankPlan rankView(const Plan& plan, Role role, int32_t rank) {
     }
   } else {
     for (const BroadcastGroup& g : plan.groups) {
-      const auto it = std::lower_bound(
-          g.dst.begin(), g.dst.end(), rank,
-          [](const BufferSpan& s, int32_t r) { return s.rank < r; });
+      const auto it = std::lower_bound(g.dst.begin(), g.dst.end(), rank,
+                                       [](const BufferSpan& s, int32_t r) { return s.rank < r; });
       if (it == g.dst.end() || it->rank != rank) continue;
       view.groups.push_back(g);
       peers.push_back(g.src.rank);
@@ -1150,18 +1269,21 @@ RankPlan rankView(const Plan& plan, Role role, int32_t rank) {
   // Local tensor table: the referenced tensors, in plan order.
   std::vector<int32_t> used;
   used.reserve(view.groups.size() + view.writes.size() / 4 + 1);
-  for (const BroadcastGroup& g : view.groups) used.push_back(g.tensor);
+  for (const BroadcastGroup& g : view.groups)
+    used.push_back(g.tensor);
   for (const WriteOp& w : view.writes) {
     if (used.empty() || used.back() != w.tensor) used.push_back(w.tensor);
   }
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   view.tensors.reserve(used.size());
-  for (const int32_t t : used) view.tensors.push_back(plan.tensors[static_cast<size_t>(t)]);
+  for (const int32_t t : used)
+    view.tensors.push_back(plan.tensors[static_cast<size_t>(t)]);
   auto local = [&used](int32_t t) {
     return static_cast<int32_t>(std::lower_bound(used.begin(), used.end(), t) - used.begin());
   };
-  for (BroadcastGroup& g : view.groups) g.tensor = local(g.tensor);
+  for (BroadcastGroup& g : view.groups)
+    g.tensor = local(g.tensor);
   int32_t last_global = -1;
   int32_t last_local = -1;
   for (WriteOp& w : view.writes) {

@@ -29,7 +29,9 @@ uint64_t hashName(std::string_view s) {
   return h;
 }
 
-bool supported(DType t) { return t != DType::kFloat8E4M3 && t != DType::kFloat8E5M2; }
+bool supported(DType t) {
+  return t != DType::kFloat8E4M3 && t != DType::kFloat8E5M2;
+}
 
 bool isReal(DType t) {
   return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
@@ -146,10 +148,9 @@ std::string describe(const WriteOp& op) {
   return "write op (tensor " + std::to_string(op.tensor) + ", trainer " +
          std::to_string(op.src_rank) + " buffer " + std::to_string(op.src_buffer) + " @" +
          std::to_string(op.region.src_offset) + " -> rollout " + std::to_string(op.dst_rank) +
-         " buffer " + std::to_string(op.dst_buffer) + " @" +
-         std::to_string(op.region.dst_offset) + ", counts [" + std::to_string(op.region.count[0]) +
-         ", " + std::to_string(op.region.count[1]) + ", " + std::to_string(op.region.count[2]) +
-         "])";
+         " buffer " + std::to_string(op.dst_buffer) + " @" + std::to_string(op.region.dst_offset) +
+         ", counts [" + std::to_string(op.region.count[0]) + ", " +
+         std::to_string(op.region.count[1]) + ", " + std::to_string(op.region.count[2]) + "])";
 }
 
 }  // namespace
@@ -235,8 +236,8 @@ Result<ReferenceExecutor> ReferenceExecutor::create(const std::vector<Registrati
     ex.write_count_[j].resize(reg.buffers.size());
     for (size_t b = 0; b < reg.buffers.size(); ++b) {
       const LocalBuffer& buf = reg.buffers[b];
-      ex.rollout_bytes_[j][b].assign(
-          static_cast<size_t>(buf.num_elements) * dtypeSize(buf.dtype), kRolloutFill);
+      ex.rollout_bytes_[j][b].assign(static_cast<size_t>(buf.num_elements) * dtypeSize(buf.dtype),
+                                     kRolloutFill);
       ex.write_count_[j][b].assign(static_cast<size_t>(buf.num_elements), 0);
     }
   }
@@ -269,9 +270,8 @@ Status ReferenceExecutor::execute(const Plan& plan) {
       return invalidArgument(what + ": bad source trainer " + std::to_string(g.src.rank) +
                              " buffer " + std::to_string(g.src.buffer));
     }
-    const uint8_t* s = trainer_bytes_[static_cast<size_t>(g.src.rank)]
-                                     [static_cast<size_t>(g.src.buffer)]
-                                         .data();
+    const uint8_t* s =
+        trainer_bytes_[static_cast<size_t>(g.src.rank)][static_cast<size_t>(g.src.buffer)].data();
     const size_t src_size = dtypeSize(g.src_dtype);
     const size_t dst_size = dtypeSize(g.dst_dtype);
     for (const BufferSpan& d : g.dst) {
@@ -281,8 +281,8 @@ Status ReferenceExecutor::execute(const Plan& plan) {
         return invalidArgument(what + ": bad destination rollout " + std::to_string(d.rank) +
                                " buffer " + std::to_string(d.buffer));
       }
-      uint8_t* out = rollout_bytes_[static_cast<size_t>(d.rank)][static_cast<size_t>(d.buffer)]
-                         .data();
+      uint8_t* out =
+          rollout_bytes_[static_cast<size_t>(d.rank)][static_cast<size_t>(d.buffer)].data();
       auto& count = write_count_[static_cast<size_t>(d.rank)][static_cast<size_t>(d.buffer)];
       for (int64_t i = 0; i < g.num_elements; ++i) {
         convertElement(s + static_cast<size_t>(g.src.offset + i) * src_size, g.src_dtype,
@@ -302,13 +302,12 @@ Status ReferenceExecutor::execute(const Plan& plan) {
         !regionInside(r.dst_offset, r.count, r.dst_stride, dst->num_elements)) {
       return invalidArgument("bad " + describe(op));
     }
-    const uint8_t* s = trainer_bytes_[static_cast<size_t>(op.src_rank)]
-                                     [static_cast<size_t>(op.src_buffer)]
-                                         .data();
+    const uint8_t* s =
+        trainer_bytes_[static_cast<size_t>(op.src_rank)][static_cast<size_t>(op.src_buffer)].data();
     uint8_t* out =
-        rollout_bytes_[static_cast<size_t>(op.dst_rank)][static_cast<size_t>(op.dst_buffer)]
-            .data();
-    auto& count = write_count_[static_cast<size_t>(op.dst_rank)][static_cast<size_t>(op.dst_buffer)];
+        rollout_bytes_[static_cast<size_t>(op.dst_rank)][static_cast<size_t>(op.dst_buffer)].data();
+    auto& count =
+        write_count_[static_cast<size_t>(op.dst_rank)][static_cast<size_t>(op.dst_buffer)];
     const size_t src_size = dtypeSize(op.src_dtype);
     const size_t dst_size = dtypeSize(op.dst_dtype);
     for (int64_t k2 = 0; k2 < r.count[2]; ++k2) {
@@ -477,8 +476,7 @@ Status comparePlans(const Plan& a, const Plan& b) {
   c.same("stats.bytes_total", s.bytes_total, t.bytes_total);
   c.same("stats.broadcast_bytes", s.broadcast_bytes, t.broadcast_bytes);
   c.same("stats.write_bytes", s.write_bytes, t.write_bytes);
-  if (c.same("stats.bytes_per_sender.size", s.bytes_per_sender.size(),
-             t.bytes_per_sender.size())) {
+  if (c.same("stats.bytes_per_sender.size", s.bytes_per_sender.size(), t.bytes_per_sender.size())) {
     for (size_t i = 0; i < s.bytes_per_sender.size(); ++i) {
       c.same("stats.bytes_per_sender[" + std::to_string(i) + "]", s.bytes_per_sender[i],
              t.bytes_per_sender[i]);

@@ -37,6 +37,7 @@ TEST(ModelZoo, ParameterTotals) {
   // Exact totals of the public checkpoints (sum of safetensors numel).
   EXPECT_EQ(mustMake("llama3-8b").numParameters(), int64_t{8030261248});
   EXPECT_EQ(mustMake("qwen3-30b-a3b").numParameters(), int64_t{30532122624});
+  EXPECT_EQ(mustMake("kimi-k2").numParameters(), int64_t{1026408232448});
   const struct {
     const char* name;
     double expected;

@@ -78,13 +78,13 @@ struct Case {
   bool fully_replicated = false;  // every trainer holds every tensor whole
 };
 
-#define BUILD(expr)                                                         \
-  do {                                                                      \
-    const auto build_result_ = (expr);                                      \
-    if (!build_result_.isOk()) {                                            \
+#define BUILD(expr)                                                        \
+  do {                                                                     \
+    const auto build_result_ = (expr);                                     \
+    if (!build_result_.isOk()) {                                           \
       ADD_FAILURE() << #expr << ": " << build_result_.status().toString(); \
-      return false;                                                         \
-    }                                                                       \
+      return false;                                                        \
+    }                                                                      \
   } while (0)
 
 std::vector<Registration> makeRanks(Role role, int n, int per_replica = 1) {
@@ -101,7 +101,8 @@ Dims randomShape(Rng& rng, int min_rank = 1, int max_rank = 4) {
   static const int64_t kMaxExtent[] = {0, 24, 10, 6, 4};
   const int rank = rng.uniformInt(min_rank, max_rank);
   Dims d = Dims::zeros(rank);
-  for (int i = 0; i < rank; ++i) d[i] = rng.uniform(1, kMaxExtent[rank]);
+  for (int i = 0; i < rank; ++i)
+    d[i] = rng.uniform(1, kMaxExtent[rank]);
   return d;
 }
 
@@ -112,12 +113,12 @@ struct DTypePair {
 
 DTypePair randomDTypes(Rng& rng) {
   static const std::vector<DTypePair> kPairs = {
-      {DType::kFloat32, DType::kBFloat16}, {DType::kFloat32, DType::kBFloat16},
-      {DType::kFloat32, DType::kFloat16},  {DType::kFloat32, DType::kFloat32},
+      {DType::kFloat32, DType::kBFloat16},  {DType::kFloat32, DType::kBFloat16},
+      {DType::kFloat32, DType::kFloat16},   {DType::kFloat32, DType::kFloat32},
       {DType::kBFloat16, DType::kBFloat16}, {DType::kBFloat16, DType::kFloat32},
-      {DType::kFloat16, DType::kBFloat16}, {DType::kInt32, DType::kInt32},
-      {DType::kInt64, DType::kInt64},      {DType::kUInt8, DType::kUInt8},
-      {DType::kBool, DType::kBool},        {DType::kInt16, DType::kInt16},
+      {DType::kFloat16, DType::kBFloat16},  {DType::kInt32, DType::kInt32},
+      {DType::kInt64, DType::kInt64},       {DType::kUInt8, DType::kUInt8},
+      {DType::kBool, DType::kBool},         {DType::kInt16, DType::kInt16},
       {DType::kInt8, DType::kInt8}};
   return rng.pick(kPairs);
 }
@@ -126,12 +127,15 @@ std::string describeDTypes(const DTypePair& d) {
   return std::string(dtypeName(d.trainer)) + "->" + dtypeName(d.rollout);
 }
 
-SplitRule randomRule(Rng& rng) { return rng.chance(50) ? SplitRule::kBalanced : SplitRule::kTorchChunk; }
+SplitRule randomRule(Rng& rng) {
+  return rng.chance(50) ? SplitRule::kBalanced : SplitRule::kTorchChunk;
+}
 
 // Sorted random cut points splitting [0, total) into `parts` ranges (some may be empty).
 std::vector<int64_t> randomCuts(Rng& rng, int64_t total, int parts) {
   std::vector<int64_t> cuts{0, total};
-  for (int i = 1; i < parts; ++i) cuts.push_back(rng.uniform(0, total));
+  for (int i = 1; i < parts; ++i)
+    cuts.push_back(rng.uniform(0, total));
   std::sort(cuts.begin(), cuts.end());
   return cuts;
 }
@@ -173,14 +177,15 @@ bool fsdpFlatToTp(Rng& rng, Case& c) {
   const bool flat_param = rng.chance(50);
   c.trainers = makeRanks(Role::kTrainer, fsdp * dp);
   int64_t total = 0;
-  for (const FlatMember& m : tensors) total += m.shape.product();
+  for (const FlatMember& m : tensors)
+    total += m.shape.product();
   const std::vector<int64_t> cuts = randomCuts(rng, total, fsdp);
   for (int d = 0; d < dp; ++d) {
     for (int f = 0; f < fsdp; ++f) {
       Registration& reg = c.trainers[static_cast<size_t>(d * fsdp + f)];
       if (flat_param) {
-        BUILD(addFlatParameter(reg, "flat_param", tensors, dt.trainer,
-                               cuts[static_cast<size_t>(f)], cuts[static_cast<size_t>(f) + 1]));
+        BUILD(addFlatParameter(reg, "flat_param", tensors, dt.trainer, cuts[static_cast<size_t>(f)],
+                               cuts[static_cast<size_t>(f) + 1]));
         continue;
       }
       for (const FlatMember& m : tensors) {
@@ -193,8 +198,7 @@ bool fsdpFlatToTp(Rng& rng, Case& c) {
   }
   c.description = describeDTypes(dt) + " trainer FSDP" + std::to_string(fsdp) + " x DP" +
                   std::to_string(dp) + (flat_param ? " flat param" : " flat ranges");
-  return addRolloutSplits(rng, c, tensors, dt.rollout, rng.uniformInt(1, 4),
-                          rng.uniformInt(1, 4));
+  return addRolloutSplits(rng, c, tensors, dt.rollout, rng.uniformInt(1, 4), rng.uniformInt(1, 4));
 }
 
 // TP along one dim (with DP copies) -> TP along the same or another dim; equal splits broadcast.
@@ -214,12 +218,12 @@ bool tpToTp(Rng& rng, Case& c) {
     const int dim_b = rng.chance(60) ? dim_a : rng.uniformInt(0, t.shape.rank - 1);
     all_same = all_same && dim_a == dim_b;
     for (int r = 0; r < tp_a * dp; ++r) {
-      BUILD(addSplit(c.trainers[static_cast<size_t>(r)], t.tensor, t.shape, dt.trainer, dim_a,
-                     tp_a, r % tp_a));
+      BUILD(addSplit(c.trainers[static_cast<size_t>(r)], t.tensor, t.shape, dt.trainer, dim_a, tp_a,
+                     r % tp_a));
     }
     for (int r = 0; r < tp_b * replicas; ++r) {
-      BUILD(addSplit(c.rollouts[static_cast<size_t>(r)], t.tensor, t.shape, dt.rollout, dim_b,
-                     tp_b, r % tp_b));
+      BUILD(addSplit(c.rollouts[static_cast<size_t>(r)], t.tensor, t.shape, dt.rollout, dim_b, tp_b,
+                     r % tp_b));
     }
   }
   c.expect_no_writes = all_same && c.options.allow_broadcast;
@@ -278,8 +282,8 @@ bool experts(Rng& rng, Case& c) {
         Registration& reg = c.trainers[static_cast<size_t>((d * ep_a + e) * fsdp + f)];
         for (const FlatMember& kind : kinds) {
           if (fsdp == 1) {
-            BUILD(addSeparateExperts(reg, kind.tensor, kind.shape, num_experts, dt.trainer, ep_a,
-                                     e));
+            BUILD(
+                addSeparateExperts(reg, kind.tensor, kind.shape, num_experts, dt.trainer, ep_a, e));
             continue;
           }
           const Result<IndexRange> local = splitRange(num_experts, ep_a, e, SplitRule::kBalanced);
@@ -329,7 +333,8 @@ bool qkv(Rng& rng, Case& c) {
   const int n = layout == 2 ? rng.uniformInt(1, 3) : rng.uniformInt(1, 5);
   c.trainers = makeRanks(Role::kTrainer, n);
   int64_t total = 0;
-  for (const FlatMember& p : parts) total += p.shape.product();
+  for (const FlatMember& p : parts)
+    total += p.shape.product();
   const std::vector<int64_t> cuts = randomCuts(rng, total, n);
   for (int r = 0; r < n; ++r) {
     Registration& reg = c.trainers[static_cast<size_t>(r)];
@@ -395,9 +400,8 @@ bool gateUp(Rng& rng, Case& c) {
   }
   c.rollouts = makeRanks(Role::kRollout, tp * replicas, tp);
   for (int r = 0; r < tp * replicas; ++r) {
-    BUILD(addGateUp(c.rollouts[static_cast<size_t>(r)], "mlp.gate_up_proj.weight",
-                    parts[0].tensor, parts[1].tensor, intermediate, hidden, dt.rollout, tp,
-                    r % tp));
+    BUILD(addGateUp(c.rollouts[static_cast<size_t>(r)], "mlp.gate_up_proj.weight", parts[0].tensor,
+                    parts[1].tensor, intermediate, hidden, dt.rollout, tp, r % tp));
   }
   static const char* kLayouts[] = {"TP split", "flat ranges", "flat param"};
   c.description = describeDTypes(dt) + " gate_up [" + std::to_string(intermediate) + ", " +
@@ -414,13 +418,13 @@ bool replicatedTrainers(Rng& rng, Case& c) {
   const int n = rng.uniformInt(2, 8);
   c.trainers = makeRanks(Role::kTrainer, n);
   for (Registration& reg : c.trainers) {
-    for (const FlatMember& t : tensors) BUILD(addReplicated(reg, t.tensor, t.shape, dt.trainer));
+    for (const FlatMember& t : tensors)
+      BUILD(addReplicated(reg, t.tensor, t.shape, dt.trainer));
   }
   c.fully_replicated = true;
   c.description = describeDTypes(dt) + " " + std::to_string(tensors.size()) +
                   " tensors replicated on " + std::to_string(n) + " trainers";
-  return addRolloutSplits(rng, c, tensors, dt.rollout, rng.uniformInt(1, 4),
-                          rng.uniformInt(1, 4));
+  return addRolloutSplits(rng, c, tensors, dt.rollout, rng.uniformInt(1, 4), rng.uniformInt(1, 4));
 }
 
 // Appends one piece of `box` (padded layout, random offset) to buffer `buf` of `reg`, growing it.
@@ -438,7 +442,8 @@ void appendPaddedPiece(Rng& rng, Registration& reg, LocalBuffer& buf, int32_t te
   }
   p.local_offset = buf.num_elements + (rng.chance(30) ? rng.uniform(1, 3) : 0);
   int64_t last = p.local_offset;
-  for (int d = 0; d < box.rank(); ++d) last += (box.extent[d] - 1) * p.local_strides[d];
+  for (int d = 0; d < box.rank(); ++d)
+    last += (box.extent[d] - 1) * p.local_strides[d];
   buf.num_elements = last + 1 + (rng.chance(20) ? 2 : 0);
   buf.pieces.push_back(p);
   (void)reg;
@@ -450,7 +455,8 @@ std::vector<Box> randomGrid(Rng& rng, const Dims& shape) {
   for (int d = 0; d < shape.rank; ++d) {
     std::set<int64_t> c{0, shape[d]};
     const int k = rng.uniformInt(0, 2);
-    for (int i = 0; i < k; ++i) c.insert(rng.uniform(0, shape[d]));
+    for (int i = 0; i < k; ++i)
+      c.insert(rng.uniform(0, shape[d]));
     cuts[static_cast<size_t>(d)].assign(c.begin(), c.end());
   }
   std::vector<Box> cells{Box{Dims::zeros(shape.rank), Dims::zeros(shape.rank)}};
@@ -488,7 +494,8 @@ bool randomBoxes(Rng& rng, Case& c) {
       b.dtype = dtype;
       reg.buffers.push_back(b);
     }
-    return reg.buffers[static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(reg.buffers.size()) - 1))];
+    return reg
+        .buffers[static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(reg.buffers.size()) - 1))];
   };
   for (int t = 0; t < num_tensors; ++t) {
     const std::string name = "t" + std::to_string(t);
@@ -569,7 +576,8 @@ void checkInvariants(const Case& c, const Plan& plan) {
   EXPECT_EQ(s.trainer_ranks, static_cast<int32_t>(c.trainers.size()));
   EXPECT_EQ(s.rollout_ranks, static_cast<int32_t>(c.rollouts.size()));
   std::set<int32_t> replicas;
-  for (const Registration& r : c.rollouts) replicas.insert(r.replica);
+  for (const Registration& r : c.rollouts)
+    replicas.insert(r.replica);
   EXPECT_EQ(s.replicas, static_cast<int32_t>(replicas.size()));
   std::vector<int64_t> sent(c.trainers.size(), 0);
   for (const BroadcastGroup& g : plan.groups) {
@@ -587,8 +595,9 @@ void checkInvariants(const Case& c, const Plan& plan) {
     for (const Registration& r : c.rollouts) {
       for (const LocalBuffer& b : r.buffers) {
         for (const Piece& p : b.pieces) {
-          largest = std::max(largest, p.box.volume() * static_cast<int64_t>(dtypeSize(
-                                                          c.trainers[0].buffers[0].dtype)));
+          largest = std::max(
+              largest,
+              p.box.volume() * static_cast<int64_t>(dtypeSize(c.trainers[0].buffers[0].dtype)));
         }
       }
     }
@@ -606,7 +615,8 @@ void checkInvariants(const Case& c, const Plan& plan) {
       ASSERT_EQ(w.src_rank, t);
       ASSERT_LT(static_cast<size_t>(w.tensor), v.tensors.size());
     }
-    for (const BroadcastGroup& g : v.groups) ASSERT_EQ(g.src.rank, t);
+    for (const BroadcastGroup& g : v.groups)
+      ASSERT_EQ(g.src.rank, t);
   }
   size_t rollout_writes = 0;
   for (int32_t r = 0; r < static_cast<int32_t>(c.rollouts.size()); ++r) {
@@ -624,7 +634,8 @@ void checkInvariants(const Case& c, const Plan& plan) {
     }
     size_t groups = 0;
     for (const BroadcastGroup& g : plan.groups) {
-      for (const BufferSpan& d : g.dst) groups += d.rank == r ? 1 : 0;
+      for (const BufferSpan& d : g.dst)
+        groups += d.rank == r ? 1 : 0;
     }
     ASSERT_EQ(v.groups.size(), groups);
   }
@@ -637,7 +648,8 @@ using Scenario = bool (*)(Rng&, Case&);
 // Runs `cases` random cases of `scenario`, alternating allow_broadcast.
 void runScenario(const char* name, Scenario scenario, int cases) {
   uint64_t name_hash = 0;
-  for (const char* p = name; *p != '\0'; ++p) name_hash = name_hash * 131 + static_cast<uint8_t>(*p);
+  for (const char* p = name; *p != '\0'; ++p)
+    name_hash = name_hash * 131 + static_cast<uint8_t>(*p);
   size_t writes = 0;
   size_t groups = 0;
   for (int i = 0; i < cases; ++i) {
@@ -666,16 +678,30 @@ void runScenario(const char* name, Scenario scenario, int cases) {
   std::printf("[ cases    ] %s: %d cases, %zu writes, %zu groups\n", name, cases, writes, groups);
 }
 
-TEST(PlanProperty, FsdpFlatToTp) { runScenario("fsdp_flat_to_tp", fsdpFlatToTp, 600); }
-TEST(PlanProperty, TpToTp) { runScenario("tp_to_tp", tpToTp, 600); }
-TEST(PlanProperty, Shard0ToColumns) { runScenario("shard0_to_columns", shard0ToColumns, 400); }
-TEST(PlanProperty, Experts) { runScenario("experts", experts, 400); }
-TEST(PlanProperty, QkvWithGqa) { runScenario("qkv", qkv, 500); }
-TEST(PlanProperty, GateUp) { runScenario("gate_up", gateUp, 400); }
-TEST(PlanProperty, ReplicatedTrainersAreBalanced) {
-  runScenario("replicated", replicatedTrainers, 400);
+TEST(PlanProperty, FsdpFlatToTp) {
+  runScenario("fsdp_flat_to_tp", fsdpFlatToTp, 6000);
 }
-TEST(PlanProperty, RandomOverlappingBoxes) { runScenario("random_boxes", randomBoxes, 1200); }
+TEST(PlanProperty, TpToTp) {
+  runScenario("tp_to_tp", tpToTp, 5000);
+}
+TEST(PlanProperty, Shard0ToColumns) {
+  runScenario("shard0_to_columns", shard0ToColumns, 4000);
+}
+TEST(PlanProperty, Experts) {
+  runScenario("experts", experts, 3000);
+}
+TEST(PlanProperty, QkvWithGqa) {
+  runScenario("qkv", qkv, 4000);
+}
+TEST(PlanProperty, GateUp) {
+  runScenario("gate_up", gateUp, 3000);
+}
+TEST(PlanProperty, ReplicatedTrainersAreBalanced) {
+  runScenario("replicated", replicatedTrainers, 3000);
+}
+TEST(PlanProperty, RandomOverlappingBoxes) {
+  runScenario("random_boxes", randomBoxes, 12000);
+}
 
 }  // namespace
 }  // namespace wsync

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,9 +33,9 @@ Registration makeRollout(int32_t rank, int32_t replica) {
 }
 
 struct PieceSpec {
-  std::string buffer;        // default: the tensor's name
-  Dims strides;              // default: row-major over the box
-  int64_t local_offset = 0;  // elements
+  std::string buffer;         // default: the tensor's name
+  Dims strides;               // default: row-major over the box
+  int64_t local_offset = 0;   // elements
   int64_t num_elements = -1;  // default: just enough
 };
 
@@ -47,10 +48,11 @@ int32_t addBox(Registration& reg, const std::string& tensor, const Dims& shape, 
   piece.tensor = t;
   piece.box = box;
   piece.local_offset = spec.local_offset;
-  piece.local_strides = spec.strides.rank == 0 && box.rank() > 0 ? rowMajorStrides(box.extent)
-                                                                  : spec.strides;
+  piece.local_strides =
+      spec.strides.rank == 0 && box.rank() > 0 ? rowMajorStrides(box.extent) : spec.strides;
   int64_t last = piece.local_offset;
-  for (int d = 0; d < box.rank(); ++d) last += (box.extent[d] - 1) * piece.local_strides[d];
+  for (int d = 0; d < box.rank(); ++d)
+    last += (box.extent[d] - 1) * piece.local_strides[d];
   LocalBuffer buf;
   buf.name = spec.buffer.empty() ? tensor : spec.buffer;
   buf.dtype = dtype;
@@ -60,7 +62,9 @@ int32_t addBox(Registration& reg, const std::string& tensor, const Dims& shape, 
   return static_cast<int32_t>(reg.buffers.size() - 1);
 }
 
-Box box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) { return Box{{r0, c0}, {r1 - r0, c1 - c0}}; }
+Box box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  return Box{{r0, c0}, {r1 - r0, c1 - c0}};
+}
 
 // makePlan must succeed and the reference executor must verify it.
 Plan planAndVerify(const std::vector<Registration>& trainers,
@@ -169,7 +173,10 @@ TEST(PlannerValidation, BadPiecesNameRankBufferAndTensor) {
   expectBadPiece(false, [](Registration& r) { r.buffers[0].pieces[0].box = box2(2, 5, 0, 8); },
                  {"trainer 1", "'flat1'", "'w'", "[2:5, 0:8]", "[4, 8]"});
   // Innermost stride not 1.
-  expectBadPiece(true, [](Registration& r) { r.buffers[0].pieces[0].local_strides = {8, 2}; },
+  expectBadPiece(true,
+                 [](Registration& r) {
+                   r.buffers[0].pieces[0].local_strides = {8, 2};
+                 },
                  {"rollout 1", "'w_tp1'", "'w'", "innermost"});
   // Elements past the buffer's end.
   expectBadPiece(false, [](Registration& r) { r.buffers[0].num_elements = 15; },
@@ -186,7 +193,10 @@ TEST(PlannerValidation, BadPiecesNameRankBufferAndTensor) {
   expectBadPiece(false, [](Registration& r) { r.tensors[0].shape.rank = kMaxRank + 1; },
                  {"trainer 1", "'w'", "rank 7"});
   // Negative strides.
-  expectBadPiece(false, [](Registration& r) { r.buffers[0].pieces[0].local_strides = {-8, 1}; },
+  expectBadPiece(false,
+                 [](Registration& r) {
+                   r.buffers[0].pieces[0].local_strides = {-8, 1};
+                 },
                  {"trainer 1", "'flat1'", "'w'", "negative"});
 }
 
@@ -262,7 +272,8 @@ TEST(PlannerBroadcast, RanksOfAReplicaWantingTheTrainersBoxShareAGroup) {
   // Two trainers hold the tensor whole (DP replicas); two rollout replicas of two ranks each want
   // it whole in bfloat16 (DP attention).
   std::vector<Registration> trainers{makeTrainer(0), makeTrainer(1)};
-  for (Registration& t : trainers) addBox(t, "w", kShape, Box::whole(kShape), DType::kFloat32);
+  for (Registration& t : trainers)
+    addBox(t, "w", kShape, Box::whole(kShape), DType::kFloat32);
   std::vector<Registration> rollouts;
   for (int32_t j = 0; j < 4; ++j) {
     rollouts.push_back(makeRollout(j, j / 2));
@@ -420,7 +431,8 @@ std::vector<Registration> flatTrainers(DType dtype) {
     buf.name = "flat";
     buf.dtype = dtype;
     buf.num_elements = n;
-    for (const auto& [box, offset] : pieces) buf.pieces.push_back({t, box, offset, {8, 1}});
+    for (const auto& [box, offset] : pieces)
+      buf.pieces.push_back({t, box, offset, {8, 1}});
     reg.buffers.push_back(buf);
   };
   flat(trainers[0], {{box2(0, 1, 0, 8), 0}, {box2(1, 2, 0, 5), 8}}, 13);
@@ -452,7 +464,10 @@ TEST(PlannerRegions, OpsMergeAcrossTensorsOfAFusedBuffer) {
     Registration& t = trainers[0];
     const int32_t q = t.declareTensor("q", {2, 4});
     const int32_t k = t.declareTensor("k", {1, 4});
-    t.buffers.push_back({"flat", DType::kBFloat16, MemoryKind::kHost, 12,
+    t.buffers.push_back({"flat",
+                         DType::kBFloat16,
+                         MemoryKind::kHost,
+                         12,
                          {{q, box2(0, 2, 0, 4), 0, {4, 1}}, {k, box2(0, 1, 0, 4), 8, {4, 1}}}});
   }
   std::vector<Registration> rollouts{makeRollout(0, 0)};
@@ -460,7 +475,10 @@ TEST(PlannerRegions, OpsMergeAcrossTensorsOfAFusedBuffer) {
     Registration& r = rollouts[0];
     const int32_t q = r.declareTensor("q", {2, 4});
     const int32_t k = r.declareTensor("k", {1, 4});
-    r.buffers.push_back({"qk", DType::kBFloat16, MemoryKind::kHost, 12,
+    r.buffers.push_back({"qk",
+                         DType::kBFloat16,
+                         MemoryKind::kHost,
+                         12,
                          {{q, box2(0, 2, 0, 4), 0, {4, 1}}, {k, box2(0, 1, 0, 4), 8, {4, 1}}}});
   }
   const Plan plan = planAndVerify(trainers, rollouts, {.allow_broadcast = false});
@@ -476,13 +494,16 @@ TEST(PlannerBalance, ReplicatedTrainersShareTheLoad) {
   const int kTrainers = 8;
   const int kTensors = 40;
   std::vector<Registration> trainers;
-  for (int t = 0; t < kTrainers; ++t) trainers.push_back(makeTrainer(t));
+  for (int t = 0; t < kTrainers; ++t)
+    trainers.push_back(makeTrainer(t));
   std::vector<Registration> rollouts;
-  for (int j = 0; j < 4; ++j) rollouts.push_back(makeRollout(j, j / 2));
+  for (int j = 0; j < 4; ++j)
+    rollouts.push_back(makeRollout(j, j / 2));
   for (int i = 0; i < kTensors; ++i) {
     const std::string name = "layers." + std::to_string(i) + ".w";
     const Dims shape{16 + 2 * (i % 5), 8};
-    for (Registration& t : trainers) addBox(t, name, shape, Box::whole(shape), DType::kFloat32);
+    for (Registration& t : trainers)
+      addBox(t, name, shape, Box::whole(shape), DType::kFloat32);
     for (int j = 0; j < 4; ++j) {
       const int64_t half = shape[0] / 2;
       addBox(rollouts[static_cast<size_t>(j)], name, shape,
@@ -492,7 +513,8 @@ TEST(PlannerBalance, ReplicatedTrainersShareTheLoad) {
   const Plan plan = planAndVerify(trainers, rollouts);
   ASSERT_EQ(plan.stats.bytes_per_sender.size(), static_cast<size_t>(kTrainers));
   int64_t sent = 0;
-  for (const int64_t b : plan.stats.bytes_per_sender) sent += b;
+  for (const int64_t b : plan.stats.bytes_per_sender)
+    sent += b;
   EXPECT_EQ(sent, 2 * plan.stats.bytes_total);  // float32 sent, bfloat16 delivered
   EXPECT_LE(plan.stats.senderImbalance(), 1.05);
   EXPECT_EQ(plan.stats.trainer_ranks, kTrainers);
@@ -504,7 +526,8 @@ TEST(PlannerBalance, FixedSendersAreChargedBeforeChoices) {
   // Trainer 0 alone holds a big tensor; both hold a small one: the small one goes to trainer 1.
   std::vector<Registration> trainers{makeTrainer(0), makeTrainer(1)};
   addBox(trainers[0], "big", {64}, Box{{0}, {64}}, DType::kFloat32);
-  for (Registration& t : trainers) addBox(t, "small", {8}, Box{{0}, {8}}, DType::kFloat32);
+  for (Registration& t : trainers)
+    addBox(t, "small", {8}, Box{{0}, {8}}, DType::kFloat32);
   std::vector<Registration> rollouts{makeRollout(0, 0)};
   addBox(rollouts[0], "small", {8}, Box{{0}, {8}}, DType::kFloat32);
   addBox(rollouts[0], "big", {64}, Box{{0}, {64}}, DType::kFloat32);
@@ -513,6 +536,31 @@ TEST(PlannerBalance, FixedSendersAreChargedBeforeChoices) {
   EXPECT_EQ(plan.tensors[static_cast<size_t>(plan.groups[0].tensor)].name, "small");
   EXPECT_EQ(plan.groups[0].src.rank, 1);
   EXPECT_EQ(plan.stats.bytes_per_sender, (std::vector<int64_t>{256, 32}));
+}
+
+TEST(PlannerBalance, ManyDistinctTransferSizesAreOrderedToo) {
+  // 4200 rollout pieces of distinct lengths 1..4200 of one tensor both trainers hold: more distinct
+  // sizes than the counting sort takes, so the comparison sort orders the choices.
+  constexpr int64_t kPieces = 4200;
+  const int64_t n = kPieces * (kPieces + 1) / 2;
+  std::vector<Registration> trainers{makeTrainer(0), makeTrainer(1)};
+  for (Registration& t : trainers) addBox(t, "w", {n}, Box{{0}, {n}}, DType::kUInt8);
+  std::vector<Registration> rollouts{makeRollout(0, 0)};
+  Registration& r = rollouts[0];
+  const int32_t id = r.declareTensor("w", {n});
+  LocalBuffer buf{"w", DType::kUInt8, MemoryKind::kHost, n, {}};
+  int64_t start = 0;
+  for (int64_t len = 1; len <= kPieces; ++len) {
+    buf.pieces.push_back({id, Box{{start}, {len}}, start, {1}});
+    start += len;
+  }
+  r.buffers.push_back(std::move(buf));
+  const Plan plan = planAndVerify(trainers, rollouts, {.allow_broadcast = false});
+  ASSERT_EQ(plan.stats.bytes_per_sender.size(), 2u);
+  EXPECT_EQ(plan.stats.bytes_per_sender[0] + plan.stats.bytes_per_sender[1], n);
+  // Largest first, alternating to the least loaded: the two loads differ by at most one piece.
+  EXPECT_LE(std::abs(plan.stats.bytes_per_sender[0] - plan.stats.bytes_per_sender[1]), kPieces);
+  EXPECT_LT(plan.writes.size(), static_cast<size_t>(kPieces));  // neighbours from one sender merge
 }
 
 TEST(PlanStats, SenderImbalanceIsMaxOverMean) {
@@ -571,7 +619,8 @@ TEST(PlannerRankView, EachRankGetsItsPartWithLocalTensorIndices) {
   addBox(trainers[0], "b", kShape, box2(0, 2, 0, 8), DType::kFloat32);
   addBox(trainers[1], "b", kShape, box2(2, 4, 0, 8), DType::kFloat32);
   std::vector<Registration> rollouts{makeRollout(0, 0), makeRollout(1, 0), makeRollout(2, 1)};
-  for (Registration& r : rollouts) addBox(r, "a", {4}, Box{{0}, {4}}, DType::kFloat32);
+  for (Registration& r : rollouts)
+    addBox(r, "a", {4}, Box{{0}, {4}}, DType::kFloat32);
   addBox(rollouts[0], "b", kShape, box2(0, 4, 0, 4), DType::kFloat32);
   addBox(rollouts[1], "b", kShape, box2(0, 4, 4, 8), DType::kFloat32);
   const Plan plan = planAndVerify(trainers, rollouts);
@@ -619,8 +668,10 @@ TEST(PlannerRankView, EachRankGetsItsPartWithLocalTensorIndices) {
   // Every write reaches exactly one trainer view and one rollout view.
   size_t trainer_writes = 0;
   size_t rollout_writes = 0;
-  for (int32_t t = 0; t < 3; ++t) trainer_writes += rankView(plan, Role::kTrainer, t).writes.size();
-  for (int32_t r = 0; r < 3; ++r) rollout_writes += rankView(plan, Role::kRollout, r).writes.size();
+  for (int32_t t = 0; t < 3; ++t)
+    trainer_writes += rankView(plan, Role::kTrainer, t).writes.size();
+  for (int32_t r = 0; r < 3; ++r)
+    rollout_writes += rankView(plan, Role::kRollout, r).writes.size();
   EXPECT_EQ(trainer_writes, plan.writes.size());
   EXPECT_EQ(rollout_writes, plan.writes.size());
 }

@@ -427,7 +427,7 @@ TEST(SlotStore, AcquireReleaseIsCheapUncontended) {
 void runStress(int numSlots, uint64_t versions, int readers) {
   // The CI machines are small and shared: stop early after a time budget, but only after a
   // meaningful number of versions went through.
-  constexpr auto kBudget = std::chrono::seconds(4);
+  constexpr auto kBudget = std::chrono::seconds(3);
   constexpr uint64_t kMinVersions = 200;
   auto store = makeStore(numSlots);
   ASSERT_TRUE(store);
@@ -530,12 +530,15 @@ void runStress(int numSlots, uint64_t versions, int readers) {
         }
         l->release();
         std::this_thread::yield();  // a real reader runs a decode step between leases
-        if (r == 1 && last > 1) {   // an older version by number: complete, or NOT_READY
-          Result<Lease> o = store->acquire(last - 1);
-          if (o.isOk()) {
-            check(*o);
-          } else if (o.status().code() != WSYNC_ERR_NOT_READY) {
-            ++readerErrors;
+        if (r == 1) {               // versions by number (the previous one, the one being written):
+          // complete, or NOT_READY
+          for (uint64_t want : {last - 1, last + 1}) {
+            Result<Lease> o = store->acquire(want);
+            if (o.isOk()) {
+              check(*o);
+            } else if (o.status().code() != WSYNC_ERR_NOT_READY) {
+              ++readerErrors;
+            }
           }
         }
       }
@@ -570,10 +573,10 @@ void runStress(int numSlots, uint64_t versions, int readers) {
 }
 
 TEST(SlotStoreStress, TwoSlotsOneWriterFourReaders) {
-  runStress(2, 5000, 4);
+  runStress(2, 10000, 4);
 }
 TEST(SlotStoreStress, ThreeSlotsOneWriterFourReaders) {
-  runStress(3, 3000, 4);
+  runStress(3, 5000, 4);
 }
 
 }  // namespace

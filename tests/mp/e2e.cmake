@@ -1,0 +1,59 @@
+# End-to-end jobs under mpirun: the real examples (trainers : rollouts), every read checked.
+if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
+  set(small_policy --layers 2 --hidden 256 --ffn 512 --vocab 1024)
+  # wsync_add_e2e_test(name trainers rollouts trainer-args... -- rollout-args...)
+  function(wsync_add_e2e_test name trainers rollouts)
+    set(trainer_args)
+    set(rollout_args)
+    set(target trainer_args)
+    foreach(arg ${ARGN})
+      if(arg STREQUAL "--")
+        set(target rollout_args)
+      else()
+        list(APPEND ${target} ${arg})
+      endif()
+    endforeach()
+    add_test(NAME ${name}
+      COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --mca btl self,vader
+              -n ${trainers} $<TARGET_FILE:wsync-trainer-demo> ${trainer_args}
+              : -n ${rollouts} $<TARGET_FILE:wsync-rollout-demo> ${rollout_args})
+    set_tests_properties(${name} PROPERTIES LABELS "mp;e2e" TIMEOUT 600 PROCESSORS 2)
+  endfunction()
+
+  # 2 trainers (FSDP-like) -> 2 replicas of TP 2, 200 versions, fused qkv, bf16 conversion: both
+  # broadcast groups (boxes that match) and one-sided writes (boxes that differ).
+  wsync_add_e2e_test(wsync_e2e_mixed_200_versions 2 4
+    --versions 200 --quiet ${small_policy} -- --replicas 2 --versions 200 --layout mixed ${small_policy})
+  # Matching layouts only: every byte by host broadcast.
+  wsync_add_e2e_test(wsync_e2e_match 2 4
+    --versions 50 --quiet ${small_policy} -- --replicas 2 --versions 50 --layout match --dtype float32 ${small_policy})
+  # Differing layouts only: every byte by UCX one-sided writes, float16 on the rollouts, 3 slots.
+  wsync_add_e2e_test(wsync_e2e_differ 2 4
+    --versions 50 --quiet ${small_policy} -- --replicas 2 --versions 50 --layout differ --dtype float16 --slots 3 ${small_policy})
+  # Snapshot mode: publish returns after the copy and the next step overlaps the transfer.
+  wsync_add_e2e_test(wsync_e2e_snapshot 3 2
+    --versions 50 --snapshot --quiet ${small_policy} -- --replicas 1 --versions 50 ${small_policy})
+endif()
+
+if(TARGET wsync)
+  add_executable(wsync_capi_errors_test ${CMAKE_CURRENT_LIST_DIR}/capi_errors_test.cc)
+  target_link_libraries(wsync_capi_errors_test PRIVATE wsync wsync_test_support GTest::gtest MPI::MPI_CXX)
+  wsync_add_mpi_test(wsync_capi_errors 3 wsync_capi_errors_test --gtest_filter=CapiErrors.*)
+  wsync_add_mpi_test(wsync_capi_rank_never_arrives 3 wsync_capi_errors_test --gtest_filter=CapiTimeout.*)
+endif()
+
+if(TARGET wsync)
+  add_executable(wsync_versioning_test ${CMAKE_CURRENT_LIST_DIR}/versioning_test.cc)
+  target_link_libraries(wsync_versioning_test PRIVATE wsync wsync_test_support GTest::gtest MPI::MPI_CXX)
+  wsync_add_mpi_test(wsync_versioning 2 wsync_versioning_test)
+endif()
+
+if(TARGET wsync-coordinator AND TARGET wsync-trainer-demo)
+  # The coordinator as its own process (world rank 0 of the job).
+  add_test(NAME wsync_e2e_coordinator_process
+    COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --mca btl self,vader
+            -n 1 $<TARGET_FILE:wsync-coordinator> --mpi --quiet
+            : -n 2 $<TARGET_FILE:wsync-trainer-demo> --versions 30 --quiet ${small_policy}
+            : -n 2 $<TARGET_FILE:wsync-rollout-demo> --replicas 1 --versions 30 ${small_policy})
+  set_tests_properties(wsync_e2e_coordinator_process PROPERTIES LABELS "mp;e2e" TIMEOUT 600 PROCESSORS 2)
+endif()

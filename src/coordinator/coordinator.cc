@@ -635,6 +635,18 @@ class Coordinator::Impl {
             if (!seen[static_cast<size_t>(w)]) absent += (absent.empty() ? "" : ", ") + std::to_string(w);
           }
           missing += "; never arrived: MPI world rank(s) " + absent;
+        } else {
+          std::string absent;
+          for (Role role : {Role::kTrainer, Role::kRollout}) {
+            const int count = role == Role::kTrainer ? opt_.num_trainers : opt_.num_rollouts;
+            for (int r = 0; r < count; ++r) {
+              const bool seen = std::any_of(participants_.begin(), participants_.end(), [&](const Participant& p) {
+                return p.hello.role == role && p.hello.role_rank == r;
+              });
+              if (!seen) absent += (absent.empty() ? "" : ", ") + rankName(role, r);
+            }
+          }
+          missing += "; never arrived: " + absent;
         }
       } else {
         for (const Participant& p : participants_) {

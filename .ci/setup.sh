@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what wsync needs on a fresh Debian 12 / Ubuntu 24.04 machine (as root) and builds it.
+# Usage: .ci/setup.sh [build-dir] [extra cmake args...]   (default build dir: build)
+# Idempotent: packages already present are not reinstalled; the build is incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+shift || true
+
+packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libucx-dev ucx-utils
+          libeigen3-dev libcxxopts-dev libgtest-dev libgmock-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# mpirun as root (CI and these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command of README.md: installs missing packages, builds, and runs every test with
+# ctest (unit tests, multi-process tests under mpirun, GPU tests that skip without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${WSYNC_BUILD_DIR:-build}
+bash .ci/setup.sh "$build_dir"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+rm -f /dev/shm/vader_segment.* 2>/dev/null || true  # left behind by killed mpiruns
+cd "$build_dir"
+ctest --output-on-failure --timeout 600 "$@"

@@ -23,7 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int fail(wsync_context_t ctx, const char* what, wsync_status_t s) {
-  std::fprintf(stderr, "[rollout] %s failed: %s: %s\n", what, wsync_status_string(s), wsync_last_error(ctx));
+  std::fprintf(stderr, "[rollout] %s failed: %s: %s\n", what, wsync_status_string(s),
+               wsync_last_error(ctx));
   return 1;
 }
 
@@ -37,21 +38,23 @@ struct ReaderStats {
 };
 
 int run(int argc, char** argv) {
-  cxxopts::Options options("wsync-rollout-demo", "Receives a demo policy through wsync and checks every read");
-  options.add_options()
-      ("replicas", "engine replicas among this app's ranks", cxxopts::value<int>()->default_value("2"))
-      ("layout", "mixed | match | differ", cxxopts::value<std::string>()->default_value("mixed"))
-      ("dtype", "float32 | bfloat16 | float16", cxxopts::value<std::string>()->default_value("bfloat16"))
-      ("versions", "stop once this version is ready", cxxopts::value<int>()->default_value("20"))
-      ("slots", "version slots per rank", cxxopts::value<int>()->default_value("2"))
-      ("layers", "transformer layers of the demo policy", cxxopts::value<int>()->default_value("4"))
-      ("hidden", "hidden size", cxxopts::value<int64_t>()->default_value("512"))
-      ("ffn", "MLP intermediate size", cxxopts::value<int64_t>()->default_value("1536"))
-      ("vocab", "vocabulary size", cxxopts::value<int64_t>()->default_value("8192"))
-      ("decode-us", "simulated time a reader holds a lease", cxxopts::value<int>()->default_value("200"))
-      ("timeout-ms", "wsync timeout", cxxopts::value<int>()->default_value("60000"))
-      ("quiet", "print only the summary")
-      ("h,help", "this help");
+  cxxopts::Options options("wsync-rollout-demo",
+                           "Receives a demo policy through wsync and checks every read");
+  options.add_options()("replicas", "engine replicas among this app's ranks",
+                        cxxopts::value<int>()->default_value("2"))(
+      "layout", "mixed | match | differ", cxxopts::value<std::string>()->default_value("mixed"))(
+      "dtype", "float32 | bfloat16 | float16",
+      cxxopts::value<std::string>()->default_value("bfloat16"))(
+      "versions", "stop once this version is ready", cxxopts::value<int>()->default_value("20"))(
+      "slots", "version slots per rank", cxxopts::value<int>()->default_value("2"))(
+      "layers", "transformer layers of the demo policy", cxxopts::value<int>()->default_value("4"))(
+      "hidden", "hidden size", cxxopts::value<int64_t>()->default_value("512"))(
+      "ffn", "MLP intermediate size", cxxopts::value<int64_t>()->default_value("1536"))(
+      "vocab", "vocabulary size", cxxopts::value<int64_t>()->default_value("8192"))(
+      "decode-us", "simulated time a reader holds a lease",
+      cxxopts::value<int>()->default_value("200"))("timeout-ms", "wsync timeout",
+                                                   cxxopts::value<int>()->default_value("60000"))(
+      "quiet", "print only the summary")("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -109,7 +112,8 @@ int run(int argc, char** argv) {
       const auto t0 = Clock::now();
       wsync_lease_t lease = nullptr;
       const wsync_status_t a = wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease);
-      stats.acquire_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      stats.acquire_us.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       if (a != WSYNC_SUCCESS) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         continue;
@@ -120,8 +124,9 @@ int run(int argc, char** argv) {
       for (size_t b = 0; b < buffers.size(); ++b) {
         void* data = nullptr;
         wsync_lease_buffer(lease, indices[b], &data);
-        bad += wsync_demo::countMismatches(tensors, buffers[b], dtype, data, v,
-                                           stats.first_error.empty() ? &stats.first_error : nullptr);
+        bad +=
+            wsync_demo::countMismatches(tensors, buffers[b], dtype, data, v,
+                                        stats.first_error.empty() ? &stats.first_error : nullptr);
       }
       std::this_thread::sleep_for(decode);
       wsync_lease_release(lease);
@@ -152,15 +157,20 @@ int run(int argc, char** argv) {
   std::vector<double> lat = stats.acquire_us;
   std::sort(lat.begin(), lat.end());
   const double p99 = lat.empty() ? 0 : lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
-  std::printf("[rollout %d, replica %d, tp rank %d] %lld reads of %zu versions (newest %llu), %lld torn or wrong, "
-              "%lld out of order, acquire p99 %.1f us%s%s\n",
-              index, replica, tp_rank, static_cast<long long>(stats.reads), stats.versions.size(),
-              static_cast<unsigned long long>(newest), static_cast<long long>(stats.mismatched_reads),
-              static_cast<long long>(stats.went_backwards), p99, stats.first_error.empty() ? "" : "; first: ",
-              stats.first_error.c_str());
+  std::printf(
+      "[rollout %d, replica %d, tp rank %d] %lld reads of %zu versions (newest %llu), %lld torn or "
+      "wrong, "
+      "%lld out of order, acquire p99 %.1f us%s%s\n",
+      index, replica, tp_rank, static_cast<long long>(stats.reads), stats.versions.size(),
+      static_cast<unsigned long long>(newest), static_cast<long long>(stats.mismatched_reads),
+      static_cast<long long>(stats.went_backwards), p99,
+      stats.first_error.empty() ? "" : "; first: ", stats.first_error.c_str());
   const bool ok = stats.mismatched_reads == 0 && stats.went_backwards == 0 && stats.reads > 0 &&
                   stats.versions.count(last_version) == 1;
-  if (!ok) std::fprintf(stderr, "[rollout %d] FAILED: a read saw a wrong version, or the last one was never read\n", index);
+  if (!ok)
+    std::fprintf(
+        stderr, "[rollout %d] FAILED: a read saw a wrong version, or the last one was never read\n",
+        index);
   s = wsync_context_destroy(ctx);
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
   return ok ? 0 : 1;

@@ -18,18 +18,21 @@ std::pair<int64_t, int64_t> chunk(int64_t n, int parts, int index) {
 
 std::vector<int64_t> rowMajor(const std::vector<int64_t>& extent) {
   std::vector<int64_t> s(extent.size(), 1);
-  for (int d = static_cast<int>(extent.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * extent[d + 1];
+  for (int d = static_cast<int>(extent.size()) - 2; d >= 0; --d)
+    s[d] = s[d + 1] * extent[d + 1];
   return s;
 }
 
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
-  for (int64_t x : v) p *= x;
+  for (int64_t x : v)
+    p *= x;
   return p;
 }
 
 // A buffer holding one box of one tensor, row-major.
-BufferSpec boxBuffer(const std::string& name, int tensor, std::vector<int64_t> offset, std::vector<int64_t> extent) {
+BufferSpec boxBuffer(const std::string& name, int tensor, std::vector<int64_t> offset,
+                     std::vector<int64_t> extent) {
   BufferSpec b;
   b.name = name;
   b.num_elements = product(extent);
@@ -42,7 +45,8 @@ BufferSpec boxBuffer(const std::string& name, int tensor, std::vector<int64_t> o
   return b;
 }
 
-BufferSpec splitBuffer(const std::vector<TensorSpec>& tensors, int t, int dim, int parts, int index) {
+BufferSpec splitBuffer(const std::vector<TensorSpec>& tensors, int t, int dim, int parts,
+                       int index) {
   const TensorSpec& spec = tensors[static_cast<size_t>(t)];
   std::vector<int64_t> offset(spec.shape.size(), 0);
   std::vector<int64_t> extent = spec.shape;
@@ -110,16 +114,21 @@ float toFloat(wsync_dtype_t dtype, const void* data, int64_t i) {
 }  // namespace
 
 bool parseRolloutLayout(const std::string& name, RolloutLayout* out) {
-  if (name == "mixed") *out = RolloutLayout::kMixed;
-  else if (name == "match") *out = RolloutLayout::kMatch;
-  else if (name == "differ") *out = RolloutLayout::kDiffer;
-  else return false;
+  if (name == "mixed")
+    *out = RolloutLayout::kMixed;
+  else if (name == "match")
+    *out = RolloutLayout::kMatch;
+  else if (name == "differ")
+    *out = RolloutLayout::kDiffer;
+  else
+    return false;
   return true;
 }
 
 std::vector<TensorSpec> policyTensors(const PolicyShape& s) {
   std::vector<TensorSpec> t;
-  const int64_t kv = std::max<int64_t>(1, s.hidden / 4);  // grouped-query attention: 4 q heads per kv head
+  const int64_t kv =
+      std::max<int64_t>(1, s.hidden / 4);  // grouped-query attention: 4 q heads per kv head
   t.push_back({"model.embed_tokens.weight", {s.vocab, s.hidden}});
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -141,18 +150,21 @@ PolicyShape policyShapeForBytes(int64_t bytes) {
   s.hidden = 1024;
   s.ffn = 3072;
   s.vocab = 8192;
-  const int64_t per_layer = (s.hidden * s.hidden * 2 + s.hidden * s.hidden / 2 + 3 * s.ffn * s.hidden + s.hidden) * 4;
+  const int64_t per_layer =
+      (s.hidden * s.hidden * 2 + s.hidden * s.hidden / 2 + 3 * s.ffn * s.hidden + s.hidden) * 4;
   s.layers = static_cast<int>(std::max<int64_t>(1, (bytes - s.vocab * s.hidden * 4) / per_layer));
   return s;
 }
 
 int64_t totalElements(const std::vector<TensorSpec>& tensors) {
   int64_t n = 0;
-  for (const TensorSpec& t : tensors) n += product(t.shape);
+  for (const TensorSpec& t : tensors)
+    n += product(t.shape);
   return n;
 }
 
-std::vector<BufferSpec> trainerLayout(const std::vector<TensorSpec>& tensors, int num_trainers, int trainer) {
+std::vector<BufferSpec> trainerLayout(const std::vector<TensorSpec>& tensors, int num_trainers,
+                                      int trainer) {
   std::vector<BufferSpec> buffers;
   for (size_t t = 0; t < tensors.size(); ++t) {
     buffers.push_back(splitBuffer(tensors, static_cast<int>(t), 0, num_trainers, trainer));
@@ -160,8 +172,8 @@ std::vector<BufferSpec> trainerLayout(const std::vector<TensorSpec>& tensors, in
   return buffers;
 }
 
-std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, RolloutLayout layout, int tp,
-                                      int tp_rank) {
+std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, RolloutLayout layout,
+                                      int tp, int tp_rank) {
   std::vector<BufferSpec> buffers;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& spec = tensors[t];
@@ -173,7 +185,8 @@ std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, Ro
       if (spec.shape.size() == 1) {
         buffers.push_back(boxBuffer(spec.name, ti, {0}, spec.shape));  // replicated
       } else {
-        buffers.push_back(splitBuffer(tensors, ti, static_cast<int>(spec.shape.size()) - 1, tp, tp_rank));
+        buffers.push_back(
+            splitBuffer(tensors, ti, static_cast<int>(spec.shape.size()) - 1, tp, tp_rank));
       }
     } else if (has("k_proj") || has("v_proj")) {
       continue;  // fused into qkv_proj with q_proj below
@@ -196,39 +209,46 @@ std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, Ro
     } else if (spec.shape.size() == 1) {
       buffers.push_back(boxBuffer(spec.name, ti, {0}, spec.shape));  // norms: replicated
     } else {
-      buffers.push_back(splitBuffer(tensors, ti, 0, tp, tp_rank));  // column-parallel, vocab-parallel
+      buffers.push_back(
+          splitBuffer(tensors, ti, 0, tp, tp_rank));  // column-parallel, vocab-parallel
     }
   }
   return buffers;
 }
 
-void fillTrainerBuffer(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer, uint64_t version,
-                       float* data) {
+void fillTrainerBuffer(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
+                       uint64_t version, float* data) {
   for (const PieceSpec& p : buffer.pieces) {
-    forEachRun(tensors[static_cast<size_t>(p.tensor)], p, [&](int64_t local, int64_t flat, int64_t run) {
-      for (int64_t i = 0; i < run; ++i) data[local + i] = expectedValue(p.tensor, flat + i, version);
-    });
+    forEachRun(tensors[static_cast<size_t>(p.tensor)], p,
+               [&](int64_t local, int64_t flat, int64_t run) {
+                 for (int64_t i = 0; i < run; ++i)
+                   data[local + i] = expectedValue(p.tensor, flat + i, version);
+               });
   }
 }
 
-int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer, wsync_dtype_t dtype,
-                        const void* data, uint64_t version, std::string* first_error) {
+int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
+                        wsync_dtype_t dtype, const void* data, uint64_t version,
+                        std::string* first_error) {
   int64_t bad = 0;
   for (const PieceSpec& p : buffer.pieces) {
-    forEachRun(tensors[static_cast<size_t>(p.tensor)], p, [&](int64_t local, int64_t flat, int64_t run) {
-      for (int64_t i = 0; i < run; ++i) {
-        const float want = expectedValue(p.tensor, flat + i, version);
-        const float got = toFloat(dtype, data, local + i);
-        if (got != want) {
-          if (bad == 0 && first_error) {
-            *first_error = "buffer '" + buffer.name + "' tensor '" + tensors[static_cast<size_t>(p.tensor)].name +
-                           "' element " + std::to_string(flat + i) + ": got " + std::to_string(got) +
-                           ", want " + std::to_string(want) + " (version " + std::to_string(version) + ")";
-          }
-          ++bad;
-        }
-      }
-    });
+    forEachRun(tensors[static_cast<size_t>(p.tensor)], p,
+               [&](int64_t local, int64_t flat, int64_t run) {
+                 for (int64_t i = 0; i < run; ++i) {
+                   const float want = expectedValue(p.tensor, flat + i, version);
+                   const float got = toFloat(dtype, data, local + i);
+                   if (got != want) {
+                     if (bad == 0 && first_error) {
+                       *first_error = "buffer '" + buffer.name + "' tensor '" +
+                                      tensors[static_cast<size_t>(p.tensor)].name + "' element " +
+                                      std::to_string(flat + i) + ": got " + std::to_string(got) +
+                                      ", want " + std::to_string(want) + " (version " +
+                                      std::to_string(version) + ")";
+                     }
+                     ++bad;
+                   }
+                 }
+               });
   }
   return bad;
 }
@@ -253,9 +273,9 @@ wsync_status_t registerBuffers(wsync_context_t ctx, const std::vector<TensorSpec
       pieces.push_back(c);
     }
     int index = -1;
-    const wsync_status_t s =
-        wsync_register_buffer(ctx, buffer.name.c_str(), dtype, WSYNC_MEMORY_HOST, data.empty() ? nullptr : data[b],
-                              buffer.num_elements, static_cast<int>(pieces.size()), pieces.data(), &index);
+    const wsync_status_t s = wsync_register_buffer(
+        ctx, buffer.name.c_str(), dtype, WSYNC_MEMORY_HOST, data.empty() ? nullptr : data[b],
+        buffer.num_elements, static_cast<int>(pieces.size()), pieces.data(), &index);
     if (s != WSYNC_SUCCESS) return s;
     indices->push_back(index);
   }
@@ -282,7 +302,8 @@ void mpmdAppRank(int* index, int* count) {
     }
     if (*appnum >= 0 && static_cast<size_t>(*appnum) < size.size()) {
       int first = 0;
-      for (int a = 0; a < *appnum; ++a) first += size[static_cast<size_t>(a)];
+      for (int a = 0; a < *appnum; ++a)
+        first += size[static_cast<size_t>(a)];
       *index = world_rank - first;
       *count = size[static_cast<size_t>(*appnum)];
       return;
@@ -295,13 +316,19 @@ void mpmdAppRank(int* index, int* count) {
   MPI_Comm_free(&app);
 }
 
-size_t dtypeBytes(wsync_dtype_t dtype) { return dtype == WSYNC_DTYPE_FLOAT32 ? 4 : 2; }
+size_t dtypeBytes(wsync_dtype_t dtype) {
+  return dtype == WSYNC_DTYPE_FLOAT32 ? 4 : 2;
+}
 
 bool parseDtype(const std::string& name, wsync_dtype_t* out) {
-  if (name == "float32") *out = WSYNC_DTYPE_FLOAT32;
-  else if (name == "bfloat16") *out = WSYNC_DTYPE_BFLOAT16;
-  else if (name == "float16") *out = WSYNC_DTYPE_FLOAT16;
-  else return false;
+  if (name == "float32")
+    *out = WSYNC_DTYPE_FLOAT32;
+  else if (name == "bfloat16")
+    *out = WSYNC_DTYPE_BFLOAT16;
+  else if (name == "float16")
+    *out = WSYNC_DTYPE_FLOAT16;
+  else
+    return false;
   return true;
 }
 

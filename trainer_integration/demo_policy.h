@@ -53,7 +53,8 @@ PolicyShape policyShapeForBytes(int64_t bytes);
 int64_t totalElements(const std::vector<TensorSpec>& tensors);
 
 // FSDP-like: each tensor split along dim 0 over the trainers (torch.chunk rule), one buffer each.
-std::vector<BufferSpec> trainerLayout(const std::vector<TensorSpec>& tensors, int num_trainers, int trainer);
+std::vector<BufferSpec> trainerLayout(const std::vector<TensorSpec>& tensors, int num_trainers,
+                                      int trainer);
 // TP-like within a replica of `tp` ranks.
 std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, RolloutLayout layout,
                                       int tp, int tp_rank);
@@ -62,18 +63,21 @@ std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, Ro
 // `version`: k/64 with |k| <= 128, exact in float32, bfloat16 and float16.
 inline float expectedValue(int tensor, int64_t flat, uint64_t version) {
   const int64_t k = static_cast<int64_t>((static_cast<uint64_t>(tensor) * 131u +
-                                          static_cast<uint64_t>(flat) * 7u + version * 13u) % 257u) - 128;
+                                          static_cast<uint64_t>(flat) * 7u + version * 13u) %
+                                         257u) -
+                    128;
   return static_cast<float>(k) / 64.0f;
 }
 
 // Writes expectedValue(version) into every element of every piece of `buffer` (float32 data).
-void fillTrainerBuffer(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer, uint64_t version,
-                       float* data);
+void fillTrainerBuffer(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
+                       uint64_t version, float* data);
 
 // Counts the elements of `buffer` (dtype float32, bfloat16 or float16 at `data`) that differ from
 // expectedValue(version); describes the first one in `first_error`.
-int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer, wsync_dtype_t dtype,
-                        const void* data, uint64_t version, std::string* first_error);
+int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
+                        wsync_dtype_t dtype, const void* data, uint64_t version,
+                        std::string* first_error);
 
 // Registers every buffer with wsync_register_buffer. `data[i]` is the trainer's memory for buffer
 // i (NULL for rollouts). Writes the buffer indices into `indices`.

@@ -21,7 +21,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int fail(wsync_context_t ctx, const char* what, wsync_status_t s) {
-  std::fprintf(stderr, "[trainer] %s failed: %s: %s\n", what, wsync_status_string(s), wsync_last_error(ctx));
+  std::fprintf(stderr, "[trainer] %s failed: %s: %s\n", what, wsync_status_string(s),
+               wsync_last_error(ctx));
   return 1;
 }
 
@@ -36,18 +37,19 @@ double memcpyGbps(size_t bytes) {
 }
 
 int run(int argc, char** argv) {
-  cxxopts::Options options("wsync-trainer-demo", "Publishes a demo policy every step through wsync");
-  options.add_options()
-      ("versions", "versions to publish", cxxopts::value<int>()->default_value("20"))
-      ("layers", "transformer layers of the demo policy", cxxopts::value<int>()->default_value("4"))
-      ("hidden", "hidden size", cxxopts::value<int64_t>()->default_value("512"))
-      ("ffn", "MLP intermediate size", cxxopts::value<int64_t>()->default_value("1536"))
-      ("vocab", "vocabulary size", cxxopts::value<int64_t>()->default_value("8192"))
-      ("snapshot", "publish copies the parameters and returns; the next step overlaps the transfer")
-      ("step-ms", "simulated compute time of a training step", cxxopts::value<int>()->default_value("0"))
-      ("timeout-ms", "wsync timeout", cxxopts::value<int>()->default_value("60000"))
-      ("quiet", "print only the summary")
-      ("h,help", "this help");
+  cxxopts::Options options("wsync-trainer-demo",
+                           "Publishes a demo policy every step through wsync");
+  options.add_options()("versions", "versions to publish",
+                        cxxopts::value<int>()->default_value("20"))(
+      "layers", "transformer layers of the demo policy", cxxopts::value<int>()->default_value("4"))(
+      "hidden", "hidden size", cxxopts::value<int64_t>()->default_value("512"))(
+      "ffn", "MLP intermediate size", cxxopts::value<int64_t>()->default_value("1536"))(
+      "vocab", "vocabulary size", cxxopts::value<int64_t>()->default_value("8192"))(
+      "snapshot", "publish copies the parameters and returns; the next step overlaps the transfer")(
+      "step-ms", "simulated compute time of a training step",
+      cxxopts::value<int>()->default_value("0"))("timeout-ms", "wsync timeout",
+                                                 cxxopts::value<int>()->default_value("60000"))(
+      "quiet", "print only the summary")("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -90,18 +92,24 @@ int run(int argc, char** argv) {
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
   wsync_plan_info_t plan{};
   wsync_plan_info(ctx, &plan);
-  const double memcpy_gbps = rank == 0 ? memcpyGbps(std::min<uint64_t>(plan.bytes_per_version, 1ull << 30)) : 0;
+  const double memcpy_gbps =
+      rank == 0 ? memcpyGbps(std::min<uint64_t>(plan.bytes_per_version, 1ull << 30)) : 0;
   if (rank == 0 && !quiet) {
-    std::printf("[trainer] %d trainers -> %d rollout ranks in %d replicas; %zu tensors; %llu bytes per version; "
-                "this rank: %lld broadcast groups, %lld writes; memcpy %.2f GB/s\n",
-                num_trainers, num_rollouts, plan.num_replicas, tensors.size(),
-                static_cast<unsigned long long>(plan.bytes_per_version), static_cast<long long>(plan.broadcast_groups),
-                static_cast<long long>(plan.write_ops), memcpy_gbps);
+    std::printf(
+        "[trainer] %d trainers -> %d rollout ranks in %d replicas; %zu tensors; %llu bytes per "
+        "version; "
+        "this rank: %lld broadcast groups, %lld writes; memcpy %.2f GB/s\n",
+        num_trainers, num_rollouts, plan.num_replicas, tensors.size(),
+        static_cast<unsigned long long>(plan.bytes_per_version),
+        static_cast<long long>(plan.broadcast_groups), static_cast<long long>(plan.write_ops),
+        memcpy_gbps);
   }
 
   auto train_step = [&](uint64_t v) {
-    for (size_t b = 0; b < layout.size(); ++b) wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
-    if (args["step-ms"].as<int>() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args["step-ms"].as<int>()));
+    for (size_t b = 0; b < layout.size(); ++b)
+      wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
+    if (args["step-ms"].as<int>() > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(args["step-ms"].as<int>()));
   };
   double total_s = 0;
   for (int v = 1; v <= versions; ++v) {
@@ -118,9 +126,11 @@ int run(int argc, char** argv) {
     total_s += sync_s;
     if (rank == 0 && !quiet) {
       const double gbps = static_cast<double>(plan.bytes_per_version) / sync_s / 1e9;
-      std::printf("[trainer] version %d: %llu bytes in %.4f s, %.2f GB/s, %.2f x memcpy; publish returned after %.6f s\n",
-                  v, static_cast<unsigned long long>(plan.bytes_per_version), sync_s, gbps, gbps / memcpy_gbps,
-                  publish_s);
+      std::printf(
+          "[trainer] version %d: %llu bytes in %.4f s, %.2f GB/s, %.2f x memcpy; publish returned "
+          "after %.6f s\n",
+          v, static_cast<unsigned long long>(plan.bytes_per_version), sync_s, gbps,
+          gbps / memcpy_gbps, publish_s);
     }
   }
   if (rank == 0) {

@@ -37,14 +37,11 @@
  * @code
  *   cfg.role = WSYNC_ROLE_ROLLOUT; cfg.replica = my_engine_index;
  *   wsync_context_create(&cfg, &ctx);
- *   wsync_register_buffer(ctx, "qkv", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST, NULL, n, 3, qkv, &qkv_index);
- *   wsync_commit(ctx);
- *   while (serving) {                               // at the start of each decode step
- *     wsync_lease_t lease;
- *     if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) == WSYNC_SUCCESS) {
- *       void* qkv_ptr; wsync_lease_buffer(lease, qkv_index, &qkv_ptr);
- *       forward(qkv_ptr, ...);
- *       wsync_lease_release(lease);
+ *   wsync_register_buffer(ctx, "qkv", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST, NULL, n, 3, qkv,
+ * &qkv_index); wsync_commit(ctx); while (serving) {                               // at the start
+ * of each decode step wsync_lease_t lease; if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) ==
+ * WSYNC_SUCCESS) { void* qkv_ptr; wsync_lease_buffer(lease, qkv_index, &qkv_ptr); forward(qkv_ptr,
+ * ...); wsync_lease_release(lease);
  *     }
  *   }
  * @endcode
@@ -69,6 +66,8 @@ extern "C" {
 typedef struct wsync_context_s* wsync_context_t; /**< a trainer's or a rollout rank's context */
 typedef struct wsync_request_s* wsync_request_t; /**< an asynchronous publish */
 typedef struct wsync_lease_s* wsync_lease_t;     /**< a reader's hold on one ready version */
+/** A CUDA stream (the same type as cudaStream_t); NULL is the legacy default stream. */
+typedef struct CUstream_st* wsync_cuda_stream_t;
 
 typedef enum { WSYNC_ROLE_TRAINER = 0, WSYNC_ROLE_ROLLOUT = 1 } wsync_role_t;
 
@@ -91,25 +90,27 @@ typedef struct {
   uint32_t version; /**< WSYNC_API_VERSION */
   wsync_role_t role;
   wsync_bootstrap_t bootstrap;
-  int replica;     /**< rollouts: the replica (engine instance) index, >= 0 */
-  int num_slots;   /**< rollouts: version slots per rank, >= 2 (default 2) */
-  int timeout_ms;  /**< bound on every internal wait (default 60000); a wait past it -> TIMEOUT */
+  int replica;       /**< rollouts: the replica (engine instance) index, >= 0 */
+  int num_slots;     /**< rollouts: version slots per rank, >= 2 (default 2) */
+  int timeout_ms;    /**< bound on every internal wait (default 60000); a wait past it -> TIMEOUT */
   int max_staleness; /**< versions a replica may lag before publish waits for it; -1: unbounded */
-  int snapshot;    /**< trainers: 1 = publish copies the buffers into staging before returning, so
-                        the caller may modify them at once; 0 = buffers must stay unchanged until
-                        the request completes */
+  int snapshot;      /**< trainers: 1 = publish copies the buffers into staging before returning, so
+                          the caller may modify them at once; 0 = buffers must stay unchanged until
+                          the request completes */
   /* WSYNC_BOOTSTRAP_EXPLICIT only: */
   int rank;                        /**< index among the ranks of this role */
   int num_trainers;                /**< trainer ranks in the job */
   int num_rollouts;                /**< rollout ranks in the job */
   const char* coordinator_address; /**< "host:port" of the wsync-coordinator */
   const char* secret;              /**< shared secret (MPI bootstrap: generated when NULL) */
+  /* Device memory: */
+  int cuda_device; /**< CUDA device of WSYNC_MEMORY_DEVICE buffers (default -1: none) */
 } wsync_config_t;
 
-#define WSYNC_CONFIG_INITIALIZER                                                               \
-  {                                                                                            \
-    sizeof(wsync_config_t), WSYNC_CONFIG_MAGIC, WSYNC_API_VERSION, WSYNC_ROLE_TRAINER,         \
-        WSYNC_BOOTSTRAP_MPI, -1, 2, 60000, -1, 0, -1, 0, 0, NULL, NULL                         \
+#define WSYNC_CONFIG_INITIALIZER                                                       \
+  {                                                                                    \
+    sizeof(wsync_config_t), WSYNC_CONFIG_MAGIC, WSYNC_API_VERSION, WSYNC_ROLE_TRAINER, \
+        WSYNC_BOOTSTRAP_MPI, -1, 2, 60000, -1, 0, -1, 0, 0, NULL, NULL                 \
   }
 
 /** One piece of a local buffer: elements [box_offset, box_offset + box_extent) of the global
@@ -154,8 +155,8 @@ const char* wsync_last_error(wsync_context_t ctx);
 typedef struct {
   uint64_t bytes_per_version; /**< bytes delivered to all rollout ranks per version (whole job) */
   int64_t broadcast_groups;   /**< broadcast groups this rank sends or receives */
-  int64_t write_ops;          /**< one-sided writes this rank sends (trainer) or receives (rollout) */
-  int num_replicas;           /**< rollout replicas in the job */
+  int64_t write_ops; /**< one-sided writes this rank sends (trainer) or receives (rollout) */
+  int num_replicas;  /**< rollout replicas in the job */
 } wsync_plan_info_t;
 
 /** @return SUCCESS; INVALID_USAGE before commit. */
@@ -170,10 +171,13 @@ wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_train
 /**@{*/
 /** Registers one local buffer made of `num_pieces` pieces.
  *  Trainers: `data` is the caller's buffer of `num_elements` elements of `dtype`; it must stay
- *  valid until the context is destroyed. Rollouts: `data` must be NULL (wsync allocates the slots).
+ *  valid until the context is destroyed. Rollouts: wsync allocates the slots; `data` is NULL, or
+ *  the engine's live parameter memory for wsync_copy_flip() (same memory kind and size).
+ *  Device memory (WSYNC_MEMORY_DEVICE) lives on config.cuda_device; all buffers of a rank share
+ *  one memory kind.
  *  @param [out] buffer_index  optional (may be NULL): the index for wsync_lease_buffer()
- *  @return SUCCESS; INVALID_ARGUMENT (a piece outside the buffer or the tensor, bad dtype, duplicate
- *          name; the message names the buffer and tensor); INVALID_USAGE (after commit);
+ *  @return SUCCESS; INVALID_ARGUMENT (a piece outside the buffer or the tensor, bad dtype,
+ * duplicate name; the message names the buffer and tensor); INVALID_USAGE (after commit);
  *          UNSUPPORTED (device memory in a build without CUDA). */
 wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsync_dtype_t dtype,
                                      wsync_memory_kind_t memory, void* data, int64_t num_elements,
@@ -196,6 +200,14 @@ wsync_status_t wsync_commit(wsync_context_t ctx);
  *  @return SUCCESS; INVALID_USAGE (not committed, rollout context, version not increasing);
  *          ABORTED; plus what the snapshot copy can return. */
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request);
+
+/** wsync_publish for device memory produced on `stream`: the version is what `stream` has
+ *  produced when this is called (no device-wide sync). In snapshot mode the parameters are copied
+ *  on the device into staging, work enqueued on `stream` afterwards waits for that copy, and this
+ *  returns without waiting for the device. Host memory: same as wsync_publish.
+ *  @return as wsync_publish. */
+wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
+                                       wsync_request_t* request);
 
 /** Non-blocking check. @return SUCCESS (done), IN_PROGRESS, or the publish's error. */
 wsync_status_t wsync_request_test(wsync_request_t request);
@@ -234,6 +246,15 @@ wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** 
 
 /** Releases and frees a lease. NULL is accepted. */
 wsync_status_t wsync_lease_release(wsync_lease_t lease);
+
+/** Copy flip, for engines whose CUDA graphs pin parameter addresses: copies `version`
+ *  (WSYNC_VERSION_NEWEST: the newest ready) into the live memory given as `data` at registration,
+ *  holding a lease while the copies read the slot. Device memory: the copies run on `stream` and
+ *  are complete when this returns (bounded by HBM bandwidth; no network wait).
+ *  @param [out] flipped  the version now in the live memory
+ *  @return SUCCESS; NOT_READY; INVALID_USAGE (trainer, or not committed); SYSTEM; TIMEOUT. */
+wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
+                               uint64_t* flipped);
 /**@}*/
 
 #ifdef __cplusplus

@@ -57,19 +57,28 @@ wsync_status_t guarded(wsync_context_t ctx, Body&& body) noexcept {
   }
 }
 
-wsync::Status invalid(const std::string& m) { return wsync::invalidArgument(m); }
+wsync::Status invalid(const std::string& m) {
+  return wsync::invalidArgument(m);
+}
 
 wsync::TrainerContext* asTrainer(wsync_context_t ctx) {
-  return ctx->ctx->role() == wsync::Role::kTrainer ? static_cast<wsync::TrainerContext*>(ctx->ctx.get()) : nullptr;
+  return ctx->ctx->role() == wsync::Role::kTrainer
+             ? static_cast<wsync::TrainerContext*>(ctx->ctx.get())
+             : nullptr;
 }
 wsync::RolloutContext* asRollout(wsync_context_t ctx) {
-  return ctx->ctx->role() == wsync::Role::kRollout ? static_cast<wsync::RolloutContext*>(ctx->ctx.get()) : nullptr;
+  return ctx->ctx->role() == wsync::Role::kRollout
+             ? static_cast<wsync::RolloutContext*>(ctx->ctx.get())
+             : nullptr;
 }
 
-wsync::Result<wsync::Dims> dimsFrom(const int64_t* values, int ndim, const char* what, const std::string& tensor) {
+wsync::Result<wsync::Dims> dimsFrom(const int64_t* values, int ndim, const char* what,
+                                    const std::string& tensor) {
   wsync::Dims d = wsync::Dims::zeros(ndim);
-  if (ndim > 0 && values == nullptr) return invalid("tensor '" + tensor + "': " + what + " is NULL");
-  for (int i = 0; i < ndim; ++i) d[i] = values[i];
+  if (ndim > 0 && values == nullptr)
+    return invalid("tensor '" + tensor + "': " + what + " is NULL");
+  for (int i = 0; i < ndim; ++i)
+    d[i] = values[i];
   return d;
 }
 
@@ -82,7 +91,9 @@ wsync::Result<wsync::Piece> pieceFrom(wsync::Context& ctx, const wsync_piece_t& 
   }
   WSYNC_ASSIGN_OR_RETURN(wsync::Dims shape, dimsFrom(p.global_shape, p.ndim, "global_shape", name));
   for (int i = 0; i < p.ndim; ++i) {
-    if (shape[i] <= 0) return invalid("tensor '" + name + "': global shape " + shape.toString() + " is not positive");
+    if (shape[i] <= 0)
+      return invalid("tensor '" + name + "': global shape " + shape.toString() +
+                     " is not positive");
   }
   wsync::Piece piece;
   piece.box.offset = wsync::Dims::zeros(p.ndim);
@@ -95,7 +106,8 @@ wsync::Result<wsync::Piece> pieceFrom(wsync::Context& ctx, const wsync_piece_t& 
   }
   piece.local_offset = p.local_offset;
   if (p.local_strides) {
-    WSYNC_ASSIGN_OR_RETURN(piece.local_strides, dimsFrom(p.local_strides, p.ndim, "local_strides", name));
+    WSYNC_ASSIGN_OR_RETURN(piece.local_strides,
+                           dimsFrom(p.local_strides, p.ndim, "local_strides", name));
   } else {
     piece.local_strides = wsync::rowMajorStrides(piece.box.extent);
   }
@@ -109,14 +121,17 @@ extern "C" {
 
 wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* out) {
   return guarded(nullptr, [&]() -> wsync_status_t {
-    if (config == nullptr || out == nullptr) return record(nullptr, invalid("config and ctx must not be NULL"));
+    if (config == nullptr || out == nullptr)
+      return record(nullptr, invalid("config and ctx must not be NULL"));
     if (config->magic != WSYNC_CONFIG_MAGIC) {
-      return record(nullptr, invalid("config.magic is wrong: initialize it with WSYNC_CONFIG_INITIALIZER"));
+      return record(nullptr,
+                    invalid("config.magic is wrong: initialize it with WSYNC_CONFIG_INITIALIZER"));
     }
     if (config->size < sizeof(wsync_config_t) || config->version != WSYNC_API_VERSION) {
-      return record(nullptr, invalid("config was built for API version " + std::to_string(config->version) +
-                                     " (size " + std::to_string(config->size) + "); this library is version " +
-                                     std::to_string(WSYNC_API_VERSION)));
+      return record(nullptr,
+                    invalid("config was built for API version " + std::to_string(config->version) +
+                            " (size " + std::to_string(config->size) +
+                            "); this library is version " + std::to_string(WSYNC_API_VERSION)));
     }
     if (config->role != WSYNC_ROLE_TRAINER && config->role != WSYNC_ROLE_ROLLOUT) {
       return record(nullptr, invalid("config.role is not a wsync_role_t"));
@@ -137,6 +152,7 @@ wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_
     o.num_rollouts = config->num_rollouts;
     if (config->coordinator_address) o.coordinator_address = config->coordinator_address;
     if (config->secret) o.secret = config->secret;
+    o.cuda_device = config->cuda_device;
     auto ctx = wsync::Context::create(o);
     if (!ctx.isOk()) return record(nullptr, ctx.status());
     auto* handle = new wsync_context_s;
@@ -148,7 +164,8 @@ wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_
 
 wsync_status_t wsync_context_destroy(wsync_context_t ctx) {
   if (ctx == nullptr) return WSYNC_SUCCESS;
-  const wsync_status_t s = guarded(nullptr, [&]() -> wsync_status_t { return record(nullptr, ctx->ctx->finalize()); });
+  const wsync_status_t s =
+      guarded(nullptr, [&]() -> wsync_status_t { return record(nullptr, ctx->ctx->finalize()); });
   try {
     delete ctx;
   } catch (...) {
@@ -192,7 +209,8 @@ wsync_status_t wsync_plan_info(wsync_context_t ctx, wsync_plan_info_t* info) {
   });
 }
 
-wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_trainers, int* num_rollouts) {
+wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_trainers,
+                                  int* num_rollouts) {
   if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   if (rank) *rank = ctx->ctx->rank();
   if (num_trainers) *num_trainers = ctx->ctx->numTrainers();
@@ -202,19 +220,23 @@ wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_train
 
 wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsync_dtype_t dtype,
                                      wsync_memory_kind_t memory, void* data, int64_t num_elements,
-                                     int num_pieces, const wsync_piece_t* pieces, int* buffer_index) {
+                                     int num_pieces, const wsync_piece_t* pieces,
+                                     int* buffer_index) {
   if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
     if (name == nullptr) return record(ctx, invalid("buffer name is NULL"));
     if (!wsync::validDType(static_cast<int>(dtype))) {
-      return record(ctx, invalid(std::string("buffer '") + name + "': dtype " + std::to_string(static_cast<int>(dtype)) +
-                                 " is not a wsync_dtype_t"));
+      return record(ctx,
+                    invalid(std::string("buffer '") + name + "': dtype " +
+                            std::to_string(static_cast<int>(dtype)) + " is not a wsync_dtype_t"));
     }
     if (memory != WSYNC_MEMORY_HOST && memory != WSYNC_MEMORY_DEVICE) {
-      return record(ctx, invalid(std::string("buffer '") + name + "': memory kind is not a wsync_memory_kind_t"));
+      return record(ctx, invalid(std::string("buffer '") + name +
+                                 "': memory kind is not a wsync_memory_kind_t"));
     }
     if (num_pieces < 0 || (num_pieces > 0 && pieces == nullptr)) {
-      return record(ctx, invalid(std::string("buffer '") + name + "': pieces is NULL or num_pieces negative"));
+      return record(ctx, invalid(std::string("buffer '") + name +
+                                 "': pieces is NULL or num_pieces negative"));
     }
     wsync::LocalBuffer buffer;
     buffer.name = name;
@@ -223,7 +245,8 @@ wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsyn
     buffer.num_elements = num_elements;
     for (int i = 0; i < num_pieces; ++i) {
       auto piece = pieceFrom(*ctx->ctx, pieces[i]);
-      if (!piece.isOk()) return record(ctx, piece.status().withContext(std::string("buffer '") + name + "'"));
+      if (!piece.isOk())
+        return record(ctx, piece.status().withContext(std::string("buffer '") + name + "'"));
       buffer.pieces.push_back(*piece);
     }
     auto index = ctx->ctx->registerBuffer(std::move(buffer), data);
@@ -239,11 +262,16 @@ wsync_status_t wsync_commit(wsync_context_t ctx) {
 }
 
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request) {
+  return wsync_publish_on_stream(ctx, version, nullptr, request);
+}
+
+wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
+                                       wsync_request_t* request) {
   if (ctx == nullptr || request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
     wsync::TrainerContext* trainer = asTrainer(ctx);
     if (trainer == nullptr) return record(ctx, wsync::invalidUsage("publish on a rollout context"));
-    auto r = trainer->publish(version);
+    auto r = trainer->publish(version, stream);
     if (!r.isOk()) return record(ctx, r.status());
     auto* handle = new wsync_request_s;
     handle->request = std::move(r).value();
@@ -261,7 +289,8 @@ wsync_status_t wsync_request_test(wsync_request_t request) {
 wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms) {
   if (request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(nullptr, [&] {
-    const auto timeout = timeout_ms < 0 ? request->default_timeout : std::chrono::milliseconds(timeout_ms);
+    const auto timeout =
+        timeout_ms < 0 ? request->default_timeout : std::chrono::milliseconds(timeout_ms);
     return request->request->wait(timeout).code();
   });
 }
@@ -275,8 +304,10 @@ wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version) {
   if (ctx == nullptr || version == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
     wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("newest_version on a trainer context"));
-    if (!rollout->committed()) return record(ctx, wsync::invalidUsage("newest_version before commit"));
+    if (rollout == nullptr)
+      return record(ctx, wsync::invalidUsage("newest_version on a trainer context"));
+    if (!rollout->committed())
+      return record(ctx, wsync::invalidUsage("newest_version before commit"));
     auto v = rollout->newestVersion();
     if (!v) return record(ctx, {WSYNC_ERR_NOT_READY, "no version is ready yet"});
     *version = *v;
@@ -284,12 +315,15 @@ wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version) {
   });
 }
 
-wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms, uint64_t* newest) {
+wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,
+                                  uint64_t* newest) {
   if (ctx == nullptr || newest == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
     wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("wait_version on a trainer context"));
-    const auto timeout = timeout_ms < 0 ? rollout->options().timeout : std::chrono::milliseconds(timeout_ms);
+    if (rollout == nullptr)
+      return record(ctx, wsync::invalidUsage("wait_version on a trainer context"));
+    const auto timeout =
+        timeout_ms < 0 ? rollout->options().timeout : std::chrono::milliseconds(timeout_ms);
     auto v = rollout->waitVersion(version, timeout);
     if (!v.isOk()) return record(ctx, v.status());
     *newest = *v;
@@ -324,6 +358,20 @@ wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** 
   if (p == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   *data = p;
   return WSYNC_SUCCESS;
+}
+
+wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
+                               uint64_t* flipped) {
+  if (ctx == nullptr || flipped == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    wsync::RolloutContext* rollout = asRollout(ctx);
+    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("copy_flip on a trainer context"));
+    if (!rollout->committed()) return record(ctx, wsync::invalidUsage("copy_flip before commit"));
+    auto v = rollout->copyFlip(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version, stream);
+    if (!v.isOk()) return record(ctx, v.status());
+    *flipped = *v;
+    return WSYNC_SUCCESS;
+  });
 }
 
 wsync_status_t wsync_lease_release(wsync_lease_t lease) {

@@ -3,8 +3,8 @@
 // one byte; fixed-width fields are little-endian.
 // Contract: ByteReader never reads past its buffer. Every read returns false on truncation or on a
 // value over the caller's bound, and the reader then stays failed (all later reads fail too), so a
-// decoder can read a whole record and check ok() once. Nothing here allocates more than the caller's
-// bound for a length read off the wire.
+// decoder can read a whole record and check ok() once. Nothing here allocates more than the
+// caller's bound for a length read off the wire.
 #pragma once
 
 #include <cstddef>
@@ -44,14 +44,16 @@ class ByteWriter {
 
  private:
   void appendLittleEndian(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) buf_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    for (int i = 0; i < n; ++i)
+      buf_.push_back(static_cast<uint8_t>(v >> (8 * i)));
   }
   std::vector<uint8_t> buf_;
 };
 
 class ByteReader {
  public:
-  ByteReader(const void* data, size_t size) : p_(static_cast<const uint8_t*>(data)), end_(p_ + size) {}
+  ByteReader(const void* data, size_t size)
+      : p_(static_cast<const uint8_t*>(data)), end_(p_ + size) {}
   explicit ByteReader(const std::vector<uint8_t>& v) : ByteReader(v.data(), v.size()) {}
 
   bool ok() const { return ok_; }
@@ -120,7 +122,8 @@ class ByteReader {
   bool readLittleEndian(uint64_t& v, int n) {
     if (!need(static_cast<size_t>(n))) return false;
     v = 0;
-    for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p_[i]) << (8 * i);
+    for (int i = 0; i < n; ++i)
+      v |= static_cast<uint64_t>(p_[i]) << (8 * i);
     p_ += n;
     return true;
   }

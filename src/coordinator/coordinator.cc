@@ -75,8 +75,8 @@ class Coordinator::Impl {
     handlers.on_close = [this](ConnectionId id, const Status& s) {
       push({Event::kClose, id, {}, s});
     };
-    WSYNC_ASSIGN_OR_RETURN(server_, FrameServer::start(opt_.bind_host, opt_.port, opt_.control,
-                                                       std::move(handlers)));
+    WSYNC_ASSIGN_OR_RETURN(
+        server_, FrameServer::start(opt_.bind_host, opt_.port, opt_.control, std::move(handlers)));
     phase_deadline_ = Clock::now() + opt_.timeout;
     thread_ = std::thread([this] { run(); });
     return Status::ok();
@@ -157,7 +157,8 @@ class Coordinator::Impl {
     log("job failed: " + status.toString());
     const auto payload = encode(ErrorMsg{status.code(), status.message()});
     for (const Participant& p : participants_) {
-      if (p.connected) (void)server_->send(p.conn, static_cast<uint16_t>(MessageType::kError), payload);
+      if (p.connected)
+        (void)server_->send(p.conn, static_cast<uint16_t>(MessageType::kError), payload);
     }
     for (ConnectionId c : pending_) {
       (void)server_->send(c, static_cast<uint16_t>(MessageType::kError), payload);
@@ -176,8 +177,12 @@ class Coordinator::Impl {
     server_->close(conn);
   }
 
-  Participant& trainer(int32_t r) { return participants_[static_cast<size_t>(trainer_index_[static_cast<size_t>(r)])]; }
-  Participant& rollout(int32_t r) { return participants_[static_cast<size_t>(rollout_index_[static_cast<size_t>(r)])]; }
+  Participant& trainer(int32_t r) {
+    return participants_[static_cast<size_t>(trainer_index_[static_cast<size_t>(r)])];
+  }
+  Participant& rollout(int32_t r) {
+    return participants_[static_cast<size_t>(rollout_index_[static_cast<size_t>(r)])];
+  }
   std::string nameOf(const Participant& p) const { return rankName(p.hello.role, p.role_rank); }
 
   // ---- events ------------------------------------------------------------------------------
@@ -216,12 +221,18 @@ class Coordinator::Impl {
 
   Status dispatch(Participant& p, MessageType type, const std::vector<uint8_t>& payload) {
     switch (type) {
-      case MessageType::kRegister: return onRegister(p, payload);
-      case MessageType::kCommitDone: return onCommitDone(p);
-      case MessageType::kPublish: return onPublish(p, payload);
-      case MessageType::kPrepared: return onPrepared(p, payload);
-      case MessageType::kSent: return onSent(p, payload);
-      case MessageType::kReceived: return onReceived(p, payload);
+      case MessageType::kRegister:
+        return onRegister(p, payload);
+      case MessageType::kCommitDone:
+        return onCommitDone(p);
+      case MessageType::kPublish:
+        return onPublish(p, payload);
+      case MessageType::kPrepared:
+        return onPrepared(p, payload);
+      case MessageType::kSent:
+        return onSent(p, payload);
+      case MessageType::kReceived:
+        return onReceived(p, payload);
       case MessageType::kBye:
         p.said_bye = true;
         maybeAllGone();
@@ -267,9 +278,9 @@ class Coordinator::Impl {
     }
     if (s.isOk()) {
       for (const Participant& q : participants_) {
-        const bool same = opt_.mpi_world_size > 0
-                              ? q.hello.world_rank == hello.world_rank
-                              : (q.hello.role == hello.role && q.hello.role_rank == hello.role_rank);
+        const bool same = opt_.mpi_world_size > 0 ? q.hello.world_rank == hello.world_rank
+                                                  : (q.hello.role == hello.role &&
+                                                     q.hello.role_rank == hello.role_rank);
         if (same) {
           s = invalidArgument("a rank with the same identity already joined (" + nameOf(q) + ")");
         }
@@ -277,14 +288,17 @@ class Coordinator::Impl {
     }
     if (s.isOk()) {
       if (opt_.mpi_world_size > 0) {
-        if (hello.world_rank < opt_.first_participant_world_rank || hello.world_rank >= opt_.mpi_world_size) {
-          s = invalidArgument("world rank " + std::to_string(hello.world_rank) + " is not in the job");
+        if (hello.world_rank < opt_.first_participant_world_rank ||
+            hello.world_rank >= opt_.mpi_world_size) {
+          s = invalidArgument("world rank " + std::to_string(hello.world_rank) +
+                              " is not in the job");
         }
       } else {
         const int count = hello.role == Role::kTrainer ? opt_.num_trainers : opt_.num_rollouts;
         if (hello.role_rank < 0 || hello.role_rank >= count) {
-          s = invalidArgument(rankName(hello.role, hello.role_rank) + " is out of range: the job has " +
-                              std::to_string(count) + " " + roleName(hello.role) + " ranks");
+          s = invalidArgument(rankName(hello.role, hello.role_rank) +
+                              " is out of range: the job has " + std::to_string(count) + " " +
+                              roleName(hello.role) + " ranks");
         }
       }
     }
@@ -305,7 +319,8 @@ class Coordinator::Impl {
 
   void admitAll() {
     std::vector<size_t> order(participants_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
     if (opt_.mpi_world_size > 0) {
       std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
         return participants_[a].hello.world_rank < participants_[b].hello.world_rank;
@@ -330,16 +345,20 @@ class Coordinator::Impl {
     welcome.num_trainers = static_cast<int32_t>(trainer_index_.size());
     welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
     if (opt_.mpi_world_size > 0) {
-      for (int32_t i : trainer_index_) welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
-      for (int32_t i : rollout_index_) welcome.rollout_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
+      for (int32_t i : trainer_index_)
+        welcome.trainer_world_ranks.push_back(
+            participants_[static_cast<size_t>(i)].hello.world_rank);
+      for (int32_t i : rollout_index_)
+        welcome.rollout_world_ranks.push_back(
+            participants_[static_cast<size_t>(i)].hello.world_rank);
     }
     for (Participant& p : participants_) {
       welcome.role_rank = p.role_rank;
       sendTo(p, MessageType::kWelcome, encode(welcome));
     }
     log("all " + std::to_string(participants_.size()) + " ranks joined (" +
-        std::to_string(welcome.num_trainers) + " trainers, " + std::to_string(welcome.num_rollouts) +
-        " rollouts)");
+        std::to_string(welcome.num_trainers) + " trainers, " +
+        std::to_string(welcome.num_rollouts) + " rollouts)");
     phase_ = Phase::kRegistering;
   }
 
@@ -350,7 +369,8 @@ class Coordinator::Impl {
     }
     WSYNC_RETURN_IF_ERROR(decode(payload, p.reg));
     p.registered = true;
-    if (std::all_of(participants_.begin(), participants_.end(), [](const Participant& q) { return q.registered; })) {
+    if (std::all_of(participants_.begin(), participants_.end(),
+                    [](const Participant& q) { return q.registered; })) {
       return planAll();
     }
     return Status::ok();
@@ -360,14 +380,17 @@ class Coordinator::Impl {
     std::vector<Registration> trainers(trainer_index_.size());
     std::vector<Registration> rollouts(rollout_index_.size());
     for (Participant& p : participants_) {
-      WSYNC_ASSIGN_OR_RETURN(Registration reg, decodeRegistration(p.reg.registration.data(), p.reg.registration.size()));
+      WSYNC_ASSIGN_OR_RETURN(Registration reg, decodeRegistration(p.reg.registration.data(),
+                                                                  p.reg.registration.size()));
       if (reg.role != p.hello.role || reg.rank != p.role_rank) {
         return protocolError(nameOf(p) + " registered as " + rankName(reg.role, reg.rank));
       }
       if (reg.role == Role::kRollout) {
         reg.replica = p.hello.replica;
         if (p.reg.slot_descriptors.size() < 2) {
-          return invalidArgument(nameOf(p) + " exposes " + std::to_string(p.reg.slot_descriptors.size()) + " slots; at least 2 are needed");
+          return invalidArgument(nameOf(p) + " exposes " +
+                                 std::to_string(p.reg.slot_descriptors.size()) +
+                                 " slots; at least 2 are needed");
         }
         if (p.reg.buffer_byte_offsets.size() != reg.buffers.size()) {
           return protocolError(nameOf(p) + " sent buffer offsets that do not match its buffers");
@@ -378,7 +401,9 @@ class Coordinator::Impl {
       }
     }
     PlannerOptions planner_options;
-    planner_options.allow_broadcast = opt_.mpi_world_size > 0;
+    // Broadcast groups need every member in the MPI job (host memory) or on its own GPU (NCCL
+    // refuses two ranks on one GPU); otherwise everything goes by one-sided writes.
+    planner_options.allow_broadcast = opt_.mpi_world_size > 0 && broadcastCapable();
     const auto t0 = Clock::now();
     Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
     if (!plan.isOk()) {
@@ -397,9 +422,19 @@ class Coordinator::Impl {
     return Status::ok();
   }
 
+  // Host-memory ranks broadcast over MPI; device-memory ranks over NCCL, which needs distinct GPUs.
+  // (NCCL broadcast groups are not wired into the runtime yet: device jobs use writes.)
+  bool broadcastCapable() const {
+    for (const Participant& p : participants_) {
+      if (!p.reg.device_id.empty()) return false;
+    }
+    return true;
+  }
+
   Status setupReplicas(const std::vector<Registration>& rollouts) {
     std::map<int32_t, std::vector<int32_t>> members;
-    for (const Registration& r : rollouts) members[r.replica].push_back(r.rank);
+    for (const Registration& r : rollouts)
+      members[r.replica].push_back(r.rank);
     int32_t max_replica = members.rbegin()->first;
     replicas_.assign(static_cast<size_t>(max_replica) + 1, {});
     replica_of_rollout_.assign(rollouts.size(), -1);
@@ -411,8 +446,9 @@ class Coordinator::Impl {
         replica_of_rollout_[static_cast<size_t>(r)] = id;
         const auto n = static_cast<int32_t>(rollout(r).reg.slot_descriptors.size());
         if (n != rs.num_slots) {
-          return invalidArgument("replica " + std::to_string(id) + ": rollout " + std::to_string(ranks[0]) + " has " +
-                                 std::to_string(rs.num_slots) + " slots but rollout " + std::to_string(r) + " has " +
+          return invalidArgument("replica " + std::to_string(id) + ": rollout " +
+                                 std::to_string(ranks[0]) + " has " + std::to_string(rs.num_slots) +
+                                 " slots but rollout " + std::to_string(r) + " has " +
                                  std::to_string(n));
         }
       }
@@ -429,7 +465,8 @@ class Coordinator::Impl {
     for (size_t g = 0; g < plan.groups.size(); ++g) {
       const BroadcastGroup& group = plan.groups[g];
       std::vector<int32_t> m{trainer(group.src.rank).hello.world_rank};
-      for (const BufferSpan& d : group.dst) m.push_back(rollout(d.rank).hello.world_rank);
+      for (const BufferSpan& d : group.dst)
+        m.push_back(rollout(d.rank).hello.world_rank);
       std::sort(m.begin(), m.end());
       auto [it, inserted] = comm_ids.emplace(m, static_cast<int32_t>(comm_members.size()));
       if (inserted) comm_members.push_back(m);
@@ -442,7 +479,9 @@ class Coordinator::Impl {
       if (role == Role::kTrainer) {
         for (int32_t peer : view.peers) {
           const Participant& q = rollout(peer);
-          msg.peers.push_back({peer, q.reg.transport_address, q.reg.slot_descriptors, q.reg.buffer_byte_offsets});
+          msg.peers.push_back(
+              {peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
+                                q.reg.buffer_byte_offsets});
         }
       }
       // This rank's groups, in plan order, and the communicators they use.
@@ -452,7 +491,8 @@ class Coordinator::Impl {
         const BroadcastGroup& group = plan.groups[g];
         const bool member = role == Role::kTrainer
                                 ? group.src.rank == rank
-                                : std::any_of(group.dst.begin(), group.dst.end(), [&](const BufferSpan& d) { return d.rank == rank; });
+                                : std::any_of(group.dst.begin(), group.dst.end(),
+                                              [&](const BufferSpan& d) { return d.rank == rank; });
         if (member) global_of_group.push_back(group_comm[g]);
       }
       std::vector<int32_t> ids = global_of_group;
@@ -462,7 +502,8 @@ class Coordinator::Impl {
         local_comm[id] = static_cast<int32_t>(msg.comms.size());
         msg.comms.push_back({id, comm_members[static_cast<size_t>(id)]});
       }
-      for (int32_t id : global_of_group) msg.group_comm.push_back(local_comm[id]);
+      for (int32_t id : global_of_group)
+        msg.group_comm.push_back(local_comm[id]);
       msg.replica_of_rollout = replica_of_rollout_;
       return encode(msg);
     };
@@ -477,8 +518,10 @@ class Coordinator::Impl {
   Status onCommitDone(Participant& p) {
     if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
     p.committed = true;
-    if (std::all_of(participants_.begin(), participants_.end(), [](const Participant& q) { return q.committed; })) {
-      for (const Participant& q : participants_) sendTo(q, MessageType::kCommitOk, {});
+    if (std::all_of(participants_.begin(), participants_.end(),
+                    [](const Participant& q) { return q.committed; })) {
+      for (const Participant& q : participants_)
+        sendTo(q, MessageType::kCommitOk, {});
       phase_ = Phase::kRunning;
       log("commit complete");
     }
@@ -516,7 +559,9 @@ class Coordinator::Impl {
       int32_t best = -1;
       for (int32_t s = 0; s < rs.num_slots; ++s) {
         if (s == rs.ready_slot) continue;
-        if (best < 0 || rs.slot_version[static_cast<size_t>(s)] < rs.slot_version[static_cast<size_t>(best)]) best = s;
+        if (best < 0 ||
+            rs.slot_version[static_cast<size_t>(s)] < rs.slot_version[static_cast<size_t>(best)])
+          best = s;
       }
       rs.target_slot = best;
       rs.prepared = 0;
@@ -524,7 +569,8 @@ class Coordinator::Impl {
       rs.received = 0;
       rs.ready_sent = false;
       const auto payload = encode(SlotMsg{v, best});
-      for (int32_t r : rs.ranks) sendTo(rollout(r), MessageType::kPrepare, payload);
+      for (int32_t r : rs.ranks)
+        sendTo(rollout(r), MessageType::kPrepare, payload);
     }
   }
 
@@ -532,10 +578,12 @@ class Coordinator::Impl {
     SlotMsg m;
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
     if (m.version != in_flight_) return Status::ok();  // a skipped replica catching up late
-    ReplicaState& rs = replicas_[static_cast<size_t>(replica_of_rollout_[static_cast<size_t>(p.role_rank)])];
+    ReplicaState& rs =
+        replicas_[static_cast<size_t>(replica_of_rollout_[static_cast<size_t>(p.role_rank)])];
     if (m.slot != rs.target_slot) {
-      return protocolError("prepared slot " + std::to_string(m.slot) + " for version " + std::to_string(m.version) +
-                           " but slot " + std::to_string(rs.target_slot) + " was asked");
+      return protocolError("prepared slot " + std::to_string(m.slot) + " for version " +
+                           std::to_string(m.version) + " but slot " +
+                           std::to_string(rs.target_slot) + " was asked");
     }
     ++rs.prepared;
     if (!go_sent_) maybeGo(false);
@@ -553,9 +601,10 @@ class Coordinator::Impl {
         slots[id] = rs.target_slot;
         continue;
       }
-      const bool can_skip = grace_over && rs.ready_version > 0 &&
-                            (opt_.max_staleness < 0 ||
-                             in_flight_ - rs.ready_version <= static_cast<uint64_t>(opt_.max_staleness));
+      const bool can_skip =
+          grace_over && rs.ready_version > 0 &&
+          (opt_.max_staleness < 0 ||
+           in_flight_ - rs.ready_version <= static_cast<uint64_t>(opt_.max_staleness));
       if (!can_skip) return;  // wait for it
     }
     for (size_t id = 0; id < replicas_.size(); ++id) {
@@ -568,14 +617,16 @@ class Coordinator::Impl {
     }
     go_sent_ = true;
     const auto payload = encode(GoMsg{in_flight_, slots});
-    for (const Participant& q : participants_) sendTo(q, MessageType::kGo, payload);
+    for (const Participant& q : participants_)
+      sendTo(q, MessageType::kGo, payload);
   }
 
   Status onSent(Participant& p, const std::vector<uint8_t>& payload) {
     VersionMsg m;
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
     if (m.version != in_flight_ || !go_sent_) {
-      return protocolError(nameOf(p) + " reported version " + std::to_string(m.version) + " sent out of order");
+      return protocolError(nameOf(p) + " reported version " + std::to_string(m.version) +
+                           " sent out of order");
     }
     ++sent_;
     checkReplicasReady();
@@ -586,9 +637,11 @@ class Coordinator::Impl {
     VersionMsg m;
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
     if (m.version != in_flight_ || !go_sent_) {
-      return protocolError(nameOf(p) + " reported version " + std::to_string(m.version) + " received out of order");
+      return protocolError(nameOf(p) + " reported version " + std::to_string(m.version) +
+                           " received out of order");
     }
-    ++replicas_[static_cast<size_t>(replica_of_rollout_[static_cast<size_t>(p.role_rank)])].received;
+    ++replicas_[static_cast<size_t>(replica_of_rollout_[static_cast<size_t>(p.role_rank)])]
+          .received;
     checkReplicasReady();
     return Status::ok();
   }
@@ -608,7 +661,8 @@ class Coordinator::Impl {
       rs.ready_slot = rs.target_slot;
       rs.slot_version[static_cast<size_t>(rs.target_slot)] = in_flight_;
       const auto payload = encode(SlotMsg{in_flight_, rs.target_slot});
-      for (int32_t r : rs.ranks) sendTo(rollout(r), MessageType::kReady, payload);
+      for (int32_t r : rs.ranks)
+        sendTo(rollout(r), MessageType::kReady, payload);
     }
     if (!all) return;
     const auto payload = encode(VersionMsg{in_flight_});
@@ -625,14 +679,16 @@ class Coordinator::Impl {
     if (phase_ < Phase::kRunning && now >= phase_deadline_) {
       std::string missing;
       if (phase_ == Phase::kJoining) {
-        missing = std::to_string(participants_.size()) + " of " + std::to_string(expectedParticipants()) +
-                  " ranks joined";
+        missing = std::to_string(participants_.size()) + " of " +
+                  std::to_string(expectedParticipants()) + " ranks joined";
         if (opt_.mpi_world_size > 0) {
           std::vector<bool> seen(static_cast<size_t>(opt_.mpi_world_size), false);
-          for (const Participant& p : participants_) seen[static_cast<size_t>(p.hello.world_rank)] = true;
+          for (const Participant& p : participants_)
+            seen[static_cast<size_t>(p.hello.world_rank)] = true;
           std::string absent;
           for (int w = opt_.first_participant_world_rank; w < opt_.mpi_world_size; ++w) {
-            if (!seen[static_cast<size_t>(w)]) absent += (absent.empty() ? "" : ", ") + std::to_string(w);
+            if (!seen[static_cast<size_t>(w)])
+              absent += (absent.empty() ? "" : ", ") + std::to_string(w);
           }
           missing += "; never arrived: MPI world rank(s) " + absent;
         } else {
@@ -640,9 +696,10 @@ class Coordinator::Impl {
           for (Role role : {Role::kTrainer, Role::kRollout}) {
             const int count = role == Role::kTrainer ? opt_.num_trainers : opt_.num_rollouts;
             for (int r = 0; r < count; ++r) {
-              const bool seen = std::any_of(participants_.begin(), participants_.end(), [&](const Participant& p) {
-                return p.hello.role == role && p.hello.role_rank == r;
-              });
+              const bool seen = std::any_of(participants_.begin(), participants_.end(),
+                                            [&](const Participant& p) {
+                                              return p.hello.role == role && p.hello.role_rank == r;
+                                            });
               if (!seen) absent += (absent.empty() ? "" : ", ") + rankName(role, r);
             }
           }
@@ -653,11 +710,13 @@ class Coordinator::Impl {
           const bool waiting = phase_ == Phase::kRegistering ? !p.registered : !p.committed;
           if (waiting) missing += (missing.empty() ? "" : ", ") + nameOf(p);
         }
-        missing = std::string("never ") + (phase_ == Phase::kRegistering ? "registered" : "finished commit") +
-                  ": " + missing;
+        missing = std::string("never ") +
+                  (phase_ == Phase::kRegistering ? "registered" : "finished commit") + ": " +
+                  missing;
       }
-      fail(timeoutError("waited " + std::to_string(opt_.timeout.count()) + " ms for every rank to " +
-                        (phase_ == Phase::kJoining ? "join" : "commit") + "; " + missing));
+      fail(timeoutError("waited " + std::to_string(opt_.timeout.count()) +
+                        " ms for every rank to " + (phase_ == Phase::kJoining ? "join" : "commit") +
+                        "; " + missing));
       return;
     }
     if (phase_ == Phase::kRunning && in_flight_ != 0) {
@@ -667,8 +726,9 @@ class Coordinator::Impl {
         for (size_t id = 0; id < replicas_.size(); ++id) {
           const ReplicaState& rs = replicas_[id];
           if (rs.ranks.empty() || rs.skipped || rs.ready_sent) continue;
-          late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id) +
-                  (go_sent_ ? "" : " (readers still hold slot " + std::to_string(rs.target_slot) + ")");
+          late +=
+              (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id) +
+              (go_sent_ ? "" : " (readers still hold slot " + std::to_string(rs.target_slot) + ")");
         }
         fail(timeoutError("version " + std::to_string(in_flight_) + " not delivered within " +
                           std::to_string(opt_.timeout.count()) + " ms; waiting on " + late +
@@ -696,7 +756,7 @@ class Coordinator::Impl {
   Clock::time_point phase_deadline_;
   std::vector<Participant> participants_;
   std::unordered_map<ConnectionId, size_t> by_conn_;
-  std::vector<ConnectionId> pending_;  // connected, no Hello yet
+  std::vector<ConnectionId> pending_;   // connected, no Hello yet
   std::vector<int32_t> trainer_index_;  // role rank -> participants_ index
   std::vector<int32_t> rollout_index_;
   std::vector<ReplicaState> replicas_;
@@ -717,8 +777,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions optio
 
 Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Coordinator::~Coordinator() = default;
-uint16_t Coordinator::port() const { return impl_->port(); }
-Status Coordinator::wait(std::chrono::milliseconds timeout) { return impl_->wait(timeout); }
-void Coordinator::stop() { impl_->stop(); }
+uint16_t Coordinator::port() const {
+  return impl_->port();
+}
+Status Coordinator::wait(std::chrono::milliseconds timeout) {
+  return impl_->wait(timeout);
+}
+void Coordinator::stop() {
+  impl_->stop();
+}
 
 }  // namespace wsync

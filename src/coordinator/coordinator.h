@@ -1,7 +1,8 @@
 // The coordinator: one per job. Admits ranks (authenticated control connections), gathers their
 // registrations, computes the plan once, hands each rank its part, then sequences versions:
 // picks the slot each replica writes into, says when every replica may start, and marks a version
-// ready on a replica only when all of its data landed (see coordinator/protocol.h for the messages).
+// ready on a replica only when all of its data landed (see coordinator/protocol.h for the
+// messages).
 //
 // Threading: start() spawns one event thread; every state change happens on it. The control
 // server's thread only enqueues events. wait() and stop() may be called from any thread.
@@ -34,7 +35,7 @@ struct CoordinatorOptions {
   // A replica that has not drained its target slot this long after a version starts is skipped
   // for that version, unless that would make it lag more than max_staleness versions.
   std::chrono::milliseconds skip_grace{200};
-  int max_staleness = -1;  // -1: unbounded
+  int max_staleness = -1;                       // -1: unbounded
   std::function<void(const std::string&)> log;  // progress lines; may be empty
 };
 

@@ -16,20 +16,21 @@ namespace {
 
 int run(int argc, char** argv) {
   cxxopts::Options options("wsync-coordinator", "The coordinator of a wsync job");
-  options.add_options()
-      ("mpi", "run as world rank 0 of an mpirun job")
-      ("trainers", "trainer ranks (standalone)", cxxopts::value<int>()->default_value("0"))
-      ("rollouts", "rollout ranks (standalone)", cxxopts::value<int>()->default_value("0"))
-      ("bind", "address to listen on (standalone)", cxxopts::value<std::string>()->default_value("127.0.0.1"))
-      ("port", "port to listen on (standalone; 0: any, printed)", cxxopts::value<int>()->default_value("0"))
-      ("secret", "shared secret (default: $WSYNC_SECRET)", cxxopts::value<std::string>()->default_value(""))
-      ("timeout-ms", "bound on joining, committing and each version", cxxopts::value<int>()->default_value("60000"))
-      ("max-staleness", "versions a replica may lag before publish waits (-1: unbounded)",
-       cxxopts::value<int>()->default_value("-1"))
-      ("skip-grace-ms", "wait this long for a busy replica before skipping it for a version",
-       cxxopts::value<int>()->default_value("200"))
-      ("quiet", "no progress lines")
-      ("h,help", "this help");
+  options.add_options()("mpi", "run as world rank 0 of an mpirun job")(
+      "trainers", "trainer ranks (standalone)", cxxopts::value<int>()->default_value("0"))(
+      "rollouts", "rollout ranks (standalone)", cxxopts::value<int>()->default_value("0"))(
+      "bind", "address to listen on (standalone)",
+      cxxopts::value<std::string>()->default_value("127.0.0.1"))(
+      "port", "port to listen on (standalone; 0: any, printed)",
+      cxxopts::value<int>()->default_value("0"))("secret", "shared secret (default: $WSYNC_SECRET)",
+                                                 cxxopts::value<std::string>()->default_value(""))(
+      "timeout-ms", "bound on joining, committing and each version",
+      cxxopts::value<int>()->default_value("60000"))(
+      "max-staleness", "versions a replica may lag before publish waits (-1: unbounded)",
+      cxxopts::value<int>()->default_value("-1"))(
+      "skip-grace-ms", "wait this long for a busy replica before skipping it for a version",
+      cxxopts::value<int>()->default_value("200"))("quiet", "no progress lines")("h,help",
+                                                                                 "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -40,10 +41,13 @@ int run(int argc, char** argv) {
   opt.max_staleness = args["max-staleness"].as<int>();
   opt.skip_grace = std::chrono::milliseconds(args["skip-grace-ms"].as<int>());
   opt.control.secret = args["secret"].as<std::string>();
-  if (opt.control.secret.empty() && std::getenv("WSYNC_SECRET")) opt.control.secret = std::getenv("WSYNC_SECRET");
-  if (!args.count("quiet")) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (opt.control.secret.empty() && std::getenv("WSYNC_SECRET"))
+    opt.control.secret = std::getenv("WSYNC_SECRET");
+  if (!args.count("quiet"))
+    opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 
-  wsync::Result<std::unique_ptr<wsync::Coordinator>> coordinator = wsync::internalError("not started");
+  wsync::Result<std::unique_ptr<wsync::Coordinator>> coordinator =
+      wsync::internalError("not started");
   if (args.count("mpi")) {
     opt.first_participant_world_rank = 1;
     coordinator = wsync::hostCoordinatorForMpiJob(std::move(opt));
@@ -61,7 +65,8 @@ int run(int argc, char** argv) {
       return 2;
     }
     coordinator = wsync::Coordinator::start(std::move(opt));
-    if (coordinator.isOk()) std::printf("wsync-coordinator listening on port %u\n", (*coordinator)->port());
+    if (coordinator.isOk())
+      std::printf("wsync-coordinator listening on port %u\n", (*coordinator)->port());
     std::fflush(stdout);
   }
   if (!coordinator.isOk()) {
@@ -72,7 +77,8 @@ int run(int argc, char** argv) {
   wsync::Status s;
   do {
     s = (*coordinator)->wait(std::chrono::hours(24));
-  } while (s.code() == WSYNC_ERR_TIMEOUT && s.message().find("did not finish") != std::string::npos);
+  } while (s.code() == WSYNC_ERR_TIMEOUT &&
+           s.message().find("did not finish") != std::string::npos);
   (*coordinator)->stop();
   if (!s.isOk()) {
     std::fprintf(stderr, "wsync-coordinator: job failed: %s\n", s.toString().c_str());
@@ -85,7 +91,8 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   bool mpi = false;
-  for (int i = 1; i < argc; ++i) mpi = mpi || std::string(argv[i]) == "--mpi";
+  for (int i = 1; i < argc; ++i)
+    mpi = mpi || std::string(argv[i]) == "--mpi";
   if (mpi) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

@@ -22,7 +22,8 @@ bool getBlob(ByteReader& r, std::vector<uint8_t>& b) {
 }
 void putInts(ByteWriter& w, const std::vector<int32_t>& v) {
   w.varu(v.size());
-  for (int32_t x : v) w.vari(x);
+  for (int32_t x : v)
+    w.vari(x);
 }
 bool getInts(ByteReader& r, std::vector<int32_t>& v, uint64_t max = kMaxRanks) {
   uint64_t n = 0;
@@ -43,7 +44,8 @@ bool getI32(ByteReader& r, int32_t& v) {
 }
 void putBlobs(ByteWriter& w, const std::vector<std::vector<uint8_t>>& v) {
   w.varu(v.size());
-  for (const auto& b : v) putBlob(w, b);
+  for (const auto& b : v)
+    putBlob(w, b);
 }
 bool getBlobs(ByteReader& r, std::vector<std::vector<uint8_t>>& v) {
   uint64_t n = 0;
@@ -56,7 +58,8 @@ bool getBlobs(ByteReader& r, std::vector<std::vector<uint8_t>>& v) {
 }
 void putU64s(ByteWriter& w, const std::vector<uint64_t>& v) {
   w.varu(v.size());
-  for (uint64_t x : v) w.varu(x);
+  for (uint64_t x : v)
+    w.varu(x);
 }
 bool getU64s(ByteReader& r, std::vector<uint64_t>& v) {
   uint64_t n = 0;
@@ -78,22 +81,38 @@ Status finish(ByteReader& r, const char* what) {
 
 const char* messageTypeName(MessageType t) {
   switch (t) {
-    case MessageType::kHello: return "Hello";
-    case MessageType::kWelcome: return "Welcome";
-    case MessageType::kRegister: return "Register";
-    case MessageType::kPlanAssignment: return "PlanAssignment";
-    case MessageType::kCommitDone: return "CommitDone";
-    case MessageType::kCommitOk: return "CommitOk";
-    case MessageType::kPublish: return "Publish";
-    case MessageType::kPrepare: return "Prepare";
-    case MessageType::kPrepared: return "Prepared";
-    case MessageType::kGo: return "Go";
-    case MessageType::kSent: return "Sent";
-    case MessageType::kReceived: return "Received";
-    case MessageType::kReady: return "Ready";
-    case MessageType::kDelivered: return "Delivered";
-    case MessageType::kError: return "Error";
-    case MessageType::kBye: return "Bye";
+    case MessageType::kHello:
+      return "Hello";
+    case MessageType::kWelcome:
+      return "Welcome";
+    case MessageType::kRegister:
+      return "Register";
+    case MessageType::kPlanAssignment:
+      return "PlanAssignment";
+    case MessageType::kCommitDone:
+      return "CommitDone";
+    case MessageType::kCommitOk:
+      return "CommitOk";
+    case MessageType::kPublish:
+      return "Publish";
+    case MessageType::kPrepare:
+      return "Prepare";
+    case MessageType::kPrepared:
+      return "Prepared";
+    case MessageType::kGo:
+      return "Go";
+    case MessageType::kSent:
+      return "Sent";
+    case MessageType::kReceived:
+      return "Received";
+    case MessageType::kReady:
+      return "Ready";
+    case MessageType::kDelivered:
+      return "Delivered";
+    case MessageType::kError:
+      return "Error";
+    case MessageType::kBye:
+      return "Bye";
   }
   return "Unknown";
 }
@@ -116,8 +135,8 @@ Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m) {
       getI32(r, m.replica) && r.str(m.host, kMaxStringBytes);
   WSYNC_RETURN_IF_ERROR(finish(r, "Hello"));
   if (version != kProtocolVersion) {
-    return protocolError("protocol version " + std::to_string(version) + " is not supported (this is " +
-                         std::to_string(kProtocolVersion) + ")");
+    return protocolError("protocol version " + std::to_string(version) +
+                         " is not supported (this is " + std::to_string(kProtocolVersion) + ")");
   }
   if (role > 1) return protocolError("Hello: unknown role " + std::to_string(role));
   m.protocol_version = static_cast<uint32_t>(version);
@@ -144,14 +163,17 @@ Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m) {
 std::vector<uint8_t> encode(const RegisterMsg& m) {
   ByteWriter w;
   putBlob(w, m.registration);
+  w.u8(m.transport);
   putBlob(w, m.transport_address);
+  w.str(m.device_id);
   putBlobs(w, m.slot_descriptors);
   putU64s(w, m.buffer_byte_offsets);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, RegisterMsg& m) {
   ByteReader r(bytes);
-  getBlob(r, m.registration) && getBlob(r, m.transport_address) &&
+  getBlob(r, m.registration) && r.u8(m.transport) && getBlob(r, m.transport_address) &&
+      r.str(m.device_id, kMaxStringBytes) &&
       getBlobs(r, m.slot_descriptors) && getU64s(r, m.buffer_byte_offsets);
   return finish(r, "Register");
 }
@@ -162,6 +184,7 @@ std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
   w.varu(m.peers.size());
   for (const PeerInfo& p : m.peers) {
     w.vari(p.rank);
+    w.u8(p.transport);
     putBlob(w, p.transport_address);
     putBlobs(w, p.slot_descriptors);
     putU64s(w, p.buffer_byte_offsets);
@@ -181,7 +204,7 @@ Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
   if (getBlob(r, m.rank_plan) && r.count(n, kMaxRanks)) {
     m.peers.resize(n);
     for (PeerInfo& p : m.peers) {
-      if (!(getI32(r, p.rank) && getBlob(r, p.transport_address) &&
+      if (!(getI32(r, p.rank) && r.u8(p.transport) && getBlob(r, p.transport_address) &&
             getBlobs(r, p.slot_descriptors) && getU64s(r, p.buffer_byte_offsets))) {
         break;
       }

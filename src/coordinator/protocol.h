@@ -1,6 +1,6 @@
 // The coordinator protocol: the messages ranks and the coordinator exchange over the control plane
-// (src/control frames: type = MessageType, payload = the encoded struct). Decoders are bounds-checked
-// and return WSYNC_ERR_PROTOCOL on malformed input.
+// (src/control frames: type = MessageType, payload = the encoded struct). Decoders are
+// bounds-checked and return WSYNC_ERR_PROTOCOL on malformed input.
 //
 // Life of a job:
 //   rank -> Hello                          coord -> Welcome (role rank, counts, world map)
@@ -66,8 +66,10 @@ struct WelcomeMsg {
 };
 
 struct RegisterMsg {
-  std::vector<uint8_t> registration;      // encodeRegistration()
-  std::vector<uint8_t> transport_address;  // WriteTransport::localAddress()
+  std::vector<uint8_t> registration;                   // encodeRegistration()
+  uint8_t transport = 0;                               // TransportKind of the slots (rollouts)
+  std::vector<uint8_t> transport_address;              // WriteTransport::localAddress()
+  std::string device_id;  // "host/GPU-uuid" of a device-memory rank; empty for host memory
   std::vector<std::vector<uint8_t>> slot_descriptors;  // rollouts: one per slot
   std::vector<uint64_t> buffer_byte_offsets;           // rollouts: each buffer's offset in a slot
 };
@@ -75,6 +77,7 @@ struct RegisterMsg {
 // What a rank needs to know about a peer of the other role.
 struct PeerInfo {
   int32_t rank = -1;
+  uint8_t transport = 0;  // TransportKind
   std::vector<uint8_t> transport_address;
   std::vector<std::vector<uint8_t>> slot_descriptors;
   std::vector<uint64_t> buffer_byte_offsets;
@@ -89,8 +92,8 @@ struct BroadcastComm {
 struct PlanAssignmentMsg {
   std::vector<uint8_t> rank_plan;  // encodeRankPlan()
   std::vector<PeerInfo> peers;
-  std::vector<BroadcastComm> comms;  // the ones this rank belongs to, increasing id
-  std::vector<int32_t> group_comm;   // per RankPlan group: index into `comms`
+  std::vector<BroadcastComm> comms;         // the ones this rank belongs to, increasing id
+  std::vector<int32_t> group_comm;          // per RankPlan group: index into `comms`
   std::vector<int32_t> replica_of_rollout;  // replica of every rollout rank
 };
 

@@ -11,19 +11,23 @@ Dims::Dims(std::initializer_list<int64_t> values) {
   std::copy(values.begin(), values.end(), v.begin());
 }
 
-Dims Dims::zeros(int r) { return filled(r, 0); }
+Dims Dims::zeros(int r) {
+  return filled(r, 0);
+}
 
 Dims Dims::filled(int r, int64_t value) {
   assert(r >= 0 && r <= kMaxRank);
   Dims d;
   d.rank = static_cast<uint8_t>(r);
-  for (int i = 0; i < r; ++i) d[i] = value;
+  for (int i = 0; i < r; ++i)
+    d[i] = value;
   return d;
 }
 
 int64_t Dims::product() const {
   int64_t p = 1;
-  for (int i = 0; i < rank; ++i) p *= v[static_cast<size_t>(i)];
+  for (int i = 0; i < rank; ++i)
+    p *= v[static_cast<size_t>(i)];
   return p;
 }
 
@@ -54,7 +58,9 @@ Dims rowMajorStrides(const Dims& shape) {
   return s;
 }
 
-Box Box::whole(const Dims& shape) { return {Dims::zeros(shape.rank), shape}; }
+Box Box::whole(const Dims& shape) {
+  return {Dims::zeros(shape.rank), shape};
+}
 
 bool Box::empty() const {
   for (int i = 0; i < extent.rank; ++i) {

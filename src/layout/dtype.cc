@@ -27,7 +27,9 @@ constexpr std::array<DTypeInfo, kNumDTypes> kInfo = {{
     {DType::kBool, 1, "bool", false},
 }};
 
-const DTypeInfo& info(DType t) { return kInfo[static_cast<size_t>(t)]; }
+const DTypeInfo& info(DType t) {
+  return kInfo[static_cast<size_t>(t)];
+}
 
 struct Alias {
   const char* name;
@@ -52,10 +54,18 @@ constexpr std::array<Alias, 14> kAliases = {{
 
 }  // namespace
 
-size_t dtypeSize(DType t) { return info(t).size; }
-const char* dtypeName(DType t) { return info(t).name; }
-bool isFloatingPoint(DType t) { return info(t).floating; }
-bool validDType(int value) { return value >= 0 && value < kNumDTypes; }
+size_t dtypeSize(DType t) {
+  return info(t).size;
+}
+const char* dtypeName(DType t) {
+  return info(t).name;
+}
+bool isFloatingPoint(DType t) {
+  return info(t).floating;
+}
+bool validDType(int value) {
+  return value >= 0 && value < kNumDTypes;
+}
 
 std::optional<DType> parseDType(std::string_view name) {
   constexpr std::string_view kTorchPrefix = "torch.";
@@ -73,6 +83,8 @@ bool canConvert(DType from, DType to) {
   return from == to || (isFloatingPoint(from) && isFloatingPoint(to));
 }
 
-const char* memoryKindName(MemoryKind m) { return m == MemoryKind::kHost ? "host" : "device"; }
+const char* memoryKindName(MemoryKind m) {
+  return m == MemoryKind::kHost ? "host" : "device";
+}
 
 }  // namespace wsync

@@ -2,7 +2,9 @@
 
 namespace wsync {
 
-const char* roleName(Role r) { return r == Role::kTrainer ? "trainer" : "rollout"; }
+const char* roleName(Role r) {
+  return r == Role::kTrainer ? "trainer" : "rollout";
+}
 
 int32_t Registration::declareTensor(const std::string& name, const Dims& shape) {
   if (tensor_index_.size() != tensors.size()) {

@@ -74,7 +74,7 @@ struct PlanStats {
   int64_t broadcast_bytes = 0;
   int64_t write_bytes = 0;
   std::vector<int64_t> bytes_per_sender;  // per trainer rank, bytes it sends per version
-  double senderImbalance() const;          // max over mean of bytes_per_sender (1.0 is perfect)
+  double senderImbalance() const;         // max over mean of bytes_per_sender (1.0 is perfect)
 };
 
 struct Plan {
@@ -91,10 +91,10 @@ struct RankPlan {
   // Only the tensors this rank's groups and writes name; in a RankPlan, BroadcastGroup::tensor and
   // WriteOp::tensor index this local table (not the whole plan's).
   std::vector<PlanTensor> tensors;
-  std::vector<BroadcastGroup> groups;    // groups where this rank sends or receives, plan order
-  std::vector<WriteOp> writes;           // trainers: ops this rank sends; rollouts: ops it receives
-  std::vector<int32_t> peers;            // ranks of the other role this rank exchanges data with
-  PlanStats stats;                       // the whole plan's stats
+  std::vector<BroadcastGroup> groups;  // groups where this rank sends or receives, plan order
+  std::vector<WriteOp> writes;         // trainers: ops this rank sends; rollouts: ops it receives
+  std::vector<int32_t> peers;          // ranks of the other role this rank exchanges data with
+  PlanStats stats;                     // the whole plan's stats
 };
 
 }  // namespace wsync

@@ -544,7 +544,10 @@ class PlanBuilder {
   }
 
   Status bucketTrainerPieces() {
+    // One walk over the registrations (validating, in scan order), then a counting sort by tensor.
     std::vector<int64_t> count(tensors_.size() + 1, 0);
+    std::vector<PieceRef> scan;
+    std::vector<int32_t> scan_id;
     for (size_t t = 0; t < trainers_.size(); ++t) {
       const Registration& reg = trainers_[t];
       for (size_t b = 0; b < reg.buffers.size(); ++b) {
@@ -555,24 +558,17 @@ class PlanBuilder {
           if (boxEmpty(buf.pieces[p].box)) continue;
           ++count[static_cast<size_t>(id) + 1];
           tensors_[static_cast<size_t>(id)].trainer_dtypes |= dtypeBit(buf.dtype);
+          scan.push_back(makeRef(buf.pieces[p], static_cast<int32_t>(t), b, buf.dtype));
+          scan_id.push_back(id);
         }
       }
     }
     for (size_t i = 1; i < count.size(); ++i)
       count[i] += count[i - 1];
-    trainer_refs_.resize(static_cast<size_t>(count.back()));
     trainer_begin_ = count;
-    for (size_t t = 0; t < trainers_.size(); ++t) {
-      const Registration& reg = trainers_[t];
-      for (size_t b = 0; b < reg.buffers.size(); ++b) {
-        const LocalBuffer& buf = reg.buffers[b];
-        for (const Piece& piece : buf.pieces) {
-          if (boxEmpty(piece.box)) continue;
-          const int32_t id = trainer_map_[t][static_cast<size_t>(piece.tensor)];
-          trainer_refs_[static_cast<size_t>(count[static_cast<size_t>(id)]++)] =
-              makeRef(piece, static_cast<int32_t>(t), b, buf.dtype);
-        }
-      }
+    trainer_refs_.resize(scan.size());
+    for (size_t i = 0; i < scan.size(); ++i) {
+      trainer_refs_[static_cast<size_t>(count[static_cast<size_t>(scan_id[i])]++)] = scan[i];
     }
     return Status::ok();
   }
@@ -845,6 +841,8 @@ class PlanBuilder {
           int64_t& pair =
               pair_count_[static_cast<size_t>(h.rank) * static_cast<size_t>(num_rollouts_) +
                           static_cast<size_t>(dst.rank)];
+          if constexpr (!kStore)
+            counted_.push_back(static_cast<size_t>(&pair - pair_count_.data()));
           if constexpr (kStore) {
             WriteOp* slot = plan_.writes.data() + pair;
             // The pair's next slot is written a few hundred ops later: fetch it now
@@ -942,8 +940,12 @@ class PlanBuilder {
           piece_mode_[static_cast<size_t>(k)] = kGroupMode;
           continue;
         }
+        // Counts the piece's ops while looking for choices; a piece with choices has its
+        // counts taken back and is counted again once its senders are chosen.
         bool flexible = false;
         int64_t covered = 0;
+        beginPiece();
+        counted_.clear();
         forEachIntersection(piece.box, [&](int32_t r, const Box& box) {
           const int64_t volume = volumeOf(box);
           covered += volume;
@@ -960,15 +962,12 @@ class PlanBuilder {
           }
           const Holder& h = holders_[static_cast<size_t>(s.holder_begin)];
           load_[static_cast<size_t>(h.rank)] += volume * static_cast<int64_t>(dtypeSize(h.dtype));
+          if (!flexible) addOps<false>(id, box, h, ref);
         });
         if (covered != volumeOf(piece.box)) return coverageError(id, ref);
-        if (!flexible) {  // count its ops now; pieces with choices are counted after choosing
-          beginPiece();
-          forEachIntersection(piece.box, [&](int32_t r, const Box& box) {
-            const Source& s =
-                sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
-            addOps<false>(id, box, holders_[static_cast<size_t>(s.holder_begin)], ref);
-          });
+        if (flexible) {
+          for (const size_t pair : counted_)
+            --pair_count_[pair];
         }
         piece_mode_[static_cast<size_t>(k)] = flexible ? kFlexWriteMode : kWriteMode;
       }
@@ -984,13 +983,21 @@ class PlanBuilder {
     const size_t n = items_.size();
     std::vector<uint32_t> order(n);
     constexpr size_t kMaxDistinct = 4096;
-    std::unordered_map<int64_t, uint32_t> bucket;  // bytes -> bucket (iteration order unused)
+    // Each item's size class in first-seen order (runs of equal sizes skip the hash lookup).
+    std::unordered_map<int64_t, uint32_t> seen;  // bytes -> class (iteration order unused)
     std::vector<int64_t> sizes;
-    for (const Item& item : items_) {
-      if (bucket.size() > kMaxDistinct) break;
-      if (bucket.emplace(item.bytes, 0).second) sizes.push_back(item.bytes);
+    std::vector<uint32_t> item_class(n);
+    for (size_t i = 0; i < n && sizes.size() <= kMaxDistinct; ++i) {
+      const int64_t bytes = items_[i].bytes;
+      if (i > 0 && bytes == items_[i - 1].bytes) {
+        item_class[i] = item_class[i - 1];
+        continue;
+      }
+      const auto [it, inserted] = seen.emplace(bytes, static_cast<uint32_t>(sizes.size()));
+      if (inserted) sizes.push_back(bytes);
+      item_class[i] = it->second;
     }
-    if (bucket.size() > kMaxDistinct) {
+    if (sizes.size() > kMaxDistinct) {
       for (size_t i = 0; i < n; ++i)
         order[i] = static_cast<uint32_t>(i);
       std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
@@ -1000,19 +1007,22 @@ class PlanBuilder {
       });
       return order;
     }
-    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    // Classes by decreasing size, then a stable counting sort of the items by class.
+    std::vector<uint32_t> by_size(sizes.size());
+    for (size_t k = 0; k < by_size.size(); ++k)
+      by_size[k] = static_cast<uint32_t>(k);
+    std::sort(by_size.begin(), by_size.end(),
+              [&sizes](uint32_t a, uint32_t b) { return sizes[a] > sizes[b]; });
+    std::vector<uint32_t> rank_of(sizes.size());
+    for (size_t k = 0; k < by_size.size(); ++k)
+      rank_of[by_size[k]] = static_cast<uint32_t>(k);
     std::vector<size_t> start(sizes.size() + 1, 0);
-    for (size_t k = 0; k < sizes.size(); ++k)
-      bucket[sizes[k]] = static_cast<uint32_t>(k);
-    std::vector<uint32_t> item_bucket(n);
-    for (size_t i = 0; i < n; ++i) {
-      item_bucket[i] = bucket[items_[i].bytes];
-      ++start[item_bucket[i] + 1];
-    }
+    for (size_t i = 0; i < n; ++i)
+      ++start[rank_of[item_class[i]] + 1];
     for (size_t k = 1; k < start.size(); ++k)
       start[k] += start[k - 1];
     for (size_t i = 0; i < n; ++i)
-      order[start[item_bucket[i]]++] = static_cast<uint32_t>(i);
+      order[start[rank_of[item_class[i]]]++] = static_cast<uint32_t>(i);
     return order;
   }
 
@@ -1201,7 +1211,8 @@ class PlanBuilder {
   std::vector<int32_t> group_next_;    // per group: the next group of the same source box
 
   // Ops.
-  std::vector<LastOp> last_;  // per trainer rank
+  std::vector<LastOp> last_;     // per trainer rank
+  std::vector<size_t> counted_;  // pair_count_ entries counted for the current piece (pass A)
   uint64_t piece_stamp_ = 0;
   std::vector<int64_t> pair_count_;  // per (src_rank, dst_rank): op count, then slot cursor
 

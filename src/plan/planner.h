@@ -29,13 +29,21 @@
 //    sender, a write intersection's holder) in decreasing bytes (ties: generation order) goes to
 //    the least-loaded holder (ties: lowest rank). Bytes are counted in the source dtype; a group
 //    charges its sender once.
+//  - Stats: broadcast_bytes / write_bytes are the bytes delivered (destination dtype, every
+//    receiver of a group counted) by groups / writes, bytes_total their sum (= every wanted
+//    element once); bytes_per_sender[t] is what trainer t sends in its own dtype (a group once);
+//    replicas is the number of distinct rollout replica ids.
 //  - Output: Plan::tensors is every declared tensor (trainers' in rank/declaration order, then
 //    names only rollouts declare); groups in the order of (first wanting tensor, first receiver);
 //    writes sorted by (src_rank, dst_rank, dst_buffer, region.dst_offset). Same input ->
 //    identical plan.
-// Cost: O(pieces + ops) time and memory besides sorting the pieces of each tensor and the
-// balancing choices; the planner's own working memory is a few tens of bytes per piece, plus a
-// trainers x rollouts table of 8-byte counters. Thread-safe (pure function of its arguments).
+// Cost: O(pieces + ops) time besides sorting each tensor's trainer pieces (skipped when already
+// in order) and, when there are many distinct transfer sizes, the balancing choices. Memory: the
+// plan (96 bytes per write op, allocated once, at its size before merges across pieces), plus a
+// few tens of bytes per piece and per balancing choice, plus a trainers x rollouts table of
+// 8-byte counters. Kimi-K2 (256 trainer ranks, 128 rollout ranks, 6.2 M write ops) plans in about
+// 1.4 s of one core on the 2-core CI machines, 0.3 s of it first-touching the plan's 0.55 GiB.
+// Thread-safe (a pure function of its arguments).
 #pragma once
 
 #include <cstdint>

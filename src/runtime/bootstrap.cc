@@ -29,7 +29,8 @@ std::string randomSecret() {
   std::random_device rd;
   std::string s;
   const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 32; ++i) s += hex[rd() % 16];
+  for (int i = 0; i < 32; ++i)
+    s += hex[rd() % 16];
   return s;
 }
 
@@ -56,11 +57,13 @@ Status sendAddressToAll(const std::string& address, const std::string& secret) {
   for (int r = 1; r < world; ++r) {
     const int rc = MPI_Isend(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, r, kAddressTag,
                              MPI_COMM_WORLD, &reqs[static_cast<size_t>(r - 1)]);
-    if (rc != MPI_SUCCESS) return systemError("MPI_Isend of the coordinator address: " + mpiError(rc));
+    if (rc != MPI_SUCCESS)
+      return systemError("MPI_Isend of the coordinator address: " + mpiError(rc));
   }
   // The sends complete once received; do not wait here (a missing rank must not block rank 0):
   // the requests are freed and MPI completes them in the background.
-  for (MPI_Request& r : reqs) MPI_Request_free(&r);
+  for (MPI_Request& r : reqs)
+    MPI_Request_free(&r);
   return Status::ok();
 }
 
@@ -68,7 +71,8 @@ Result<std::pair<std::string, std::string>> receiveAddress(std::chrono::millisec
   std::vector<char> buf(kMaxAddressBytes);
   MPI_Request req = MPI_REQUEST_NULL;
   int rc = MPI_Irecv(buf.data(), kMaxAddressBytes, MPI_CHAR, 0, kAddressTag, MPI_COMM_WORLD, &req);
-  if (rc != MPI_SUCCESS) return systemError("MPI_Irecv of the coordinator address: " + mpiError(rc));
+  if (rc != MPI_SUCCESS)
+    return systemError("MPI_Irecv of the coordinator address: " + mpiError(rc));
   const auto deadline = Clock::now() + timeout;
   MPI_Status status;
   int done = 0;
@@ -115,8 +119,9 @@ Status ensureMpiInitialized() {
     int provided = 0;
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_MULTIPLE) {
-      return invalidUsage("MPI was initialized without MPI_THREAD_MULTIPLE; wsync's background "
-                          "threads need it (use MPI_Init_thread)");
+      return invalidUsage(
+          "MPI was initialized without MPI_THREAD_MULTIPLE; wsync's background "
+          "threads need it (use MPI_Init_thread)");
     }
     return Status::ok();
   }
@@ -144,8 +149,8 @@ Result<Frame> expectFrame(FrameChannel& channel, MessageType expected,
     return Status(err.code, err.message);
   }
   if (type != expected) {
-    return protocolError(std::string("expected ") + messageTypeName(expected) + " from the coordinator, got " +
-                         messageTypeName(type));
+    return protocolError(std::string("expected ") + messageTypeName(expected) +
+                         " from the coordinator, got " + messageTypeName(type));
   }
   return frame;
 }
@@ -178,8 +183,9 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
     hello.world_rank = job.world_rank;
     if (job.world_rank == 0) {
       if (options.role != Role::kTrainer) {
-        return invalidUsage("under MPI bootstrap, world rank 0 must be a trainer (it hosts the "
-                            "coordinator) or the wsync-coordinator program");
+        return invalidUsage(
+            "under MPI bootstrap, world rank 0 must be a trainer (it hosts the "
+            "coordinator) or the wsync-coordinator program");
       }
       CoordinatorOptions copt;
       copt.timeout = options.timeout;
@@ -209,9 +215,12 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
   WSYNC_ASSIGN_OR_RETURN(auto host_port, splitAddress(address));
   ControlOptions control;
   control.secret = secret;
-  WSYNC_ASSIGN_OR_RETURN(job.channel, FrameChannel::connect(host_port.first, host_port.second, control, options.timeout));
-  WSYNC_RETURN_IF_ERROR(job.channel->send(static_cast<uint16_t>(MessageType::kHello), encode(hello)));
-  WSYNC_ASSIGN_OR_RETURN(Frame welcome, expectFrame(*job.channel, MessageType::kWelcome, options.timeout));
+  WSYNC_ASSIGN_OR_RETURN(job.channel, FrameChannel::connect(host_port.first, host_port.second,
+                                                            control, options.timeout));
+  WSYNC_RETURN_IF_ERROR(
+      job.channel->send(static_cast<uint16_t>(MessageType::kHello), encode(hello)));
+  WSYNC_ASSIGN_OR_RETURN(Frame welcome,
+                         expectFrame(*job.channel, MessageType::kWelcome, options.timeout));
   WSYNC_RETURN_IF_ERROR(decode(welcome.payload, job.welcome));
   return job;
 }

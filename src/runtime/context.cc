@@ -4,6 +4,7 @@
 
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
+#include "runtime/device_ops.h"
 #include "runtime/rollout_context.h"
 #include "runtime/trainer_context.h"
 
@@ -14,11 +15,13 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
   if (options.role == Role::kRollout) {
     if (options.replica < 0) return invalidArgument("a rollout context needs replica >= 0");
     if (options.num_slots < 2 || options.num_slots > 64) {
-      return invalidArgument("num_slots must be in [2, 64], got " + std::to_string(options.num_slots));
+      return invalidArgument("num_slots must be in [2, 64], got " +
+                             std::to_string(options.num_slots));
     }
   }
   if (!options.use_mpi) {
-    const int32_t count = options.role == Role::kTrainer ? options.num_trainers : options.num_rollouts;
+    const int32_t count =
+        options.role == Role::kTrainer ? options.num_trainers : options.num_rollouts;
     if (options.rank < 0 || options.rank >= count) {
       return invalidArgument("explicit bootstrap: rank " + std::to_string(options.rank) +
                              " is out of range for " + std::to_string(count) + " " +
@@ -63,8 +66,8 @@ Result<int32_t> Context::declareTensor(const std::string& name, const Dims& shap
   if (index < 0) {
     for (const TensorDecl& t : registration_.tensors) {
       if (t.name == name) {
-        return invalidArgument("tensor '" + name + "' is declared with global shape " + t.shape.toString() +
-                               " and " + shape.toString() + " on this rank");
+        return invalidArgument("tensor '" + name + "' is declared with global shape " +
+                               t.shape.toString() + " and " + shape.toString() + " on this rank");
       }
     }
   }
@@ -82,11 +85,20 @@ Result<int32_t> Context::registerBuffer(LocalBuffer buffer, void* data) {
   if (options_.role == Role::kTrainer && data == nullptr && buffer.num_elements > 0) {
     return invalidArgument(where + ": a trainer buffer needs its data pointer");
   }
-  if (options_.role == Role::kRollout && data != nullptr) {
-    return invalidArgument(where + ": rollout buffers are allocated by wsync (pass NULL data)");
+  if (!registration_.buffers.empty() && buffer.memory != memoryKind()) {
+    return invalidArgument(where + ": " + memoryKindName(buffer.memory) +
+                           " memory, but this rank's other buffers are " +
+                           memoryKindName(memoryKind()) + " memory (one kind per rank)");
   }
   if (buffer.memory == MemoryKind::kDevice) {
-    return Status(WSYNC_ERR_UNSUPPORTED, where + ": device memory is not supported by this build yet");
+    if (!deviceUsable(options_.cuda_device)) {
+      return Status(WSYNC_ERR_UNSUPPORTED,
+                    where + ": device memory needs a CUDA build and a usable config.cuda_device (got " +
+                        std::to_string(options_.cuda_device) + ")");
+    }
+    if (data != nullptr) {
+      WSYNC_RETURN_IF_ERROR(checkDevicePointer(data, options_.cuda_device, where));
+    }
   }
   for (const Piece& p : buffer.pieces) {
     if (p.tensor < 0 || static_cast<size_t>(p.tensor) >= registration_.tensors.size()) {
@@ -95,12 +107,13 @@ Result<int32_t> Context::registerBuffer(LocalBuffer buffer, void* data) {
     const TensorDecl& t = registration_.tensors[static_cast<size_t>(p.tensor)];
     const std::string piece = where + ", tensor '" + t.name + "'";
     if (!p.box.fitsIn(t.shape)) {
-      return invalidArgument(piece + ": box " + p.box.toString() + " is not inside the global shape " +
-                             t.shape.toString());
+      return invalidArgument(piece + ": box " + p.box.toString() +
+                             " is not inside the global shape " + t.shape.toString());
     }
     if (p.local_strides.rank != t.shape.rank) {
-      return invalidArgument(piece + ": local strides have rank " + std::to_string(p.local_strides.rank) +
-                             ", the tensor has rank " + std::to_string(t.shape.rank));
+      return invalidArgument(piece + ": local strides have rank " +
+                             std::to_string(p.local_strides.rank) + ", the tensor has rank " +
+                             std::to_string(t.shape.rank));
     }
     if (t.shape.rank > 0 && p.local_strides[t.shape.rank - 1] != 1) {
       return invalidArgument(piece + ": the innermost local stride must be 1, got " +
@@ -121,6 +134,10 @@ Result<int32_t> Context::registerBuffer(LocalBuffer buffer, void* data) {
   registration_.buffers.push_back(std::move(buffer));
   buffer_data_.push_back(data);
   return static_cast<int32_t>(registration_.buffers.size() - 1);
+}
+
+MemoryKind Context::memoryKind() const {
+  return registration_.buffers.empty() ? MemoryKind::kHost : registration_.buffers.front().memory;
 }
 
 Status Context::sendMessage(MessageType type, const std::vector<uint8_t>& payload) {
@@ -156,7 +173,6 @@ Status Context::commit() {
     return fail(s);
   }
   reg.registration = encodeRegistration(registration_);
-  reg.transport_address = transport_->localAddress();
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kRegister, encode(reg)));
   Result<Frame> frame = expectFrame(*job_.channel, MessageType::kPlanAssignment, options_.timeout);
   if (!frame.isOk()) return fail(frame.status());

@@ -19,7 +19,6 @@
 #include "layout/registration.h"
 #include "plan/plan.h"
 #include "runtime/bootstrap.h"
-#include "transport/write_transport.h"
 
 namespace wsync {
 
@@ -31,6 +30,7 @@ struct ContextOptions {
   std::chrono::milliseconds timeout{60000};
   int max_staleness = -1;
   bool snapshot = false;
+  int cuda_device = -1;  // the CUDA device of device-memory buffers; -1: host memory only
   // Explicit bootstrap:
   int32_t rank = -1;
   int32_t num_trainers = 0;
@@ -98,8 +98,9 @@ class Context {
   ContextOptions options_;
   JobConnection job_;
   Registration registration_;
-  std::vector<void*> buffer_data_;  // trainers: the caller's memory per buffer
-  std::unique_ptr<WriteTransport> transport_;
+  std::vector<void*> buffer_data_;  // trainers: the caller's memory; rollouts: live memory or null
+  // The memory kind of this rank's buffers (all of them share one); host when none.
+  MemoryKind memoryKind() const;
 
  private:
   Status joinJob();

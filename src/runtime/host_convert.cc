@@ -16,10 +16,17 @@ void castArray(const void* src, void* dst, int64_t count) {
 template <typename From>
 Status castFrom(const void* src, void* dst, DType to, int64_t count) {
   switch (to) {
-    case DType::kFloat32: castArray<From, float>(src, dst, count); return Status::ok();
-    case DType::kBFloat16: castArray<From, Eigen::bfloat16>(src, dst, count); return Status::ok();
-    case DType::kFloat16: castArray<From, Eigen::half>(src, dst, count); return Status::ok();
-    default: return {WSYNC_ERR_UNSUPPORTED, "no host conversion into " + std::string(dtypeName(to))};
+    case DType::kFloat32:
+      castArray<From, float>(src, dst, count);
+      return Status::ok();
+    case DType::kBFloat16:
+      castArray<From, Eigen::bfloat16>(src, dst, count);
+      return Status::ok();
+    case DType::kFloat16:
+      castArray<From, Eigen::half>(src, dst, count);
+      return Status::ok();
+    default:
+      return {WSYNC_ERR_UNSUPPORTED, "no host conversion into " + std::string(dtypeName(to))};
   }
 }
 
@@ -39,12 +46,15 @@ Status convertHost(const void* src, DType from, void* dst, DType to, int64_t cou
     return Status::ok();
   }
   switch (from) {
-    case DType::kFloat32: return castFrom<float>(src, dst, to, count);
-    case DType::kBFloat16: return castFrom<Eigen::bfloat16>(src, dst, to, count);
-    case DType::kFloat16: return castFrom<Eigen::half>(src, dst, to, count);
+    case DType::kFloat32:
+      return castFrom<float>(src, dst, to, count);
+    case DType::kBFloat16:
+      return castFrom<Eigen::bfloat16>(src, dst, to, count);
+    case DType::kFloat16:
+      return castFrom<Eigen::half>(src, dst, to, count);
     default:
-      return {WSYNC_ERR_UNSUPPORTED, std::string("no host conversion from ") + dtypeName(from) +
-                                         " to " + dtypeName(to)};
+      return {WSYNC_ERR_UNSUPPORTED,
+              std::string("no host conversion from ") + dtypeName(from) + " to " + dtypeName(to)};
   }
 }
 

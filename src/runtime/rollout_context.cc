@@ -1,6 +1,8 @@
 #include "runtime/rollout_context.h"
 
-#include "transport/ucx/ucx_transport.h"
+#include <cstring>
+
+#include "transport/transport_registry.h"
 
 namespace wsync {
 namespace {
@@ -8,10 +10,20 @@ constexpr uint64_t kBufferAlignment = 256;  // bytes; every buffer starts aligne
 constexpr std::chrono::milliseconds kPollInterval{20};
 }  // namespace
 
-RolloutContext::~RolloutContext() { stopReceiver(); }
+RolloutContext::~RolloutContext() {
+  stopReceiver();
+}
 
 Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
-  WSYNC_ASSIGN_OR_RETURN(transport_, createUcxTransport());
+  const MemoryKind memory = memoryKind();
+  const TransportKind kind = transportFor(memory);
+  WSYNC_ASSIGN_OR_RETURN(transport_, createTransport(kind, options_.cuda_device));
+  msg.transport = static_cast<uint8_t>(kind);
+  msg.transport_address = transport_->localAddress();
+  if (memory == MemoryKind::kDevice) {
+    WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
+    WSYNC_ASSIGN_OR_RETURN(flip_stream_, DeviceStream::create(options_.cuda_device));
+  }
   WSYNC_ASSIGN_OR_RETURN(store_, SlotStore::create(options_.num_slots));
   uint64_t offset = 0;
   for (const LocalBuffer& b : registration_.buffers) {
@@ -21,9 +33,9 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   }
   const size_t slot_bytes = std::max<uint64_t>(offset, kBufferAlignment);
   for (int32_t s = 0; s < options_.num_slots; ++s) {
-    WSYNC_ASSIGN_OR_RETURN(auto memory, transport_->allocateExposed(slot_bytes));
-    msg.slot_descriptors.push_back(memory->descriptor());
-    slots_.push_back(std::move(memory));
+    WSYNC_ASSIGN_OR_RETURN(auto slot_memory, transport_->allocateExposed(slot_bytes));
+    msg.slot_descriptors.push_back(slot_memory->descriptor());
+    slots_.push_back(std::move(slot_memory));
   }
   msg.buffer_byte_offsets = buffer_byte_offsets_;
   return Status::ok();
@@ -36,7 +48,8 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
   if (!assignment.comms.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(broadcaster_, HostBroadcaster::create(assignment.comms, job_.world_rank));
+    WSYNC_ASSIGN_OR_RETURN(broadcaster_,
+                           HostBroadcaster::create(assignment.comms, job_.world_rank));
   }
   return Status::ok();
 }
@@ -57,7 +70,8 @@ std::optional<uint64_t> RolloutContext::newestVersion() const {
   return store_->newestReady();
 }
 
-Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than, std::chrono::milliseconds timeout) {
+Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
+                                             std::chrono::milliseconds timeout) {
   if (!committed()) return invalidUsage("wait_version before commit");
   Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);
   if (!v.isOk() && v.status().code() == WSYNC_ERR_ABORTED && !failure().isOk()) return failure();
@@ -68,6 +82,29 @@ void* RolloutContext::bufferData(const Lease& lease, int32_t index) const {
   if (!lease.valid() || index < 0 || index >= numBuffers()) return nullptr;
   return static_cast<uint8_t*>(slots_[static_cast<size_t>(lease.slot())]->data()) +
          buffer_byte_offsets_[static_cast<size_t>(index)];
+}
+
+Result<uint64_t> RolloutContext::copyFlip(uint64_t version, CudaStreamHandle stream) {
+  WSYNC_ASSIGN_OR_RETURN(Lease lease, acquire(version));
+  const bool device = memoryKind() == MemoryKind::kDevice;
+  if (device) {
+    WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+    if (stream == nullptr) stream = flip_stream_.get();
+  }
+  for (int32_t i = 0; i < numBuffers(); ++i) {
+    void* live = buffer_data_[static_cast<size_t>(i)];
+    if (live == nullptr) continue;
+    const LocalBuffer& b = registration_.buffers[static_cast<size_t>(i)];
+    const size_t bytes = static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype);
+    if (device) {
+      WSYNC_RETURN_IF_ERROR(copyAsync(live, bufferData(lease, i), bytes, stream));
+    } else {
+      std::memcpy(live, bufferData(lease, i), bytes);
+    }
+  }
+  // The lease holds the slot until the copies have read it.
+  if (device) WSYNC_RETURN_IF_ERROR(streamSync(stream, options_.timeout));
+  return lease.version();
 }
 
 // ---- receiver thread -------------------------------------------------------------------------
@@ -116,9 +153,9 @@ Status RolloutContext::handle(const Frame& frame) {
         return Status::ok();
       }
       if (slot != prepared_slot_ || go.version != prepared_version_) {
-        return protocolError("Go for version " + std::to_string(go.version) + " slot " + std::to_string(slot) +
-                             " but slot " + std::to_string(prepared_slot_) + " was prepared for version " +
-                             std::to_string(prepared_version_));
+        return protocolError("Go for version " + std::to_string(go.version) + " slot " +
+                             std::to_string(slot) + " but slot " + std::to_string(prepared_slot_) +
+                             " was prepared for version " + std::to_string(prepared_version_));
       }
       WSYNC_RETURN_IF_ERROR(receiveBroadcasts(go));
       return sendMessage(MessageType::kReceived, encode(VersionMsg{go.version}));
@@ -138,7 +175,8 @@ Status RolloutContext::handle(const Frame& frame) {
       return Status::ok();
     }
     default:
-      return protocolError(std::string("unexpected ") + messageTypeName(static_cast<MessageType>(frame.type)) +
+      return protocolError(std::string("unexpected ") +
+                           messageTypeName(static_cast<MessageType>(frame.type)) +
                            " from the coordinator");
   }
 }
@@ -151,9 +189,11 @@ Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
     const size_t dsz = dtypeSize(g.dst_dtype);
     for (const BufferSpan& d : g.dst) {
       if (d.rank != rank()) continue;
-      uint8_t* data = slot + buffer_byte_offsets_[static_cast<size_t>(d.buffer)] + static_cast<size_t>(d.offset) * dsz;
-      WSYNC_RETURN_IF_ERROR(broadcaster_->post(group_comm_[i], job_.welcome.trainer_world_ranks[static_cast<size_t>(g.src.rank)],
-                                               data, static_cast<size_t>(g.num_elements) * dsz));
+      uint8_t* data = slot + buffer_byte_offsets_[static_cast<size_t>(d.buffer)] +
+                      static_cast<size_t>(d.offset) * dsz;
+      WSYNC_RETURN_IF_ERROR(broadcaster_->post(
+          group_comm_[i], job_.welcome.trainer_world_ranks[static_cast<size_t>(g.src.rank)], data,
+          static_cast<size_t>(g.num_elements) * dsz));
     }
   }
   (void)go;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "runtime/context.h"
+#include "runtime/device_ops.h"
+#include "transport/write_transport.h"
 #include "store/slot_store.h"
 #include "transport/mpi/host_broadcast.h"
 
@@ -27,6 +29,12 @@ class RolloutContext final : public Context {
   void* bufferData(const Lease& lease, int32_t index) const;
   int32_t numBuffers() const { return static_cast<int32_t>(buffer_byte_offsets_.size()); }
 
+  // Copy flip: copies `version` (kNewestVersion: the newest ready) from its slot into the live
+  // memory registered with each buffer, under a lease, and returns the version copied. Device
+  // memory: the copies run on `stream` (null: an internal stream) and have finished when this
+  // returns; buffers registered without live memory are skipped.
+  Result<uint64_t> copyFlip(uint64_t version, CudaStreamHandle stream);
+
   void abort() override;
   Status finalize() override;
 
@@ -40,6 +48,8 @@ class RolloutContext final : public Context {
   Status receiveBroadcasts(const GoMsg& go);
   void stopReceiver();
 
+  std::unique_ptr<WriteTransport> transport_;  // exposes the slots to the trainers
+  DeviceStream flip_stream_;                    // copy flips without a caller stream
   std::unique_ptr<SlotStore> store_;
   std::vector<std::unique_ptr<ExposedMemory>> slots_;
   std::vector<uint64_t> buffer_byte_offsets_;

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "runtime/host_convert.h"
-#include "transport/ucx/ucx_transport.h"
 
 namespace wsync {
 
@@ -39,28 +38,32 @@ TrainerContext::~TrainerContext() {
   stopPublisher();
 }
 
-Status TrainerContext::prepareRegistration(RegisterMsg& /*msg*/) {
-  WSYNC_ASSIGN_OR_RETURN(transport_, createUcxTransport());
-  if (const char* delay = std::getenv("WSYNC_DEBUG_SEND_DELAY_MS")) debug_send_delay_ms_ = std::atoi(delay);
+Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
+  if (const char* delay = std::getenv("WSYNC_DEBUG_SEND_DELAY_MS")) {
+    debug_send_delay_ms_ = std::atoi(delay);
+  }
+  memory_ = memoryKind();
   size_t total = 0;
   for (const LocalBuffer& b : registration_.buffers) {
     snapshot_offsets_.push_back(total);
     total += static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype);
   }
-  if (options_.snapshot) {
-    snapshot_.resize(std::max<size_t>(total, 1));
-    WSYNC_ASSIGN_OR_RETURN(auto reg, transport_->registerSource(snapshot_.data(), snapshot_.size()));
-    source_registrations_.push_back(std::move(reg));
-  } else {
-    for (size_t i = 0; i < registration_.buffers.size(); ++i) {
-      const LocalBuffer& b = registration_.buffers[i];
-      const size_t bytes = static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype);
-      if (bytes == 0) continue;
-      WSYNC_ASSIGN_OR_RETURN(auto reg, transport_->registerSource(buffer_data_[i], bytes));
-      source_registrations_.push_back(std::move(reg));
+  if (onDevice()) {
+    WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
+    WSYNC_ASSIGN_OR_RETURN(stream_, DeviceStream::create(options_.cuda_device));
+    if (options_.snapshot) {
+      WSYNC_ASSIGN_OR_RETURN(device_snapshot_, DeviceBuffer::allocate(total, options_.cuda_device));
     }
+  } else if (options_.snapshot) {
+    snapshot_.resize(std::max<size_t>(total, 1));
   }
   return Status::ok();
+}
+
+uint8_t* TrainerContext::stagingAt(size_t offset) const {
+  return (onDevice() ? device_convert_staging_.data()
+                     : const_cast<uint8_t*>(convert_staging_.data())) +
+         offset;
 }
 
 Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
@@ -71,14 +74,18 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
   // Conversion staging: every converting write and group gets its own range.
+  auto convertible = [this](DType from, DType to) {
+    return onDevice() ? deviceCanConvertTypes(from, to) : hostCanConvert(from, to);
+  };
   size_t staging = 0;
   for (const WriteOp& op : plan_.writes) {
     write_staging_offsets_.push_back(staging);
     if (op.converts()) {
-      if (!hostCanConvert(op.src_dtype, op.dst_dtype)) {
-        return {WSYNC_ERR_UNSUPPORTED, "tensor '" + plan_.tensors[static_cast<size_t>(op.tensor)].name +
-                                           "': host memory cannot convert " + dtypeName(op.src_dtype) +
-                                           " to " + dtypeName(op.dst_dtype)};
+      if (!convertible(op.src_dtype, op.dst_dtype)) {
+        return Status(WSYNC_ERR_UNSUPPORTED,
+                      "tensor '" + plan_.tensors[static_cast<size_t>(op.tensor)].name + "': " +
+                          memoryKindName(memory_) + " memory cannot convert " +
+                          dtypeName(op.src_dtype) + " to " + dtypeName(op.dst_dtype));
       }
       staging += static_cast<size_t>(op.region.numElements()) * dtypeSize(op.dst_dtype);
     }
@@ -86,27 +93,60 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   for (const BroadcastGroup& g : plan_.groups) {
     group_staging_offsets_.push_back(staging);
     if (g.src_dtype != g.dst_dtype) {
-      if (!hostCanConvert(g.src_dtype, g.dst_dtype)) {
-        return {WSYNC_ERR_UNSUPPORTED, "tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
-                                           "': host memory cannot convert " + dtypeName(g.src_dtype) +
-                                           " to " + dtypeName(g.dst_dtype)};
+      if (onDevice() || !hostCanConvert(g.src_dtype, g.dst_dtype)) {
+        return Status(WSYNC_ERR_UNSUPPORTED,
+                      "tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
+                          "': cannot convert " + dtypeName(g.src_dtype) + " to " +
+                          dtypeName(g.dst_dtype) + " for a broadcast");
       }
       staging += static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
     }
   }
-  if (staging > 0) {
+  if (onDevice()) {
+    WSYNC_ASSIGN_OR_RETURN(device_convert_staging_, DeviceBuffer::allocate(staging, options_.cuda_device));
+  } else {
     convert_staging_.resize(staging);
-    WSYNC_ASSIGN_OR_RETURN(auto reg, transport_->registerSource(convert_staging_.data(), staging));
-    source_registrations_.push_back(std::move(reg));
   }
-  // Peers: connect once, attach every slot once.
+  // Peers: the backend each one's slots need; connect once, attach every slot once.
   peer_of_rollout_.assign(static_cast<size_t>(numRollouts()), -1);
   for (const PeerInfo& p : assignment.peers) {
-    if (p.rank < 0 || p.rank >= numRollouts()) return protocolError("plan assignment names an unknown rollout");
-    WSYNC_RETURN_IF_ERROR(transport_->connect(p.rank, p.transport_address));
+    if (p.rank < 0 || p.rank >= numRollouts() || !validTransportKind(p.transport)) {
+      return protocolError("plan assignment names an unknown rollout or transport");
+    }
+    const auto kind = static_cast<TransportKind>(p.transport);
+    if (onDevice() && kind == TransportKind::kUcx) {
+      return Status(WSYNC_ERR_UNSUPPORTED,
+                    "rollout " + std::to_string(p.rank) +
+                        " wants host memory but this trainer holds device memory: device-to-host "
+                        "writes are not supported yet (register the rollout's buffers as device memory)");
+    }
+    std::unique_ptr<WriteTransport>& transport = transports_[static_cast<size_t>(kind)];
+    if (!transport) {
+      WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, options_.cuda_device));
+      if (kind == TransportKind::kUcx) {  // register every source once
+        auto add = [&](const void* base, size_t bytes) -> Status {
+          if (bytes == 0) return Status::ok();
+          WSYNC_ASSIGN_OR_RETURN(auto reg, transport->registerSource(base, bytes));
+          source_registrations_.push_back(std::move(reg));
+          return Status::ok();
+        };
+        if (options_.snapshot) {
+          WSYNC_RETURN_IF_ERROR(add(snapshot_.data(), snapshot_.size()));
+        } else {
+          for (size_t i = 0; i < registration_.buffers.size(); ++i) {
+            const LocalBuffer& b = registration_.buffers[i];
+            WSYNC_RETURN_IF_ERROR(add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
+          }
+        }
+        WSYNC_RETURN_IF_ERROR(add(convert_staging_.data(), convert_staging_.size()));
+      }
+    }
+    Status s = transport->connect(p.rank, p.transport_address);
+    if (!s.isOk()) return s.withContext("rollout " + std::to_string(p.rank) + " (" + transportName(kind) + ")");
     Peer peer;
+    peer.transport = transport.get();
     for (const auto& descriptor : p.slot_descriptors) {
-      WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport_->attach(p.rank, descriptor));
+      WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport->attach(p.rank, descriptor));
       peer.slot_memory.push_back(id);
     }
     peer.buffer_byte_offsets = p.buffer_byte_offsets;
@@ -114,12 +154,16 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     peers_.push_back(std::move(peer));
   }
   for (const WriteOp& op : plan_.writes) {
-    if (op.dst_rank < 0 || op.dst_rank >= numRollouts() || peer_of_rollout_[static_cast<size_t>(op.dst_rank)] < 0) {
-      return protocolError("a write targets rollout " + std::to_string(op.dst_rank) + " with no peer information");
+    if (op.dst_rank < 0 || op.dst_rank >= numRollouts() ||
+        peer_of_rollout_[static_cast<size_t>(op.dst_rank)] < 0) {
+      return protocolError("a write targets rollout " + std::to_string(op.dst_rank) +
+                           " with no peer information");
     }
   }
   if (!assignment.comms.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(broadcaster_, HostBroadcaster::create(assignment.comms, job_.world_rank));
+    if (onDevice()) return internalError("broadcast groups on device memory need NCCL, not wired yet");
+    WSYNC_ASSIGN_OR_RETURN(broadcaster_,
+                           HostBroadcaster::create(assignment.comms, job_.world_rank));
   }
   return Status::ok();
 }
@@ -130,12 +174,14 @@ Status TrainerContext::startRunning() {
 }
 
 // ---- publish ---------------------------------------------------------------------------------
-Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version) {
+Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version,
+                                                                 CudaStreamHandle stream) {
   if (!committed()) return invalidUsage("publish before commit");
   if (failedOrAborted()) return failure();
   std::unique_lock lock(queue_mu_);
   if (version == 0 || version <= last_version_) {
-    return invalidUsage("version " + std::to_string(version) + " is not greater than the last published version " +
+    return invalidUsage("version " + std::to_string(version) +
+                        " is not greater than the last published version " +
                         std::to_string(last_version_) + " (versions start at 1 and increase)");
   }
   if (options_.snapshot) {
@@ -145,15 +191,34 @@ Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version
     });
     if (failedOrAborted()) return failure();
     if (!free) {
-      return timeoutError("publish " + std::to_string(version) + ": the previous version still occupies the "
-                          "snapshot buffer after " + std::to_string(options_.timeout.count()) + " ms");
+      return timeoutError("publish " + std::to_string(version) +
+                          ": the previous version still occupies the "
+                          "snapshot buffer after " +
+                          std::to_string(options_.timeout.count()) + " ms");
     }
-    for (size_t i = 0; i < registration_.buffers.size(); ++i) {
-      const LocalBuffer& b = registration_.buffers[i];
-      std::memcpy(snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
-                  static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype));
+    if (onDevice()) {
+      // Device copy into staging after the caller's work; the caller's later work waits for it.
+      WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+      WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
+      for (size_t i = 0; i < registration_.buffers.size(); ++i) {
+        const LocalBuffer& b = registration_.buffers[i];
+        WSYNC_RETURN_IF_ERROR(copyAsync(device_snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
+                                        static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype),
+                                        stream_.get()));
+      }
+      WSYNC_RETURN_IF_ERROR(streamWaitFor(stream, stream_.get()));
+    } else {
+      for (size_t i = 0; i < registration_.buffers.size(); ++i) {
+        const LocalBuffer& b = registration_.buffers[i];
+        std::memcpy(snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
+                    static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype));
+      }
     }
     transfer_busy_ = true;
+  } else if (onDevice()) {
+    // The transfer reads the buffers after what the caller's stream has produced so far.
+    WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+    WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
   }
   auto request = std::make_shared<PublishRequest>(version);
   last_version_ = version;
@@ -186,14 +251,17 @@ void TrainerContext::publisherLoop() {
 Status TrainerContext::publishOne(uint64_t version) {
   const std::string what = "version " + std::to_string(version);
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame go_frame, expectFrame(*job_.channel, MessageType::kGo, options_.timeout));
+  WSYNC_ASSIGN_OR_RETURN(Frame go_frame,
+                         expectFrame(*job_.channel, MessageType::kGo, options_.timeout));
   GoMsg go;
   WSYNC_RETURN_IF_ERROR(decode(go_frame.payload, go));
   if (go.version != version) {
-    return invalidUsage("the coordinator started version " + std::to_string(go.version) + " while this trainer publishes " +
-                        what + ": every trainer must publish the same versions");
+    return invalidUsage("the coordinator started version " + std::to_string(go.version) +
+                        " while this trainer publishes " + what +
+                        ": every trainer must publish the same versions");
   }
-  if (debug_send_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(debug_send_delay_ms_));
+  if (debug_send_delay_ms_ > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(debug_send_delay_ms_));
   Status s = transfer(go);
   if (!s.isOk()) {
     s = s.withContext(what);
@@ -206,16 +274,20 @@ Status TrainerContext::publishOne(uint64_t version) {
   }
   queue_cv_.notify_all();
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kSent, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame delivered, expectFrame(*job_.channel, MessageType::kDelivered, options_.timeout));
+  WSYNC_ASSIGN_OR_RETURN(Frame delivered,
+                         expectFrame(*job_.channel, MessageType::kDelivered, options_.timeout));
   VersionMsg d;
   WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
-  if (d.version != version) return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
+  if (d.version != version)
+    return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
   return Status::ok();
 }
 
 const uint8_t* TrainerContext::sourceOf(int32_t buffer) const {
   const auto b = static_cast<size_t>(buffer);
-  if (options_.snapshot) return snapshot_.data() + snapshot_offsets_[b];
+  if (options_.snapshot) {
+    return (onDevice() ? device_snapshot_.data() : snapshot_.data()) + snapshot_offsets_[b];
+  }
   return static_cast<const uint8_t*>(buffer_data_[b]);
 }
 
@@ -228,29 +300,54 @@ int32_t slotFor(const GoMsg& go, const std::vector<int32_t>& replica_of_rollout,
 }
 }  // namespace
 
+// Device memory: every converting write is first converted (and packed) into staging by a kernel on
+// stream_, which also carries the snapshot copy and waits for the caller's stream; the copies start
+// once stream_ is idle.
+Status TrainerContext::convertIntoStaging(const GoMsg& go) {
+  WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+  for (size_t i = 0; i < plan_.writes.size(); ++i) {
+    const WriteOp& op = plan_.writes[i];
+    if (!op.converts() || slotFor(go, replica_of_rollout_, op.dst_rank) < 0) continue;
+    Region packed = op.region;  // the source region, written contiguously into staging
+    packed.dst_offset = 0;
+    packed.dst_stride[0] = packed.count[0];
+    packed.dst_stride[1] = packed.count[0] * packed.count[1];
+    const uint8_t* src = sourceOf(op.src_buffer) + static_cast<size_t>(op.region.src_offset) * dtypeSize(op.src_dtype);
+    packed.src_offset = 0;
+    WSYNC_RETURN_IF_ERROR(convertRegionAsync(src, op.src_dtype, stagingAt(write_staging_offsets_[i]),
+                                             op.dst_dtype, packed, stream_.get()));
+  }
+  return streamSync(stream_.get(), options_.timeout);
+}
+
 Status TrainerContext::transfer(const GoMsg& go) {
+  if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
     if (g.replica < 0 || static_cast<size_t>(g.replica) >= go.slot_of_replica.size() ||
         go.slot_of_replica[static_cast<size_t>(g.replica)] < 0) {
       continue;  // that replica skips this version
     }
-    const uint8_t* src = sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
+    const uint8_t* src =
+        sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
     uint8_t* data = const_cast<uint8_t*>(src);  // MPI_Ibcast takes void*; the root only reads it
     if (g.src_dtype != g.dst_dtype) {
-      data = convert_staging_.data() + group_staging_offsets_[i];
+      data = stagingAt(group_staging_offsets_[i]);
       WSYNC_RETURN_IF_ERROR(convertHost(src, g.src_dtype, data, g.dst_dtype, g.num_elements));
     }
-    WSYNC_RETURN_IF_ERROR(broadcaster_->post(group_comm_[i], job_.world_rank, data,
-                                             static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype)));
+    WSYNC_RETURN_IF_ERROR(broadcaster_->post(
+        group_comm_[i], job_.world_rank, data,
+        static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype)));
   }
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
     const int32_t slot = slotFor(go, replica_of_rollout_, op.dst_rank);
     if (slot < 0) continue;
-    const Peer& peer = peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
+    const Peer& peer =
+        peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
     if (static_cast<size_t>(slot) >= peer.slot_memory.size()) {
-      return protocolError("slot " + std::to_string(slot) + " of rollout " + std::to_string(op.dst_rank) + " is unknown");
+      return protocolError("slot " + std::to_string(slot) + " of rollout " +
+                           std::to_string(op.dst_rank) + " is unknown");
     }
     const RemoteMemoryId remote = peer.slot_memory[static_cast<size_t>(slot)];
     const Region& r = op.region;
@@ -264,25 +361,28 @@ Status TrainerContext::transfer(const GoMsg& go) {
       const uint8_t* src = src_base + static_cast<size_t>(plane * r.src_stride[1]) * ssz;
       size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
       if (op.converts()) {
-        // Convert this plane's rows into contiguous staging, then send from there.
-        uint8_t* staged = convert_staging_.data() + write_staging_offsets_[i] +
+        uint8_t* staged = stagingAt(write_staging_offsets_[i]) +
                           static_cast<size_t>(plane * r.count[1]) * row_bytes;
-        for (int64_t row = 0; row < r.count[1]; ++row) {
-          WSYNC_RETURN_IF_ERROR(convertHost(src + static_cast<size_t>(row) * src_pitch, op.src_dtype,
-                                            staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype,
-                                            r.count[0]));
+        if (!onDevice()) {  // host: convert this plane's rows now (device: done above)
+          for (int64_t row = 0; row < r.count[1]; ++row) {
+            WSYNC_RETURN_IF_ERROR(convertHost(src + static_cast<size_t>(row) * src_pitch,
+                                              op.src_dtype, staged + static_cast<size_t>(row) * row_bytes,
+                                              op.dst_dtype, r.count[0]));
+          }
         }
         src = staged;
         src_pitch = row_bytes;
       }
       const uint64_t dst = dst_base + static_cast<uint64_t>(plane * r.dst_stride[1]) * dsz;
       const uint64_t dst_pitch = static_cast<uint64_t>(r.dst_stride[0]) * dsz;
-      WSYNC_RETURN_IF_ERROR(transport_->write2d(remote, dst, r.count[1] > 1 ? dst_pitch : row_bytes, src,
-                                                r.count[1] > 1 ? src_pitch : row_bytes, row_bytes,
-                                                static_cast<size_t>(r.count[1])));
+      WSYNC_RETURN_IF_ERROR(peer.transport->write2d(
+          remote, dst, r.count[1] > 1 ? dst_pitch : row_bytes, src,
+          r.count[1] > 1 ? src_pitch : row_bytes, row_bytes, static_cast<size_t>(r.count[1])));
     }
   }
-  WSYNC_RETURN_IF_ERROR(transport_->flush(options_.timeout));
+  for (const auto& transport : transports_) {
+    if (transport) WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout));
+  }
   if (broadcaster_) WSYNC_RETURN_IF_ERROR(broadcaster_->waitAll(options_.timeout));
   return Status::ok();
 }
@@ -306,7 +406,8 @@ Status TrainerContext::finalize() {
   // In-flight publishes finish first (each bounded by the timeout).
   {
     std::unique_lock lock(queue_mu_);
-    queue_cv_.wait_for(lock, options_.timeout, [this] { return queue_.empty() || failedOrAborted(); });
+    queue_cv_.wait_for(lock, options_.timeout,
+                       [this] { return queue_.empty() || failedOrAborted(); });
   }
   stopPublisher();
   return Context::finalize();

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "runtime/context.h"
+#include "runtime/device_ops.h"
 #include "transport/mpi/host_broadcast.h"
+#include "transport/transport_registry.h"
 
 namespace wsync {
 
@@ -40,8 +42,11 @@ class TrainerContext final : public Context {
   ~TrainerContext() override;
 
   // Queues version `version` (strictly increasing). Snapshot mode copies the buffers first (waiting
-  // for the previous version's transfer to leave the staging buffer).
-  Result<std::shared_ptr<PublishRequest>> publish(uint64_t version);
+  // for the previous version's transfer to leave the staging buffer). Device memory: the version is
+  // what `stream` (null: the legacy default stream) has produced when publish is called; in snapshot
+  // mode, work the caller enqueues on `stream` afterwards starts after the snapshot copy, and
+  // publish returns without waiting for the device.
+  Result<std::shared_ptr<PublishRequest>> publish(uint64_t version, CudaStreamHandle stream = nullptr);
 
   void abort() override;
   Status finalize() override;
@@ -56,13 +61,21 @@ class TrainerContext final : public Context {
   Status transfer(const GoMsg& go);
   void stopPublisher();
   const uint8_t* sourceOf(int32_t buffer) const;
+  bool onDevice() const { return memory_ == MemoryKind::kDevice; }
+  Status convertIntoStaging(const GoMsg& go);
+  uint8_t* stagingAt(size_t offset) const;
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;
   std::vector<int32_t> group_comm_;
   std::unique_ptr<HostBroadcaster> broadcaster_;
 
+  MemoryKind memory_ = MemoryKind::kHost;  // of every buffer of this rank
+  DeviceStream stream_;                     // device memory: snapshot copies and conversions
+  std::unique_ptr<WriteTransport> transports_[kNumTransportKinds];
+
   struct Peer {
+    WriteTransport* transport = nullptr;
     std::vector<RemoteMemoryId> slot_memory;  // per slot
     std::vector<uint64_t> buffer_byte_offsets;
   };
@@ -70,9 +83,11 @@ class TrainerContext final : public Context {
   std::vector<Peer> peers_;
 
   std::vector<std::unique_ptr<SourceRegistration>> source_registrations_;
-  std::vector<uint8_t> snapshot_;              // snapshot mode: a copy of every buffer
-  std::vector<size_t> snapshot_offsets_;       // per buffer, bytes into snapshot_
-  std::vector<uint8_t> convert_staging_;       // converted bytes of converting ops and groups
+  std::vector<uint8_t> snapshot_;              // snapshot mode, host memory: a copy of every buffer
+  DeviceBuffer device_snapshot_;               // snapshot mode, device memory
+  std::vector<size_t> snapshot_offsets_;       // per buffer, bytes into the snapshot
+  std::vector<uint8_t> convert_staging_;       // host: converted bytes of converting ops and groups
+  DeviceBuffer device_convert_staging_;        // device: the same
   std::vector<size_t> write_staging_offsets_;  // per plan write: bytes into convert_staging_
   std::vector<size_t> group_staging_offsets_;  // per plan group
   int debug_send_delay_ms_ = 0;                // WSYNC_DEBUG_SEND_DELAY_MS, for tests

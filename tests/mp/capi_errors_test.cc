@@ -15,7 +15,9 @@ namespace {
 
 constexpr int kTimeoutMs = 5000;
 
-bool isTrainer() { return worldRank() == 0; }
+bool isTrainer() {
+  return worldRank() == 0;
+}
 
 wsync_context_t create(int timeout_ms = kTimeoutMs) {
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
@@ -30,10 +32,11 @@ wsync_context_t create(int timeout_ms = kTimeoutMs) {
 
 // Registers one buffer holding box [offset, offset+extent) of tensor `name` (global `shape`).
 wsync_status_t registerBox(wsync_context_t ctx, const char* name, std::vector<int64_t> shape,
-                           std::vector<int64_t> offset, std::vector<int64_t> extent, wsync_dtype_t dtype,
-                           std::vector<float>* storage) {
+                           std::vector<int64_t> offset, std::vector<int64_t> extent,
+                           wsync_dtype_t dtype, std::vector<float>* storage) {
   int64_t n = 1;
-  for (int64_t e : extent) n *= e;
+  for (int64_t e : extent)
+    n *= e;
   void* data = nullptr;
   if (isTrainer()) {
     storage->assign(static_cast<size_t>(n) * 2, 0.0f);  // room for 8-byte dtypes too
@@ -49,11 +52,13 @@ wsync_status_t registerBox(wsync_context_t ctx, const char* name, std::vector<in
 }
 
 // Commits and expects `want` on every rank, with a message containing every string of `needles`.
-void expectCommitFails(wsync_context_t ctx, wsync_status_t want, const std::vector<std::string>& needles) {
+void expectCommitFails(wsync_context_t ctx, wsync_status_t want,
+                       const std::vector<std::string>& needles) {
   const wsync_status_t s = wsync_commit(ctx);
   EXPECT_EQ(s, want) << wsync_status_string(s) << ": " << wsync_last_error(ctx);
   const std::string message = wsync_last_error(ctx);
-  for (const std::string& n : needles) EXPECT_NE(message.find(n), std::string::npos) << message;
+  for (const std::string& n : needles)
+    EXPECT_NE(message.find(n), std::string::npos) << message;
   wsync_context_destroy(ctx);
 }
 
@@ -61,16 +66,20 @@ TEST(CapiErrors, ShapeMismatchIsNamedOnEveryRank) {
   wsync_context_t ctx = create();
   ASSERT_NE(ctx, nullptr);
   std::vector<float> mem;
-  const std::vector<int64_t> shape = isTrainer() ? std::vector<int64_t>{8, 4} : std::vector<int64_t>{8, 5};
-  ASSERT_EQ(registerBox(ctx, "layers.0.w", shape, {0, 0}, shape, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_SUCCESS);
-  expectCommitFails(ctx, WSYNC_ERR_MISMATCH, {"layers.0.w", "[8, 4]", "[8, 5]", "trainer 0", "rollout"});
+  const std::vector<int64_t> shape =
+      isTrainer() ? std::vector<int64_t>{8, 4} : std::vector<int64_t>{8, 5};
+  ASSERT_EQ(registerBox(ctx, "layers.0.w", shape, {0, 0}, shape, WSYNC_DTYPE_FLOAT32, &mem),
+            WSYNC_SUCCESS);
+  expectCommitFails(ctx, WSYNC_ERR_MISMATCH,
+                    {"layers.0.w", "[8, 4]", "[8, 5]", "trainer 0", "rollout"});
 }
 
 TEST(CapiErrors, DtypeThatCannotConvertIsNamed) {
   wsync_context_t ctx = create();
   ASSERT_NE(ctx, nullptr);
   std::vector<float> mem;
-  ASSERT_EQ(registerBox(ctx, "step", {4}, {0}, {4}, isTrainer() ? WSYNC_DTYPE_INT32 : WSYNC_DTYPE_FLOAT32, &mem),
+  ASSERT_EQ(registerBox(ctx, "step", {4}, {0}, {4},
+                        isTrainer() ? WSYNC_DTYPE_INT32 : WSYNC_DTYPE_FLOAT32, &mem),
             WSYNC_SUCCESS);
   expectCommitFails(ctx, WSYNC_ERR_MISMATCH, {"step", "int32", "float32"});
 }
@@ -81,7 +90,8 @@ TEST(CapiErrors, TensorNoTrainerHoldsIsNamed) {
   std::vector<float> mem;
   ASSERT_EQ(registerBox(ctx, "a", {4}, {0}, {4}, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_SUCCESS);
   if (!isTrainer()) {
-    ASSERT_EQ(registerBox(ctx, "lm_head.weight", {4}, {0}, {4}, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_SUCCESS);
+    ASSERT_EQ(registerBox(ctx, "lm_head.weight", {4}, {0}, {4}, WSYNC_DTYPE_FLOAT32, &mem),
+              WSYNC_SUCCESS);
   }
   expectCommitFails(ctx, WSYNC_ERR_MISMATCH, {"lm_head.weight", "rollout"});
 }
@@ -91,8 +101,10 @@ TEST(CapiErrors, CoverageHoleIsNamed) {
   ASSERT_NE(ctx, nullptr);
   std::vector<float> mem;
   // The trainer holds rows [0, 4) of an [8, 4] tensor; rollouts want all of it.
-  const std::vector<int64_t> extent = isTrainer() ? std::vector<int64_t>{4, 4} : std::vector<int64_t>{8, 4};
-  ASSERT_EQ(registerBox(ctx, "w", {8, 4}, {0, 0}, extent, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_SUCCESS);
+  const std::vector<int64_t> extent =
+      isTrainer() ? std::vector<int64_t>{4, 4} : std::vector<int64_t>{8, 4};
+  ASSERT_EQ(registerBox(ctx, "w", {8, 4}, {0, 0}, extent, WSYNC_DTYPE_FLOAT32, &mem),
+            WSYNC_SUCCESS);
   expectCommitFails(ctx, WSYNC_ERR_MISMATCH, {"'w'", "rollout"});
 }
 
@@ -101,13 +113,15 @@ TEST(CapiErrors, BadArgumentsAreRejectedLocally) {
   ASSERT_NE(ctx, nullptr);
   std::vector<float> mem;
   // A box outside the tensor: named, nothing registered, the context stays usable.
-  EXPECT_EQ(registerBox(ctx, "w", {8, 4}, {6, 0}, {4, 4}, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wsync_last_error(ctx)).find("'w'"), std::string::npos) << wsync_last_error(ctx);
-  EXPECT_EQ(wsync_register_buffer(ctx, "x", static_cast<wsync_dtype_t>(99), WSYNC_MEMORY_HOST, nullptr, 0, 0, nullptr,
-                                  nullptr),
+  EXPECT_EQ(registerBox(ctx, "w", {8, 4}, {6, 0}, {4, 4}, WSYNC_DTYPE_FLOAT32, &mem),
             WSYNC_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(wsync_register_buffer(ctx, nullptr, WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, nullptr, 0, 0, nullptr,
-                                  nullptr),
+  EXPECT_NE(std::string(wsync_last_error(ctx)).find("'w'"), std::string::npos)
+      << wsync_last_error(ctx);
+  EXPECT_EQ(wsync_register_buffer(ctx, "x", static_cast<wsync_dtype_t>(99), WSYNC_MEMORY_HOST,
+                                  nullptr, 0, 0, nullptr, nullptr),
+            WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wsync_register_buffer(ctx, nullptr, WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, nullptr, 0,
+                                  0, nullptr, nullptr),
             WSYNC_ERR_INVALID_ARGUMENT);
   // Wrong order: versions and leases before commit.
   wsync_request_t req = nullptr;
@@ -124,10 +138,12 @@ TEST(CapiErrors, BadArgumentsAreRejectedLocally) {
   EXPECT_EQ(req, nullptr);
   EXPECT_EQ(lease, nullptr);
   // The context still commits fine after the rejected calls.
-  ASSERT_EQ(registerBox(ctx, "w", {8, 4}, {0, 0}, {8, 4}, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_SUCCESS);
+  ASSERT_EQ(registerBox(ctx, "w", {8, 4}, {0, 0}, {8, 4}, WSYNC_DTYPE_FLOAT32, &mem),
+            WSYNC_SUCCESS);
   ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
   EXPECT_EQ(wsync_commit(ctx), WSYNC_ERR_INVALID_USAGE);
-  EXPECT_EQ(registerBox(ctx, "late", {4}, {0}, {4}, WSYNC_DTYPE_FLOAT32, &mem), WSYNC_ERR_INVALID_USAGE);
+  EXPECT_EQ(registerBox(ctx, "late", {4}, {0}, {4}, WSYNC_DTYPE_FLOAT32, &mem),
+            WSYNC_ERR_INVALID_USAGE);
   if (isTrainer()) {
     ASSERT_EQ(wsync_publish(ctx, 3, &req), WSYNC_SUCCESS);
     EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS);

@@ -20,15 +20,15 @@ inline int worldSize() {
   return n;
 }
 
-#define WSYNC_MPI_GTEST_MAIN()                                                        \
-  int main(int argc, char** argv) {                                                   \
-    int provided = 0;                                                                 \
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);                    \
-    ::testing::InitGoogleTest(&argc, argv);                                           \
-    int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;                                        \
-    int any_failed = 0;                                                               \
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);         \
+#define WSYNC_MPI_GTEST_MAIN()                                                           \
+  int main(int argc, char** argv) {                                                      \
+    int provided = 0;                                                                    \
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);                       \
+    ::testing::InitGoogleTest(&argc, argv);                                              \
+    int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;                                           \
+    int any_failed = 0;                                                                  \
+    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);            \
     if (failed) std::fprintf(stderr, "world rank %d: some tests failed\n", worldRank()); \
-    MPI_Finalize();                                                                   \
-    return any_failed;                                                                \
+    MPI_Finalize();                                                                      \
+    return any_failed;                                                                   \
   }

@@ -20,9 +20,13 @@ constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 256;
 constexpr int kStarted = 1;  // MPI tag: the trainer has published the version the rollout waits on
 
-bool isTrainer() { return worldRank() == 0; }
+bool isTrainer() {
+  return worldRank() == 0;
+}
 
-float valueOf(int64_t i, uint64_t version) { return static_cast<float>(i % 1000) + 1000.0f * static_cast<float>(version); }
+float valueOf(int64_t i, uint64_t version) {
+  return static_cast<float>(i % 1000) + 1000.0f * static_cast<float>(version);
+}
 
 struct Job {
   wsync_context_t ctx = nullptr;
@@ -32,7 +36,8 @@ struct Job {
 
 Job startJob(int max_staleness, int send_delay_ms) {
   Job job;
-  if (isTrainer() && send_delay_ms > 0) setenv("WSYNC_DEBUG_SEND_DELAY_MS", std::to_string(send_delay_ms).c_str(), 1);
+  if (isTrainer() && send_delay_ms > 0)
+    setenv("WSYNC_DEBUG_SEND_DELAY_MS", std::to_string(send_delay_ms).c_str(), 1);
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = isTrainer() ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
   cfg.replica = 0;
@@ -46,7 +51,8 @@ Job startJob(int max_staleness, int send_delay_ms) {
   piece.global_shape = shape;
   if (isTrainer()) job.params.assign(kRows * kCols, 0.0f);
   EXPECT_EQ(wsync_register_buffer(job.ctx, "w", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST,
-                                  isTrainer() ? job.params.data() : nullptr, kRows * kCols, 1, &piece, &job.buffer),
+                                  isTrainer() ? job.params.data() : nullptr, kRows * kCols, 1,
+                                  &piece, &job.buffer),
             WSYNC_SUCCESS);
   EXPECT_EQ(wsync_commit(job.ctx), WSYNC_SUCCESS) << wsync_last_error(job.ctx);
   unsetenv("WSYNC_DEBUG_SEND_DELAY_MS");
@@ -56,7 +62,8 @@ Job startJob(int max_staleness, int send_delay_ms) {
 // Trainer: sets the parameters for `version`, publishes it and tells the rollout it started.
 // Returns the request (the caller waits for it).
 wsync_request_t publish(Job& job, uint64_t version) {
-  for (int64_t i = 0; i < kRows * kCols; ++i) job.params[static_cast<size_t>(i)] = valueOf(i, version);
+  for (int64_t i = 0; i < kRows * kCols; ++i)
+    job.params[static_cast<size_t>(i)] = valueOf(i, version);
   wsync_request_t req = nullptr;
   EXPECT_EQ(wsync_publish(job.ctx, version, &req), WSYNC_SUCCESS) << wsync_last_error(job.ctx);
   const int v = static_cast<int>(version);
@@ -79,13 +86,15 @@ void expectLeaseHolds(wsync_lease_t lease, int buffer, uint64_t version) {
   ASSERT_EQ(wsync_lease_buffer(lease, buffer, &data), WSYNC_SUCCESS);
   const float* w = static_cast<const float*>(data);
   int64_t bad = 0;
-  for (int64_t i = 0; i < kRows * kCols; ++i) bad += w[i] != valueOf(i, version);
+  for (int64_t i = 0; i < kRows * kCols; ++i)
+    bad += w[i] != valueOf(i, version);
   EXPECT_EQ(bad, 0) << "version " << version;
 }
 
 uint64_t waitNewer(Job& job, uint64_t than) {
   uint64_t newest = 0;
-  EXPECT_EQ(wsync_wait_version(job.ctx, than, -1, &newest), WSYNC_SUCCESS) << wsync_last_error(job.ctx);
+  EXPECT_EQ(wsync_wait_version(job.ctx, than, -1, &newest), WSYNC_SUCCESS)
+      << wsync_last_error(job.ctx);
   return newest;
 }
 
@@ -142,7 +151,7 @@ TEST(Versioning, BusyReplicaSkipsToTheNewestVersion) {
     waitStarted(2);  // goes into the free slot
     ASSERT_EQ(waitNewer(job, 1), 2u);
     MPI_Barrier(MPI_COMM_WORLD);
-    waitStarted(3);  // the only writable slot holds version 1 under a lease: skipped
+    waitStarted(3);               // the only writable slot holds version 1 under a lease: skipped
     MPI_Barrier(MPI_COMM_WORLD);  // the trainer saw version 3 delivered (to no replica)
     uint64_t newest = 0;
     ASSERT_EQ(wsync_newest_version(job.ctx, &newest), WSYNC_SUCCESS);

@@ -6,6 +6,9 @@
 // Collective discipline: both ranks run the same tests in the same order, and every MPI call in a
 // test is reached by both ranks whatever failed; a test gives up only at bothOk(), together.
 // Add a backend by adding a factory to backends().
+// Device backends (CUDA IPC) expose device memory: the suite fills and reads it with cudaMemset /
+// cudaMemcpy, writes from a device copy of the source, and skips (both ranks together) when this
+// machine has no usable CUDA device.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -18,11 +21,22 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "transport/ucx/ucx_transport.h"
 #include "transport/write_transport.h"
+
+#ifdef WSYNC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <Eigen/Core>
+
+#include "common/cuda_check.h"
+#include "kernels/convert_kernels.h"
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+#endif
 
 namespace wsync {
 namespace {
@@ -126,11 +140,11 @@ std::vector<uint8_t> expectedImage(size_t region_bytes, const std::vector<uint8_
   return image;
 }
 
-// Posts `ops`: write() for single rows, write2d() otherwise.
-Status postAll(WriteTransport& t, RemoteMemoryId remote, const std::vector<uint8_t>& source,
+// Posts `ops` from `source` (host or device memory): write() for single rows, write2d() otherwise.
+Status postAll(WriteTransport& t, RemoteMemoryId remote, const uint8_t* source,
                const std::vector<WriteOp>& ops) {
   for (const WriteOp& op : ops) {
-    const uint8_t* src = source.data() + op.src;
+    const uint8_t* src = source + op.src;
     WSYNC_RETURN_IF_ERROR(op.rows == 1 ? t.write(remote, op.dst, src, op.row_bytes)
                                        : t.write2d(remote, op.dst, op.dst_pitch, src, op.src_pitch,
                                                    op.row_bytes, op.rows));
@@ -164,16 +178,173 @@ void expectBytes(const uint8_t* got, const std::vector<uint8_t>& want, const cha
 
 // ---- backends ----------------------------------------------------------------------------------
 
+// Where a backend's exposed memory (and the test's sources) live.
+enum class MemorySide {
+  kHost,
+  kDevice0,        // CUDA device 0 on every rank (one GPU is enough)
+  kDevicePerRank,  // CUDA device `rank` (peer-to-peer between two GPUs)
+};
+
 struct BackendFactory {
   std::string name;
   std::function<Result<std::unique_ptr<WriteTransport>>()> create;
   // Whether writes into allocateExposed() memory land with no progress() from the target (on one
   // node). The suite then checks that they do, leaving the target idle in MPI.
   bool allocated_is_one_sided;
+  MemorySide memory = MemorySide::kHost;
+  // Why this machine cannot run the backend (empty: it can); the tests then skip on both ranks.
+  std::function<std::string()> unavailable = [] { return std::string(); };
 };
 
+// The CUDA device of this rank's memory for `memory`, or -1 for host memory.
+int deviceOf(MemorySide memory) {
+  switch (memory) {
+    case MemorySide::kHost: return -1;
+    case MemorySide::kDevice0: return 0;
+    case MemorySide::kDevicePerRank: return rank();
+  }
+  return -1;
+}
+
+#ifdef WSYNC_HAVE_CUDA
+int cudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+#endif
+
 std::vector<BackendFactory> backends() {
-  return {{"ucx", [] { return createUcxTransport(); }, /*allocated_is_one_sided=*/true}};
+  std::vector<BackendFactory> out = {
+      {"ucx", [] { return createUcxTransport(); }, /*allocated_is_one_sided=*/true}};
+#ifdef WSYNC_HAVE_CUDA
+  out.push_back({"cuda_ipc", [] { return createCudaIpcTransport(); },
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, [] {
+                   return cudaDeviceAvailable(0) ? std::string()
+                                                 : std::string("no usable CUDA device");
+                 }});
+  out.push_back({"cuda_ipc_two_gpus",
+                 [] {
+                   CudaIpcTransportOptions options;
+                   options.device = rank();
+                   return createCudaIpcTransport(options);
+                 },
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevicePerRank, [] {
+                   const int n = cudaDeviceCount();
+                   return n >= 2 ? std::string()
+                                 : "needs 2 CUDA devices (one per rank), this machine has " +
+                                       std::to_string(n);
+                 }});
+#endif
+  return out;
+}
+
+// ---- memory on either side ---------------------------------------------------------------------
+
+// Host memory (device < 0) or device memory of CUDA device `device` (cudaMalloc: the base of an
+// allocation, as CudaIpcTransport::expose wants). data() is null when allocation failed (the
+// failure is reported).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(int device, size_t bytes) : device_(device), size_(bytes) {
+    if (device < 0) {
+      host_.assign(bytes, 0);
+      data_ = host_.data();
+      return;
+    }
+#ifdef WSYNC_HAVE_CUDA
+    void* p = nullptr;
+    const cudaError_t e = cudaSetDevice(device) == cudaSuccess ? cudaMalloc(&p, bytes)
+                                                               : cudaGetLastError();
+    EXPECT_EQ(e, cudaSuccess) << "cudaMalloc(" << bytes << ") on device " << device << ": "
+                              << cudaGetErrorString(e);
+    data_ = static_cast<uint8_t*>(p);
+#else
+    ADD_FAILURE() << "device memory in a build without CUDA";
+#endif
+  }
+  // A copy of `bytes` on that side.
+  Buffer(int device, const std::vector<uint8_t>& bytes) : Buffer(device, bytes.size()) {
+    if (data_ == nullptr) return;
+    if (device < 0) {
+      std::memcpy(data_, bytes.data(), bytes.size());
+      return;
+    }
+#ifdef WSYNC_HAVE_CUDA
+    const cudaError_t e = cudaMemcpy(data_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+#endif
+  }
+  ~Buffer() { release(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      device_ = o.device_;
+      size_ = o.size_;
+      host_ = std::move(o.host_);
+      data_ = std::exchange(o.data_, nullptr);
+    }
+    return *this;
+  }
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void release() {
+#ifdef WSYNC_HAVE_CUDA
+    if (device_ >= 0 && data_ != nullptr) {
+      cudaSetDevice(device_);
+      cudaFree(data_);
+    }
+#endif
+    data_ = nullptr;
+  }
+  int device_ = -1;
+  size_t size_ = 0;
+  std::vector<uint8_t> host_;
+  uint8_t* data_ = nullptr;
+};
+
+// memset / cudaMemset (completed before returning) of memory on `device` (-1: host).
+void fillBytes(int device, void* p, uint8_t value, size_t bytes) {
+  if (device < 0) {
+    std::memset(p, value, bytes);
+    return;
+  }
+#ifdef WSYNC_HAVE_CUDA
+  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+  EXPECT_EQ(cudaMemset(p, value, bytes), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+}
+
+// The bytes of memory on `device` (-1: host), read back with cudaMemcpy for device memory.
+std::vector<uint8_t> readBytes(int device, const void* p, size_t bytes) {
+  std::vector<uint8_t> out(bytes);
+  if (device < 0) {
+    std::memcpy(out.data(), p, bytes);
+    return out;
+  }
+#ifdef WSYNC_HAVE_CUDA
+  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+  const cudaError_t e = cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+#endif
+  return out;
+}
+
+// True on both ranks when `backend` can run here on both; otherwise prints why (rank 0).
+bool backendAvailable(const BackendFactory& backend, std::string& why) {
+  why = backend.unavailable();
+  const bool ok = bothOk(why.empty());
+  if (!ok && why.empty()) why = "not available on the other rank";
+  return ok;
 }
 
 enum class TargetKind { kAllocated, kUserProvided };
@@ -226,6 +397,7 @@ class Session {
   bool open(const BackendFactory& backend, TargetKind kind, size_t region_bytes,
             bool target_progress) {
     region_bytes_ = region_bytes;
+    device_ = deviceOf(backend.memory);
     auto created = backend.create();
     EXPECT_TRUE(created.isOk()) << backend.name << ": " << created.status().toString();
     if (!bothOk(created.isOk())) return false;
@@ -239,7 +411,7 @@ class Session {
       if (kind == TargetKind::kAllocated) {
         mem = transport_->allocateExposed(region_bytes);
       } else {
-        user_buffer_.assign(region_bytes, 0);
+        user_buffer_ = Buffer(device_, region_bytes);
         mem = transport_->expose(user_buffer_.data(), region_bytes);
       }
       EXPECT_TRUE(mem.isOk()) << mem.status().toString();
@@ -248,7 +420,7 @@ class Session {
         target_ = std::move(mem).value();
         EXPECT_EQ(target_->size(), region_bytes);
         if (kind == TargetKind::kUserProvided) EXPECT_EQ(target_->data(), user_buffer_.data());
-        std::memset(target_->data(), kSentinel, region_bytes);
+        fillBytes(device_, target_->data(), kSentinel, region_bytes);
         descriptor = target_->descriptor();
         if (target_progress) progress_.start(transport_.get());
       }
@@ -279,15 +451,20 @@ class Session {
 
   WriteTransport& transport() { return *transport_; }
   RemoteMemoryId remote() const { return remote_; }
-  const uint8_t* targetBytes() const { return static_cast<const uint8_t*>(target_->data()); }
+  // A copy of the target region's bytes (read back from the device for device backends).
+  std::vector<uint8_t> targetBytes() const {
+    return readBytes(device_, target_->data(), region_bytes_);
+  }
+  int device() const { return device_; }  // of this rank's memory; -1: host
   size_t regionBytes() const { return region_bytes_; }
   const std::vector<uint8_t>& attachedDescriptor() const { return attached_descriptor_; }
   ProgressThread& progressThread() { return progress_; }
 
  private:
   size_t region_bytes_ = 0;
+  int device_ = -1;
   std::unique_ptr<WriteTransport> transport_;
-  std::vector<uint8_t> user_buffer_;  // outlives target_ (declared before it)
+  Buffer user_buffer_;  // outlives target_ (declared before it)
   std::unique_ptr<ExposedMemory> target_;
   ProgressThread progress_;  // stopped before transport_ goes (declared after it)
   RemoteMemoryId remote_ = -1;
@@ -298,6 +475,10 @@ class Session {
 
 class WriteTransportConformance : public ::testing::TestWithParam<ConformanceParam> {
  protected:
+  void SetUp() override {
+    std::string why;
+    if (!backendAvailable(GetParam().backend, why)) GTEST_SKIP() << GetParam().backend.name << ": " << why;
+  }
   void TearDown() override { session_.close(); }
 
   bool open(size_t region_bytes) {
@@ -306,18 +487,27 @@ class WriteTransportConformance : public ::testing::TestWithParam<ConformancePar
     return session_.open(p.backend, p.kind, region_bytes, progress);
   }
 
-  // Rank 0 posts `ops` from `source` and flushes; barrier; rank 1 checks the whole region.
+  // Rank 0 posts `ops` from a copy of `source` on the backend's side (registered first when
+  // `register_source`) and flushes; barrier; rank 1 checks the whole region.
   void writeAndCheck(const std::vector<uint8_t>& source, const std::vector<WriteOp>& ops,
-                     const char* what) {
+                     const char* what, bool register_source = false) {
     if (rank() == kWriter) {
-      const Status posted = postAll(session_.transport(), session_.remote(), source, ops);
+      const Buffer staged(session_.device(), source);
+      std::unique_ptr<SourceRegistration> registration;
+      if (register_source) {
+        auto reg = session_.transport().registerSource(staged.data(), staged.size());
+        EXPECT_TRUE(reg.isOk()) << reg.status().toString();
+        if (reg.isOk()) registration = std::move(reg).value();
+      }
+      const Status posted = postAll(session_.transport(), session_.remote(), staged.data(), ops);
       EXPECT_TRUE(posted.isOk()) << what << ": " << posted.toString();
       const Status flushed = session_.transport().flush(kFlushTimeout);
       EXPECT_TRUE(flushed.isOk()) << what << ": " << flushed.toString();
     }
     barrier();
     if (rank() == kTarget) {
-      expectBytes(session_.targetBytes(), expectedImage(session_.regionBytes(), source, ops), what);
+      expectBytes(session_.targetBytes().data(),
+                  expectedImage(session_.regionBytes(), source, ops), what);
     }
   }
 
@@ -340,7 +530,8 @@ TEST_P(WriteTransportConformance, FlushWithNothingPostedSucceeds) {
   EXPECT_TRUE(again.isOk()) << again.toString();
   barrier();
   if (rank() == kTarget) {
-    expectBytes(session_.targetBytes(), std::vector<uint8_t>(4096, kSentinel), "untouched region");
+    expectBytes(session_.targetBytes().data(), std::vector<uint8_t>(4096, kSentinel),
+                "untouched region");
   }
 }
 
@@ -348,12 +539,6 @@ TEST_P(WriteTransportConformance, ContiguousWrites) {
   constexpr size_t kRegion = 1 << 20;
   if (!open(kRegion)) return;
   const std::vector<uint8_t> source = pattern(256 << 10, 1);
-  std::unique_ptr<SourceRegistration> registration;
-  if (rank() == kWriter) {
-    auto reg = session_.transport().registerSource(source.data(), source.size());
-    EXPECT_TRUE(reg.isOk()) << reg.status().toString();
-    if (reg.isOk()) registration = std::move(reg).value();
-  }
   const std::vector<WriteOp> ops = {
       contiguous(0, 0, 100),                 // region start
       contiguous(4096, 1000, 65536),         // page-aligned target, unaligned source
@@ -362,7 +547,7 @@ TEST_P(WriteTransportConformance, ContiguousWrites) {
       contiguous(kRegion - 17, 250000, 17),  // region end
       contiguous(500000, 0, 0),              // empty: a no-op
   };
-  writeAndCheck(source, ops, "contiguous writes");
+  writeAndCheck(source, ops, "contiguous writes", /*register_source=*/true);
 }
 
 TEST_P(WriteTransportConformance, StridedWrites) {
@@ -462,24 +647,26 @@ TEST_P(WriteTransportConformance, ConnectAndAttachCheckTheirInputs) {
   }
   barrier();
   if (rank() == kTarget) {
-    expectBytes(session_.targetBytes(), std::vector<uint8_t>(4096, kSentinel), "untouched region");
+    expectBytes(session_.targetBytes().data(), std::vector<uint8_t>(4096, kSentinel),
+                "untouched region");
   }
 }
 
 // Every rank writes into memory it exposed itself (connect to its own address); no collectives.
 TEST_P(WriteTransportConformance, WritesToItself) {
   constexpr size_t kRegion = 256 << 10;
+  const int device = deviceOf(GetParam().backend.memory);
   auto created = GetParam().backend.create();
   EXPECT_TRUE(created.isOk()) << created.status().toString();
   if (!created.isOk()) return;
   WriteTransport& t = *created.value();
-  std::vector<uint8_t> user_buffer;
+  Buffer user_buffer;
   auto mem = GetParam().kind == TargetKind::kAllocated
                  ? t.allocateExposed(kRegion)
-                 : (user_buffer.assign(kRegion, 0), t.expose(user_buffer.data(), kRegion));
+                 : (user_buffer = Buffer(device, kRegion), t.expose(user_buffer.data(), kRegion));
   EXPECT_TRUE(mem.isOk()) << mem.status().toString();
   if (!mem.isOk()) return;
-  std::memset(mem.value()->data(), kSentinel, kRegion);
+  fillBytes(device, mem.value()->data(), kSentinel, kRegion);
   const int me = rank();
   const Status connected = t.connect(me, t.localAddress());
   EXPECT_TRUE(connected.isOk()) << connected.toString();
@@ -489,12 +676,13 @@ TEST_P(WriteTransportConformance, WritesToItself) {
   if (!id.isOk()) return;
   const std::vector<uint8_t> source = pattern(kRegion, 11 + me);
   const std::vector<WriteOp> ops = {contiguous(10, 0, 5000), {20000, 300, 9000, 200, 100, 500}};
-  const Status posted = postAll(t, id.value(), source, ops);
+  const Buffer staged(device, source);
+  const Status posted = postAll(t, id.value(), staged.data(), ops);
   EXPECT_TRUE(posted.isOk()) << posted.toString();
   const Status flushed = t.flush(kFlushTimeout);  // progresses this worker: emulated writes land
   EXPECT_TRUE(flushed.isOk()) << flushed.toString();
-  expectBytes(static_cast<const uint8_t*>(mem.value()->data()), expectedImage(kRegion, source, ops),
-              "writes to itself");
+  expectBytes(readBytes(device, mem.value()->data(), kRegion).data(),
+              expectedImage(kRegion, source, ops), "writes to itself");
 }
 
 // A truncated descriptor is rejected; one region attached twice gives two working ids.
@@ -534,6 +722,10 @@ INSTANTIATE_TEST_SUITE_P(Backends, WriteTransportConformance,
 
 class WriteTransportBackend : public ::testing::TestWithParam<BackendFactory> {
  protected:
+  void SetUp() override {
+    std::string why;
+    if (!backendAvailable(GetParam(), why)) GTEST_SKIP() << GetParam().name << ": " << why;
+  }
   void TearDown() override { session_.close(); }
   Session session_;
 };
@@ -551,8 +743,10 @@ TEST_P(WriteTransportBackend, FlushTimesOutWhileTargetIdlesThenCompletes) {
   const std::vector<WriteOp> ops = {contiguous(0, 0, kRegion / 2),
                                     {kRegion / 2, 1024, kRegion / 2, 2048, 1000, 256}};
   bool timed_out = false;
+  Buffer staged;
   if (rank() == kWriter) {
-    const Status posted = postAll(session_.transport(), session_.remote(), source, ops);
+    staged = Buffer(session_.device(), source);
+    const Status posted = postAll(session_.transport(), session_.remote(), staged.data(), ops);
     EXPECT_TRUE(posted.isOk()) << posted.toString();
     const auto start = Clock::now();
     const Status s = session_.transport().flush(300ms);
@@ -575,12 +769,14 @@ TEST_P(WriteTransportBackend, FlushTimesOutWhileTargetIdlesThenCompletes) {
   }
   barrier();
   if (rank() == kTarget) {
-    expectBytes(session_.targetBytes(), expectedImage(kRegion, source, ops), "after the retry");
+    expectBytes(session_.targetBytes().data(), expectedImage(kRegion, source, ops),
+                "after the retry");
   }
 }
 
-// GB/s of a 256 MiB write into allocated target memory, next to a local memcpy of the same size.
-// Informational: checks the bytes, never the speed.
+// GB/s of a 256 MiB write into allocated target memory, next to a local copy of the same size
+// (memcpy for host backends, a device-to-device cudaMemcpy for device backends, whose writes go
+// from device memory). Informational: checks the bytes, never the speed.
 TEST_P(WriteTransportBackend, Bandwidth256MiB) {
   constexpr size_t kBytes = 256 << 20;
   const bool progress = !GetParam().allocated_is_one_sided;
@@ -588,32 +784,42 @@ TEST_P(WriteTransportBackend, Bandwidth256MiB) {
   const std::vector<uint8_t> source = pattern(kBytes, 8);
   if (rank() == kWriter) {
     WriteTransport& t = session_.transport();
+    const int device = session_.device();
+    const Buffer staged(device, source);
     double best_put = 0;
     for (int run = 0; run < 3; ++run) {
       const auto start = Clock::now();
-      const Status w = t.write(session_.remote(), 0, source.data(), kBytes);
+      const Status w = t.write(session_.remote(), 0, staged.data(), kBytes);
       const Status f = t.flush(kFlushTimeout);
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       EXPECT_TRUE(w.isOk()) << w.toString();
       EXPECT_TRUE(f.isOk()) << f.toString();
       best_put = std::max(best_put, kBytes / s / 1e9);
     }
-    std::vector<uint8_t> local(kBytes, 0);
+    Buffer local(device, kBytes);
     double best_copy = 0;
     for (int run = 0; run < 3; ++run) {
       const auto start = Clock::now();
-      std::memcpy(local.data(), source.data(), kBytes);
+      if (device < 0) {
+        std::memcpy(local.data(), staged.data(), kBytes);
+      } else {
+#ifdef WSYNC_HAVE_CUDA
+        EXPECT_EQ(cudaMemcpy(local.data(), staged.data(), kBytes, cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+      }
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       best_copy = std::max(best_copy, kBytes / s / 1e9);
     }
-    EXPECT_EQ(std::memcmp(local.data(), source.data(), kBytes), 0);
+    EXPECT_TRUE(readBytes(device, local.data(), kBytes) == source) << "local copy";
     std::printf(
         "[ info ] %s: 256 MiB write+flush into allocated target memory %.2f GB/s; "
-        "local memcpy %.2f GB/s (best of 3)\n",
-        GetParam().name.c_str(), best_put, best_copy);
+        "local %s %.2f GB/s (best of 3)\n",
+        GetParam().name.c_str(), best_put, device < 0 ? "memcpy" : "cudaMemcpy D2D", best_copy);
   }
   barrier();
-  if (rank() == kTarget) expectBytes(session_.targetBytes(), source, "256 MiB write");
+  if (rank() == kTarget) expectBytes(session_.targetBytes().data(), source, "256 MiB write");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, WriteTransportBackend, ::testing::ValuesIn(backends()),
@@ -674,11 +880,166 @@ TEST(UcxTransport, WriteWaitsBoundedForRoom) {
   if (rank() == kTarget) {
     for (size_t i = 0; i < count; ++i)
       posted_ops.push_back(contiguous(i * kChunk, i * kChunk, kChunk));
-    expectBytes(session.targetBytes(), expectedImage(kRegion, source, posted_ops),
+    expectBytes(session.targetBytes().data(), expectedImage(kRegion, source, posted_ops),
                 "writes posted before the timeout");
   }
   session.close();
 }
+
+#ifdef WSYNC_HAVE_CUDA
+// ---- CUDA IPC specifics --------------------------------------------------------------------------
+
+// Skips on both ranks unless both have CUDA device 0.
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                          \
+  if (!bothOk(cudaDeviceAvailable(0))) {                                                    \
+    GTEST_SKIP() << "no usable CUDA device on some rank (CUDA IPC runs on the GPU machine)"; \
+  }
+
+// connect() refuses a peer on another node; attach() refuses a descriptor that is not the peer's;
+// expose() refuses memory that is not device memory of its device; addresses are checked.
+TEST(CudaIpcTransport, RefusesWhatItCannotReach) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto created = CudaIpcTransport::create({});
+  EXPECT_TRUE(created.isOk()) << created.status().toString();
+  if (!bothOk(created.isOk())) return;
+  CudaIpcTransport& t = *created.value();
+  auto mine = t.allocateExposed(4096);
+  EXPECT_TRUE(mine.isOk()) << mine.status().toString();
+  if (!bothOk(mine.isOk())) return;
+  const auto addresses = allGather(t.localAddress());
+  const auto descriptors = allGather(mine.value()->descriptor());
+  if (rank() == kWriter) {
+    auto info = decodeCudaIpcAddress(t.localAddress());
+    EXPECT_TRUE(info.isOk()) << info.status().toString();
+    CudaIpcProcessInfo elsewhere;
+    if (info.isOk()) elsewhere = info.value();
+    EXPECT_EQ(elsewhere.host, cudaIpcHostIdentity());
+    elsewhere.host = "another-node/00000000-0000-0000-0000-000000000000";
+    Status s = t.connect(4, encodeCudaIpcAddress(elsewhere));
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_UNSUPPORTED));
+    EXPECT_TRUE(mentions(s, "peer 4"));
+    EXPECT_TRUE(mentions(s, elsewhere.host));
+    EXPECT_TRUE(mentions(s, cudaIpcHostIdentity()));
+    EXPECT_TRUE(hasCode(decodeCudaIpcAddress(pattern(40, 1)).status(), WSYNC_ERR_PROTOCOL));
+    std::vector<uint8_t> truncated = t.localAddress();
+    truncated.pop_back();
+    EXPECT_TRUE(hasCode(decodeCudaIpcAddress(truncated).status(), WSYNC_ERR_PROTOCOL));
+
+    EXPECT_TRUE(t.connect(kTarget, addresses[kTarget]).isOk());
+    // This process's own descriptor presented as peer 1's.
+    s = t.attach(kTarget, descriptors[kWriter]).status();
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, "peer 1"));
+    auto id = t.attach(kTarget, descriptors[kTarget]);
+    EXPECT_TRUE(id.isOk()) << id.status().toString();
+    if (id.isOk()) {
+      s = t.remoteAddress(id.value(), 4000, 97).status();
+      EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+      EXPECT_TRUE(mentions(s, "peer 1"));
+      auto inside = t.remoteAddress(id.value(), 4000, 96);
+      EXPECT_TRUE(inside.isOk()) << inside.status().toString();
+    }
+  }
+  std::vector<uint8_t> host(4096);
+  Status s = t.expose(host.data(), host.size()).status();
+  EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+  EXPECT_TRUE(mentions(s, "host"));
+  EXPECT_TRUE(hasCode(t.allocateExposed(0).status(), WSYNC_ERR_INVALID_ARGUMENT));
+  EXPECT_TRUE(hasCode(t.expose(nullptr, 16).status(), WSYNC_ERR_INVALID_ARGUMENT));
+  barrier();  // rank 1's memory stays until rank 0 is done with it
+  if (rank() == kWriter) created = Status(WSYNC_ERR_INTERNAL, "closed");
+  barrier();
+}
+
+// Writes from pageable host memory, pinned (registerSource) host memory, cudaMallocHost memory and
+// device memory, plus a conversion kernel enqueued on the transport's stream that writes
+// float32 -> bfloat16 straight into the peer's memory (remoteAddress): one flush completes all.
+TEST(CudaIpcTransport, WritesFromEverySourceAndKernelsIntoPeerMemory) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr size_t kPart = 64 << 10;
+  constexpr size_t kRegion = 6 * kPart;
+  constexpr int64_t kFloats = kPart / 2;  // bfloat16 results filling one part
+  auto created = CudaIpcTransport::create({});
+  EXPECT_TRUE(created.isOk()) << created.status().toString();
+  if (!bothOk(created.isOk())) return;
+  CudaIpcTransport& t = *created.value();
+  std::unique_ptr<ExposedMemory> target;
+  if (rank() == kTarget) {
+    auto mem = t.allocateExposed(kRegion);
+    EXPECT_TRUE(mem.isOk()) << mem.status().toString();
+    if (mem.isOk()) {
+      target = std::move(mem).value();
+      fillBytes(0, target->data(), kSentinel, kRegion);
+    }
+  }
+  const auto addresses = allGather(t.localAddress());
+  const auto descriptors = allGather(target ? target->descriptor() : std::vector<uint8_t>{});
+  if (!bothOk(rank() == kWriter || target != nullptr)) return;
+
+  const std::vector<uint8_t> pageable = pattern(kPart, 21);
+  const std::vector<uint8_t> to_pin = pattern(kPart, 22);
+  const std::vector<uint8_t> pinned_pattern = pattern(2 * kPart, 23);
+  const std::vector<uint8_t> device_pattern = pattern(kPart, 24);
+  std::vector<float> floats(kFloats);
+  for (int64_t i = 0; i < kFloats; ++i)
+    floats[i] = static_cast<float>(i % 977) * 0.37f - 150.0f;
+  // The image: part 0 pageable, 1 registered, 2 a 2-D write of 256 rows of 200 bytes from
+  // cudaMallocHost memory (source pitch 500, target pitch 256), 3 device memory, 4 the kernel's
+  // bfloat16 output, 5 untouched.
+  std::vector<uint8_t> want(kRegion, kSentinel);
+  std::memcpy(want.data(), pageable.data(), kPart);
+  std::memcpy(want.data() + kPart, to_pin.data(), kPart);
+  for (size_t row = 0; row < 256; ++row)
+    std::memcpy(want.data() + 2 * kPart + row * 256, pinned_pattern.data() + row * 500, 200);
+  std::memcpy(want.data() + 3 * kPart, device_pattern.data(), kPart);
+  for (int64_t i = 0; i < kFloats; ++i) {
+    const Eigen::bfloat16 b(floats[i]);
+    std::memcpy(want.data() + 4 * kPart + 2 * i, &b, 2);
+  }
+
+  if (rank() == kWriter) {
+    bool ok = t.connect(kTarget, addresses[kTarget]).isOk();
+    auto id = t.attach(kTarget, descriptors[kTarget]);
+    EXPECT_TRUE(ok && id.isOk()) << id.status().toString();
+    if (id.isOk()) {
+      const RemoteMemoryId remote = id.value();
+      auto registration = t.registerSource(to_pin.data(), to_pin.size());
+      EXPECT_TRUE(registration.isOk()) << registration.status().toString();
+      void* pinned = nullptr;
+      EXPECT_EQ(cudaMallocHost(&pinned, pinned_pattern.size()), cudaSuccess);
+      if (pinned != nullptr) std::memcpy(pinned, pinned_pattern.data(), pinned_pattern.size());
+      const Buffer device_source(0, device_pattern);
+      const Buffer float_source(
+          0, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(floats.data()),
+                                  reinterpret_cast<const uint8_t*>(floats.data() + kFloats)));
+
+      EXPECT_TRUE(t.write(remote, 0, pageable.data(), kPart).isOk());
+      EXPECT_TRUE(t.write(remote, kPart, to_pin.data(), kPart).isOk());
+      Status s = pinned == nullptr ? Status(WSYNC_ERR_SYSTEM, "no pinned memory")
+                                   : t.write2d(remote, 2 * kPart, 256, pinned, 500, 200, 256);
+      EXPECT_TRUE(s.isOk()) << s.toString();
+      EXPECT_TRUE(t.write(remote, 3 * kPart, device_source.data(), kPart).isOk());
+      auto peer_bytes = t.remoteAddress(remote, 4 * kPart, kPart);
+      EXPECT_TRUE(peer_bytes.isOk()) << peer_bytes.status().toString();
+      if (peer_bytes.isOk()) {
+        s = launchConvert(float_source.data(), DType::kFloat32, peer_bytes.value(),
+                          DType::kBFloat16, kFloats, 1.0f, t.stream());
+        EXPECT_TRUE(s.isOk()) << s.toString();
+      }
+      s = t.flush(kFlushTimeout);
+      EXPECT_TRUE(s.isOk()) << s.toString();
+      if (pinned != nullptr) cudaFreeHost(pinned);
+    }
+  }
+  barrier();
+  if (rank() == kTarget) {
+    expectBytes(readBytes(0, target->data(), kRegion).data(), want, "writes from every source");
+  }
+  barrier();
+  if (rank() == kWriter) created = Status(WSYNC_ERR_INTERNAL, "closed");  // unmaps first
+  barrier();
+}
+#endif  // WSYNC_HAVE_CUDA
 
 // On every rank but 0: print only failures, tagged with the rank, instead of gtest's full output.
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {

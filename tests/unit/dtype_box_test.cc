@@ -11,9 +11,9 @@ namespace {
 
 TEST(DType, SizesAndNamesRoundTrip) {
   const std::pair<DType, size_t> expected[] = {
-      {DType::kFloat32, 4}, {DType::kBFloat16, 2},   {DType::kFloat16, 2}, {DType::kFloat8E4M3, 1},
-      {DType::kFloat8E5M2, 1}, {DType::kInt8, 1},    {DType::kInt16, 2},   {DType::kInt32, 4},
-      {DType::kInt64, 8},   {DType::kUInt8, 1},      {DType::kBool, 1}};
+      {DType::kFloat32, 4},    {DType::kBFloat16, 2}, {DType::kFloat16, 2}, {DType::kFloat8E4M3, 1},
+      {DType::kFloat8E5M2, 1}, {DType::kInt8, 1},     {DType::kInt16, 2},   {DType::kInt32, 4},
+      {DType::kInt64, 8},      {DType::kUInt8, 1},    {DType::kBool, 1}};
   for (auto [t, size] : expected) {
     EXPECT_EQ(dtypeSize(t), size) << dtypeName(t);
     EXPECT_EQ(parseDType(dtypeName(t)), t);

@@ -35,7 +35,8 @@ Job startCoordinator(int trainers, int rollouts, int timeout_ms) {
   return job;
 }
 
-wsync_config_t explicitConfig(const Job& job, wsync_role_t role, int rank, int trainers, int rollouts) {
+wsync_config_t explicitConfig(const Job& job, wsync_role_t role, int rank, int trainers,
+                              int rollouts) {
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = role;
   cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
@@ -73,13 +74,15 @@ TEST(ExplicitJob, EveryVersionArrivesBitForBit) {
         data.push_back(params[b].data());
       }
       std::vector<int> indices;
-      if (wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_FLOAT32, data, &indices) != WSYNC_SUCCESS ||
+      if (wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_FLOAT32, data, &indices) !=
+              WSYNC_SUCCESS ||
           wsync_commit(ctx) != WSYNC_SUCCESS) {
         ADD_FAILURE() << wsync_last_error(ctx);
         ++failures;
       } else {
         for (uint64_t v = 1; v <= kVersions; ++v) {
-          for (size_t b = 0; b < layout.size(); ++b) wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
+          for (size_t b = 0; b < layout.size(); ++b)
+            wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
           wsync_request_t req = nullptr;
           ASSERT_EQ(wsync_publish(ctx, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx);
           EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS);
@@ -94,16 +97,19 @@ TEST(ExplicitJob, EveryVersionArrivesBitForBit) {
       wsync_config_t cfg = explicitConfig(job, WSYNC_ROLE_ROLLOUT, r, kTrainers, kRollouts);
       wsync_context_t ctx = nullptr;
       if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
-      const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
+      const auto layout =
+          wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
       std::vector<int> indices;
-      if (wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices) != WSYNC_SUCCESS ||
+      if (wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices) !=
+              WSYNC_SUCCESS ||
           wsync_commit(ctx) != WSYNC_SUCCESS) {
         ADD_FAILURE() << wsync_last_error(ctx);
         ++failures;
       } else {
         uint64_t newest = 0;
         while (newest < kVersions) {
-          ASSERT_EQ(wsync_wait_version(ctx, newest, -1, &newest), WSYNC_SUCCESS) << wsync_last_error(ctx);
+          ASSERT_EQ(wsync_wait_version(ctx, newest, -1, &newest), WSYNC_SUCCESS)
+              << wsync_last_error(ctx);
           wsync_lease_t lease = nullptr;
           ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
           uint64_t v = 0;
@@ -112,7 +118,10 @@ TEST(ExplicitJob, EveryVersionArrivesBitForBit) {
             void* p = nullptr;
             ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &p), WSYNC_SUCCESS);
             std::string error;
-            EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error), 0) << error;
+            EXPECT_EQ(
+                wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error),
+                0)
+                << error;
           }
           wsync_lease_release(lease);
         }
@@ -120,7 +129,8 @@ TEST(ExplicitJob, EveryVersionArrivesBitForBit) {
       EXPECT_EQ(wsync_context_destroy(ctx), WSYNC_SUCCESS);
     });
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
@@ -140,7 +150,8 @@ TEST(ExplicitJob, RankOutOfRangeIsRejectedLocally) {
   wsync_config_t cfg = explicitConfig(job, WSYNC_ROLE_TRAINER, 3, 1, 1);
   wsync_context_t ctx = nullptr;
   EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wsync_last_error(nullptr)).find("rank 3"), std::string::npos) << wsync_last_error(nullptr);
+  EXPECT_NE(std::string(wsync_last_error(nullptr)).find("rank 3"), std::string::npos)
+      << wsync_last_error(nullptr);
 }
 
 TEST(ExplicitJob, MissingRankTimesOutAndIsNamed) {
@@ -149,7 +160,8 @@ TEST(ExplicitJob, MissingRankTimesOutAndIsNamed) {
   cfg.timeout_ms = 5000;
   wsync_context_t ctx = nullptr;
   EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_TIMEOUT);
-  EXPECT_NE(std::string(wsync_last_error(nullptr)).find("rollout 0"), std::string::npos) << wsync_last_error(nullptr);
+  EXPECT_NE(std::string(wsync_last_error(nullptr)).find("rollout 0"), std::string::npos)
+      << wsync_last_error(nullptr);
   const wsync::Status s = job.coordinator->wait(std::chrono::seconds(5));
   EXPECT_EQ(s.code(), WSYNC_ERR_TIMEOUT) << s.toString();
 }

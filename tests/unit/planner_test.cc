@@ -544,7 +544,8 @@ TEST(PlannerBalance, ManyDistinctTransferSizesAreOrderedToo) {
   constexpr int64_t kPieces = 4200;
   const int64_t n = kPieces * (kPieces + 1) / 2;
   std::vector<Registration> trainers{makeTrainer(0), makeTrainer(1)};
-  for (Registration& t : trainers) addBox(t, "w", {n}, Box{{0}, {n}}, DType::kUInt8);
+  for (Registration& t : trainers)
+    addBox(t, "w", {n}, Box{{0}, {n}}, DType::kUInt8);
   std::vector<Registration> rollouts{makeRollout(0, 0)};
   Registration& r = rollouts[0];
   const int32_t id = r.declareTensor("w", {n});

@@ -25,21 +25,24 @@ Result<std::unique_ptr<HostBroadcaster>> HostBroadcaster::create(
   MPI_Group world_group = MPI_GROUP_NULL;
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
   for (const BroadcastComm& c : comms) {
-    if (std::find(c.world_ranks.begin(), c.world_ranks.end(), my_world_rank) == c.world_ranks.end()) {
+    if (std::find(c.world_ranks.begin(), c.world_ranks.end(), my_world_rank) ==
+        c.world_ranks.end()) {
       MPI_Group_free(&world_group);
       return protocolError("broadcast communicator " + std::to_string(c.id) +
-                           " does not include this rank (world rank " + std::to_string(my_world_rank) + ")");
+                           " does not include this rank (world rank " +
+                           std::to_string(my_world_rank) + ")");
     }
     MPI_Group group = MPI_GROUP_NULL;
-    MPI_Group_incl(world_group, static_cast<int>(c.world_ranks.size()), c.world_ranks.data(), &group);
+    MPI_Group_incl(world_group, static_cast<int>(c.world_ranks.size()), c.world_ranks.data(),
+                   &group);
     Comm comm;
     comm.world_ranks = c.world_ranks;
     const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, c.id, &comm.comm);
     MPI_Group_free(&group);
     if (rc != MPI_SUCCESS) {
       MPI_Group_free(&world_group);
-      return systemError("MPI_Comm_create_group for broadcast communicator " + std::to_string(c.id) + ": " +
-                         mpiError(rc));
+      return systemError("MPI_Comm_create_group for broadcast communicator " +
+                         std::to_string(c.id) + ": " + mpiError(rc));
     }
     b->comms_.push_back(std::move(comm));
   }
@@ -80,15 +83,16 @@ Status HostBroadcaster::waitAll(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!pending_.empty()) {
     int done = 0;
-    const int rc = MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done,
-                               MPI_STATUSES_IGNORE);
+    const int rc =
+        MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return systemError("MPI broadcast failed: " + mpiError(rc));
     if (done) {
       pending_.clear();
       break;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return timeoutError(std::to_string(pending_.size()) + " host broadcasts did not complete within " +
+      return timeoutError(std::to_string(pending_.size()) +
+                          " host broadcasts did not complete within " +
                           std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::yield();

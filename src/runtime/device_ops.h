@@ -1,0 +1,76 @@
+// The runtime's CUDA operations (device memory, streams, copies, conversion kernels), behind plain
+// C++ types so that the rest of wsync builds without CUDA. In a build without CUDA every function
+// returns WSYNC_ERR_UNSUPPORTED (and deviceUsable() is false).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "layout/dtype.h"
+#include "plan/plan.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+using CudaStreamHandle = CUstream_st*;
+
+namespace wsync {
+
+// Whether CUDA device `device` can be used (false on any error, or without CUDA).
+bool deviceUsable(int device);
+// "hostname/GPU-uuid": equal for two ranks exactly when they share a GPU.
+Result<std::string> deviceIdentity(int device);
+// INVALID_ARGUMENT (naming `what`) unless `p` is device memory of `device`.
+Status checkDevicePointer(const void* p, int device, const std::string& what);
+
+// Owned device memory (cudaMalloc / cudaFree).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> allocate(size_t bytes, int device);
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  int device_ = 0;
+};
+
+// An owned non-blocking stream.
+class DeviceStream {
+ public:
+  DeviceStream() = default;
+  static Result<DeviceStream> create(int device);
+  DeviceStream(DeviceStream&& o) noexcept;
+  DeviceStream& operator=(DeviceStream&& o) noexcept;
+  DeviceStream(const DeviceStream&) = delete;
+  DeviceStream& operator=(const DeviceStream&) = delete;
+  ~DeviceStream();
+  CudaStreamHandle get() const { return stream_; }
+
+ private:
+  CudaStreamHandle stream_ = nullptr;
+  int device_ = 0;
+};
+
+Status setDevice(int device);
+// Work enqueued on `waiter` after this call starts after the work enqueued on `producer` so far
+// (an event; no host wait). A null stream is the legacy default stream.
+Status streamWaitFor(CudaStreamHandle waiter, CudaStreamHandle producer);
+// Waits until `stream` is idle, polling, up to `timeout` (TIMEOUT then).
+Status streamSync(CudaStreamHandle stream, std::chrono::milliseconds timeout);
+// cudaMemcpyAsync with cudaMemcpyDefault (device or host on either side).
+Status copyAsync(void* dst, const void* src, size_t bytes, CudaStreamHandle stream);
+// Converts and packs `region` (plan.h; src/dst already offset) on the device.
+Status convertRegionAsync(const void* src, DType from, void* dst, DType to, const Region& region,
+                          CudaStreamHandle stream);
+bool deviceCanConvertTypes(DType from, DType to);
+
+}  // namespace wsync

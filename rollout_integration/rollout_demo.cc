@@ -15,12 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "trainer_integration/demo_device.h"
 #include "trainer_integration/demo_policy.h"
 #include "wsync/wsync.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kSkipped = 77;  // ctest's SKIP_RETURN_CODE: the test needs a GPU this machine lacks
 
 int fail(wsync_context_t ctx, const char* what, wsync_status_t s) {
   std::fprintf(stderr, "[rollout] %s failed: %s: %s\n", what, wsync_status_string(s),
@@ -54,7 +56,11 @@ int run(int argc, char** argv) {
       "decode-us", "simulated time a reader holds a lease",
       cxxopts::value<int>()->default_value("200"))("timeout-ms", "wsync timeout",
                                                    cxxopts::value<int>()->default_value("60000"))(
-      "quiet", "print only the summary")("h,help", "this help");
+      "quiet", "print only the summary")("memory",
+                                         "auto | host | device (auto: device when a GPU is usable)",
+                                         cxxopts::value<std::string>()->default_value("auto"))(
+      "copy-flip", "read through copy flips into live parameters instead of leases on the slots")(
+      "h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -86,8 +92,22 @@ int run(int argc, char** argv) {
   const int replica = index / tp;
   const int tp_rank = index % tp;
 
+  const std::string memory = args["memory"].as<std::string>();
+  const bool on_device = memory == "device" || (memory == "auto" && wsync_demo::deviceCount() > 0);
+  const int device = on_device ? index % std::max(1, wsync_demo::deviceCount()) : -1;
+  if (memory == "device" && wsync_demo::deviceCount() == 0) {
+    std::fprintf(stderr, "[%s] --memory device: no usable CUDA device; skipping\n", "rollout");
+    return kSkipped;
+  }
+  if (on_device && !wsync_demo::selectDevice(device)) {
+    std::fprintf(stderr, "[%s] cannot use CUDA device %d\n", "rollout", device);
+    return 2;
+  }
+  const bool copy_flip = args.count("copy-flip") > 0;
+
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = WSYNC_ROLE_ROLLOUT;
+  cfg.cuda_device = device;
   cfg.replica = replica;
   cfg.num_slots = args["slots"].as<int>();
   cfg.timeout_ms = args["timeout-ms"].as<int>();
@@ -95,8 +115,20 @@ int run(int argc, char** argv) {
   wsync_status_t s = wsync_context_create(&cfg, &ctx);
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_create", s);
   const auto buffers = wsync_demo::rolloutLayout(tensors, layout, tp, tp_rank);
+  // Copy flip: the engine's live parameters, which keep their addresses (CUDA graphs).
+  std::vector<void*> live;
+  std::vector<std::vector<uint8_t>> live_host;
+  if (copy_flip) {
+    for (const auto& b : buffers) {
+      const size_t bytes =
+          static_cast<size_t>(std::max<int64_t>(1, b.num_elements)) * wsync_demo::dtypeBytes(dtype);
+      live_host.emplace_back(bytes);
+      live.push_back(on_device ? wsync_demo::deviceAlloc(bytes) : live_host.back().data());
+    }
+  }
   std::vector<int> indices;
-  s = wsync_demo::registerBuffers(ctx, tensors, buffers, dtype, {}, &indices);
+  s = wsync_demo::registerBuffers(ctx, tensors, buffers, dtype, live, &indices,
+                                  on_device ? WSYNC_MEMORY_DEVICE : WSYNC_MEMORY_HOST);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_register_buffer", s);
   s = wsync_commit(ctx);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
@@ -107,29 +139,48 @@ int run(int argc, char** argv) {
   ReaderStats stats;
   const auto decode = std::chrono::microseconds(args["decode-us"].as<int>());
   std::thread generation([&] {
+    if (on_device) wsync_demo::selectDevice(device);
+    std::vector<uint8_t> check_host;
     uint64_t last_seen = 0;
     while (!stop.load()) {
       const auto t0 = Clock::now();
       wsync_lease_t lease = nullptr;
-      const wsync_status_t a = wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease);
+      uint64_t v = 0;
+      wsync_status_t a = WSYNC_SUCCESS;
+      if (copy_flip) {
+        a = wsync_copy_flip(ctx, WSYNC_VERSION_NEWEST,
+                            static_cast<wsync_cuda_stream_t>(wsync_demo::demoStream()), &v);
+      } else {
+        a = wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease);
+      }
       stats.acquire_us.push_back(
           std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       if (a != WSYNC_SUCCESS) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         continue;
       }
-      uint64_t v = 0;
-      wsync_lease_version(lease, &v);
+      if (lease) wsync_lease_version(lease, &v);
       int64_t bad = 0;
       for (size_t b = 0; b < buffers.size(); ++b) {
         void* data = nullptr;
-        wsync_lease_buffer(lease, indices[b], &data);
+        if (copy_flip) {
+          data = live[b];
+        } else {
+          wsync_lease_buffer(lease, indices[b], &data);
+        }
+        const size_t bytes =
+            static_cast<size_t>(buffers[b].num_elements) * wsync_demo::dtypeBytes(dtype);
+        if (on_device) {  // look at the device bytes from the host
+          if (check_host.size() < bytes) check_host.resize(bytes);
+          wsync_demo::copyToHost(check_host.data(), data, bytes);
+          data = check_host.data();
+        }
         bad +=
             wsync_demo::countMismatches(tensors, buffers[b], dtype, data, v,
                                         stats.first_error.empty() ? &stats.first_error : nullptr);
       }
       std::this_thread::sleep_for(decode);
-      wsync_lease_release(lease);
+      if (lease) wsync_lease_release(lease);
       ++stats.reads;
       stats.versions.insert(v);
       if (bad > 0) ++stats.mismatched_reads;
@@ -158,10 +209,10 @@ int run(int argc, char** argv) {
   std::sort(lat.begin(), lat.end());
   const double p99 = lat.empty() ? 0 : lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
   std::printf(
-      "[rollout %d, replica %d, tp rank %d] %lld reads of %zu versions (newest %llu), %lld torn or "
-      "wrong, "
-      "%lld out of order, acquire p99 %.1f us%s%s\n",
-      index, replica, tp_rank, static_cast<long long>(stats.reads), stats.versions.size(),
+      "[rollout %d, replica %d, tp rank %d, %s%s] %lld reads of %zu versions (newest %llu), %lld "
+      "torn or wrong, %lld out of order, acquire p99 %.1f us%s%s\n",
+      index, replica, tp_rank, on_device ? "device" : "host", copy_flip ? ", copy flip" : "",
+      static_cast<long long>(stats.reads), stats.versions.size(),
       static_cast<unsigned long long>(newest), static_cast<long long>(stats.mismatched_reads),
       static_cast<long long>(stats.went_backwards), p99,
       stats.first_error.empty() ? "" : "; first: ", stats.first_error.c_str());
@@ -172,6 +223,10 @@ int run(int argc, char** argv) {
         stderr, "[rollout %d] FAILED: a read saw a wrong version, or the last one was never read\n",
         index);
   s = wsync_context_destroy(ctx);
+  if (on_device) {
+    for (void* p : live)
+      wsync_demo::deviceFree(p);
+  }
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
   return ok ? 0 : 1;
 }
@@ -186,6 +241,10 @@ int main(int argc, char** argv) {
     rc = run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rollout] %s\n", e.what());
+  }
+  if (rc == kSkipped) {
+    MPI_Finalize();
+    return rc;
   }
   if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
   MPI_Finalize();

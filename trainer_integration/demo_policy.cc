@@ -255,7 +255,8 @@ int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec
 
 wsync_status_t registerBuffers(wsync_context_t ctx, const std::vector<TensorSpec>& tensors,
                                const std::vector<BufferSpec>& buffers, wsync_dtype_t dtype,
-                               const std::vector<void*>& data, std::vector<int>* indices) {
+                               const std::vector<void*>& data, std::vector<int>* indices,
+                               wsync_memory_kind_t memory) {
   indices->clear();
   for (size_t b = 0; b < buffers.size(); ++b) {
     const BufferSpec& buffer = buffers[b];
@@ -274,7 +275,7 @@ wsync_status_t registerBuffers(wsync_context_t ctx, const std::vector<TensorSpec
     }
     int index = -1;
     const wsync_status_t s = wsync_register_buffer(
-        ctx, buffer.name.c_str(), dtype, WSYNC_MEMORY_HOST, data.empty() ? nullptr : data[b],
+        ctx, buffer.name.c_str(), dtype, memory, data.empty() ? nullptr : data[b],
         buffer.num_elements, static_cast<int>(pieces.size()), pieces.data(), &index);
     if (s != WSYNC_SUCCESS) return s;
     indices->push_back(index);

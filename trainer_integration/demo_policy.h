@@ -83,7 +83,8 @@ int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec
 // i (NULL for rollouts). Writes the buffer indices into `indices`.
 wsync_status_t registerBuffers(wsync_context_t ctx, const std::vector<TensorSpec>& tensors,
                                const std::vector<BufferSpec>& buffers, wsync_dtype_t dtype,
-                               const std::vector<void*>& data, std::vector<int>* indices);
+                               const std::vector<void*>& data, std::vector<int>* indices,
+                               wsync_memory_kind_t memory = WSYNC_MEMORY_HOST);
 
 // This process's index and the number of processes in its MPMD app (mpirun -np T trainer : -np R
 // rollout). Under Open MPI it reads the launcher's app layout; elsewhere it is collective over

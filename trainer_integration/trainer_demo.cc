@@ -13,12 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "trainer_integration/demo_device.h"
 #include "trainer_integration/demo_policy.h"
 #include "wsync/wsync.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kSkipped = 77;  // ctest's SKIP_RETURN_CODE: the test needs a GPU this machine lacks
 
 int fail(wsync_context_t ctx, const char* what, wsync_status_t s) {
   std::fprintf(stderr, "[trainer] %s failed: %s: %s\n", what, wsync_status_string(s),
@@ -49,7 +51,9 @@ int run(int argc, char** argv) {
       "step-ms", "simulated compute time of a training step",
       cxxopts::value<int>()->default_value("0"))("timeout-ms", "wsync timeout",
                                                  cxxopts::value<int>()->default_value("60000"))(
-      "quiet", "print only the summary")("h,help", "this help");
+      "quiet", "print only the summary")(
+      "memory", "auto | host | device (auto: device when a GPU is usable)",
+      cxxopts::value<std::string>()->default_value("auto"))("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -68,8 +72,21 @@ int run(int argc, char** argv) {
   int app_index = 0, app_count = 0;
   wsync_demo::mpmdAppRank(&app_index, &app_count);  // collective: the rollout app calls it too
 
+  const std::string memory = args["memory"].as<std::string>();
+  const bool on_device = memory == "device" || (memory == "auto" && wsync_demo::deviceCount() > 0);
+  const int device = on_device ? app_index % std::max(1, wsync_demo::deviceCount()) : -1;
+  if (memory == "device" && wsync_demo::deviceCount() == 0) {
+    std::fprintf(stderr, "[%s] --memory device: no usable CUDA device; skipping\n", "trainer");
+    return kSkipped;
+  }
+  if (on_device && !wsync_demo::selectDevice(device)) {
+    std::fprintf(stderr, "[%s] cannot use CUDA device %d\n", "trainer", device);
+    return 2;
+  }
+
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = WSYNC_ROLE_TRAINER;
+  cfg.cuda_device = device;
   cfg.snapshot = snapshot ? 1 : 0;
   cfg.timeout_ms = args["timeout-ms"].as<int>();
   wsync_context_t ctx = nullptr;
@@ -80,13 +97,16 @@ int run(int argc, char** argv) {
 
   const auto layout = wsync_demo::trainerLayout(tensors, num_trainers, rank);
   std::vector<std::vector<float>> params(layout.size());
-  std::vector<void*> data;
+  std::vector<void*> data;  // what wsync reads: the host vectors, or their device copies
   for (size_t b = 0; b < layout.size(); ++b) {
     params[b].resize(static_cast<size_t>(std::max<int64_t>(1, layout[b].num_elements)));
-    data.push_back(params[b].data());
+    data.push_back(on_device ? wsync_demo::deviceAlloc(params[b].size() * sizeof(float))
+                             : params[b].data());
+    if (data.back() == nullptr) return fail(ctx, "cudaMalloc", WSYNC_ERR_SYSTEM);
   }
   std::vector<int> indices;
-  s = wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_FLOAT32, data, &indices);
+  s = wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_FLOAT32, data, &indices,
+                                  on_device ? WSYNC_MEMORY_DEVICE : WSYNC_MEMORY_HOST);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_register_buffer", s);
   s = wsync_commit(ctx);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
@@ -116,7 +136,9 @@ int run(int argc, char** argv) {
     train_step(static_cast<uint64_t>(v));  // the optimizer step
     const auto t0 = Clock::now();
     wsync_request_t request = nullptr;
-    s = wsync_publish(ctx, static_cast<uint64_t>(v), &request);
+    s = wsync_publish_on_stream(ctx, static_cast<uint64_t>(v),
+                                static_cast<wsync_cuda_stream_t>(wsync_demo::demoStream()),
+                                &request);
     if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_publish", s);
     const double publish_s = std::chrono::duration<double>(Clock::now() - t0).count();
     s = wsync_request_wait(request, -1);
@@ -139,6 +161,10 @@ int run(int argc, char** argv) {
                 memcpy_gbps > 0 ? gbps / memcpy_gbps : 0.0);
   }
   s = wsync_context_destroy(ctx);
+  if (on_device) {
+    for (void* p : data)
+      wsync_demo::deviceFree(p);
+  }
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
   return 0;
 }
@@ -153,6 +179,10 @@ int main(int argc, char** argv) {
     rc = run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[trainer] %s\n", e.what());
+  }
+  if (rc == kSkipped) {
+    MPI_Finalize();
+    return rc;
   }
   if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
   MPI_Finalize();

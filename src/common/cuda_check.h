@@ -14,12 +14,13 @@ namespace wsync {
 // Success stays success; an error becomes "<context>: <cudaGetErrorName> (<cudaGetErrorString>)"
 // with WSYNC_ERR_UNSUPPORTED for "no usable device/driver/feature" errors and WSYNC_ERR_SYSTEM for
 // the rest. Also clears the thread's last-error state (cudaGetLastError), so a failed call does not
-// resurface in a later, unrelated cudaGetLastError() check (sticky errors stay, as CUDA keeps them).
+// resurface in a later, unrelated cudaGetLastError() check (sticky errors stay, as CUDA keeps
+// them).
 inline Status cudaCheck(cudaError_t error, const std::string& context) {
   if (error == cudaSuccess) return Status::ok();
   (void)cudaGetLastError();
-  std::string message = context + ": " + cudaGetErrorName(error) + " (" +
-                        cudaGetErrorString(error) + ")";
+  std::string message =
+      context + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
   switch (error) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
@@ -36,12 +37,12 @@ inline Status cudaCheck(cudaError_t error, const std::string& context) {
 
 // Returns the Status of a CUDA call from the enclosing function when it failed. `context` (a
 // std::string expression) is only evaluated on failure, so hot paths pay nothing for messages.
-#define WSYNC_CUDA_RETURN_IF_ERROR(call, context)                            \
-  do {                                                                     \
-    const cudaError_t wsync_cuda_error_ = (call);                          \
-    if (wsync_cuda_error_ != cudaSuccess) {                                \
-      return ::wsync::cudaCheck(wsync_cuda_error_, (context));             \
-    }                                                                      \
+#define WSYNC_CUDA_RETURN_IF_ERROR(call, context)              \
+  do {                                                         \
+    const cudaError_t wsync_cuda_error_ = (call);              \
+    if (wsync_cuda_error_ != cudaSuccess) {                    \
+      return ::wsync::cudaCheck(wsync_cuda_error_, (context)); \
+    }                                                          \
   } while (0)
 
 // True when CUDA device ordinal `device` exists and the runtime works; false on any error (no GPU:

@@ -16,7 +16,6 @@ namespace wsync {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVector = 8;  // elements per thread and step on the aligned contiguous path
 // Same-dtype regions with rows at least this long go to cudaMemcpy2DAsync (copy engines);
 // shorter rows are faster through the copy kernel.
 constexpr int64_t kMin2dRowBytes = 512;
@@ -52,7 +51,9 @@ struct Elem<DType::kFloat8E4M3> {
   __device__ static float toFloat(T x) {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
   }
-  __device__ static T fromFloat(float f) { return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3); }
+  __device__ static T fromFloat(float f) {
+    return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+  }
 };
 template <>
 struct Elem<DType::kFloat8E5M2> {
@@ -60,7 +61,9 @@ struct Elem<DType::kFloat8E5M2> {
   __device__ static float toFloat(T x) {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E5M2)));
   }
-  __device__ static T fromFloat(float f) { return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2); }
+  __device__ static T fromFloat(float f) {
+    return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
+  }
 };
 
 constexpr bool isFloat8(DType t) {
@@ -94,46 +97,66 @@ struct Copy {
   __device__ T operator()(T x) const { return x; }
 };
 
+// N elements of T moved as one unit: aligned to min(16, N * sizeof(T)) bytes, so that the compiler
+// loads and stores it with 16-byte (or, for small units, narrower) vector instructions.
 template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Vec {
   T v[N];
 };
 
+// Elements per vector unit for an operation: 32 bytes of source per thread and step, enough
+// bytes in flight to reach HBM bandwidth (float32: 8, 16-bit types: 16, float8: 32).
+template <class Op>
+constexpr int vectorWidth() {
+  return static_cast<int>(32 / sizeof(typename Op::In));
+}
+
+template <class Op>
+constexpr size_t vectorAlignment(size_t element_bytes) {
+  return std::min<size_t>(16, element_bytes * vectorWidth<Op>());
+}
+
+// Converts vector unit `v` (elements v*N .. v*N+N-1) of `in` into `out`.
+template <class Op, int N>
+__device__ __forceinline__ void convertUnit(const typename Op::In* __restrict__ in,
+                                            typename Op::Out* __restrict__ out, int64_t v,
+                                            const Op& op) {
+  using In = typename Op::In;
+  using Out = typename Op::Out;
+  const Vec<In, N> a = reinterpret_cast<const Vec<In, N>*>(in)[v];
+  Vec<Out, N> b;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    b.v[k] = op(a.v[k]);
+  reinterpret_cast<Vec<Out, N>*>(out)[v] = b;
+}
+
 // ---- kernels ------------------------------------------------------------------------------------
 
-// `count` contiguous elements; N elements per thread and step through aligned vectors (src and
-// dst aligned to N elements), then the tail element by element.
+// `count` contiguous elements: units of N elements (src and dst aligned for them), then the tail
+// element by element.
 template <class Op, int N>
 __global__ void __launch_bounds__(kThreads)
     convertContiguous(const typename Op::In* __restrict__ src, typename Op::Out* __restrict__ dst,
                       int64_t count, Op op) {
-  using In = typename Op::In;
-  using Out = typename Op::Out;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t vectors = count / N;
-  const auto* in = reinterpret_cast<const Vec<In, N>*>(src);
-  auto* out = reinterpret_cast<Vec<Out, N>*>(dst);
-  for (int64_t i = first; i < vectors; i += stride) {
-    const Vec<In, N> a = in[i];
-    Vec<Out, N> b;
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-      b.v[k] = op(a.v[k]);
-    out[i] = b;
-  }
-  for (int64_t i = vectors * N + first; i < count; i += stride)
+  const int64_t units = count / N;
+  for (int64_t i = first; i < units; i += stride)
+    convertUnit<Op, N>(src, dst, i, op);
+  for (int64_t i = units * N + first; i < count; i += stride)
     dst[i] = op(src[i]);
 }
 
+// A region in units of N elements: count[0] units per row; strides in units too.
 struct RegionShape {
   int64_t count[3];
   int64_t src_stride[2];
   int64_t dst_stride[2];
 };
 
-// Long rows: blocks along y walk the rows (planes folded in), blocks along x a row's elements.
-template <class Op>
+// Long rows: blocks along y walk the rows (planes folded in), blocks along x a row's units.
+template <class Op, int N>
 __global__ void __launch_bounds__(kThreads)
     copyRegionRows(const typename Op::In* __restrict__ src, typename Op::Out* __restrict__ dst,
                    RegionShape s, Op op) {
@@ -142,17 +165,17 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const int64_t r = row % s.count[1];
     const int64_t p = row / s.count[1];
-    const auto* in = src + r * s.src_stride[0] + p * s.src_stride[1];
-    auto* out = dst + r * s.dst_stride[0] + p * s.dst_stride[1];
+    const auto* in = src + (r * s.src_stride[0] + p * s.src_stride[1]) * N;
+    auto* out = dst + (r * s.dst_stride[0] + p * s.dst_stride[1]) * N;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.count[0];
          i += step) {
-      out[i] = op(in[i]);
+      convertUnit<Op, N>(in, out, i, op);
     }
   }
 }
 
-// Short rows: one flat index over all elements, split into (element, row, plane).
-template <class Op>
+// Short rows: one flat index over all units, split into (unit, row, plane).
+template <class Op, int N>
 __global__ void __launch_bounds__(kThreads)
     copyRegionFlat(const typename Op::In* __restrict__ src, typename Op::Out* __restrict__ dst,
                    RegionShape s, int64_t total, Op op) {
@@ -163,8 +186,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t rows = i / s.count[0];
     const int64_t r = rows % s.count[1];
     const int64_t p = rows / s.count[1];
-    dst[e + r * s.dst_stride[0] + p * s.dst_stride[1]] =
-        op(src[e + r * s.src_stride[0] + p * s.src_stride[1]]);
+    convertUnit<Op, N>(src + (r * s.src_stride[0] + p * s.src_stride[1]) * N,
+                       dst + (r * s.dst_stride[0] + p * s.dst_stride[1]) * N, e, op);
   }
 }
 
@@ -225,16 +248,35 @@ Status runContiguous(const void* src, void* dst, int64_t count, Op op, cudaStrea
                      const DeviceLimits& limits, const std::string& what) {
   using In = typename Op::In;
   using Out = typename Op::Out;
+  constexpr int kN = vectorWidth<Op>();
   const auto* in = static_cast<const In*>(src);
   auto* out = static_cast<Out*>(dst);
   (void)cudaGetLastError();  // so that the check below sees this launch only
-  if (aligned(src, sizeof(In) * kVector) && aligned(dst, sizeof(Out) * kVector)) {
-    convertContiguous<Op, kVector>
-        <<<blocksFor(ceilDiv(count, kVector), limits), kThreads, 0, stream>>>(in, out, count, op);
+  if (aligned(src, vectorAlignment<Op>(sizeof(In))) &&
+      aligned(dst, vectorAlignment<Op>(sizeof(Out)))) {
+    convertContiguous<Op, kN>
+        <<<blocksFor(ceilDiv(count, kN), limits), kThreads, 0, stream>>>(in, out, count, op);
   } else {
     convertContiguous<Op, 1><<<blocksFor(count, limits), kThreads, 0, stream>>>(in, out, count, op);
   }
   return launchStatus(what);
+}
+
+// Launches the row or the flat kernel over `s`, given in units of N elements.
+template <class Op, int N>
+void launchRegion(const typename Op::In* in, typename Op::Out* out, const RegionShape& s, Op op,
+                  cudaStream_t stream, const DeviceLimits& limits) {
+  const int64_t rows = s.count[1] * s.count[2];
+  if (s.count[0] >= 2 * kThreads) {
+    const int64_t target = static_cast<int64_t>(limits.sms) * 16;
+    const int64_t bx = std::clamp<int64_t>(ceilDiv(s.count[0], kThreads), 1, target);
+    const int64_t by = std::clamp<int64_t>(target / bx, 1, std::min<int64_t>(rows, 65535));
+    const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+    copyRegionRows<Op, N><<<grid, kThreads, 0, stream>>>(in, out, s, op);
+  } else {
+    const int64_t total = rows * s.count[0];
+    copyRegionFlat<Op, N><<<blocksFor(total, limits), kThreads, 0, stream>>>(in, out, s, total, op);
+  }
 }
 
 template <class Op>
@@ -248,16 +290,19 @@ Status runRegion(const void* src, void* dst, const RegionShape& s, Op op, cudaSt
     return runContiguous(src, dst, s.count[0], op, stream, limits, what);
   }
   (void)cudaGetLastError();
-  const int64_t rows = s.count[1] * s.count[2];
-  if (s.count[0] >= 2 * kThreads) {
-    const int64_t target = static_cast<int64_t>(limits.sms) * 16;
-    const int64_t bx = std::clamp<int64_t>(ceilDiv(s.count[0], kThreads), 1, target);
-    const int64_t by = std::clamp<int64_t>(target / bx, 1, std::min<int64_t>(rows, 65535));
-    const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-    copyRegionRows<Op><<<grid, kThreads, 0, stream>>>(in, out, s, op);
+  // Vector units when every row starts on a unit boundary on both sides.
+  constexpr int kN = vectorWidth<Op>();
+  const bool units = s.count[0] % kN == 0 && s.src_stride[0] % kN == 0 &&
+                     s.src_stride[1] % kN == 0 && s.dst_stride[0] % kN == 0 &&
+                     s.dst_stride[1] % kN == 0 && aligned(src, vectorAlignment<Op>(sizeof(In))) &&
+                     aligned(dst, vectorAlignment<Op>(sizeof(Out)));
+  if (units) {
+    const RegionShape u{{s.count[0] / kN, s.count[1], s.count[2]},
+                        {s.src_stride[0] / kN, s.src_stride[1] / kN},
+                        {s.dst_stride[0] / kN, s.dst_stride[1] / kN}};
+    launchRegion<Op, kN>(in, out, u, op, stream, limits);
   } else {
-    const int64_t total = rows * s.count[0];
-    copyRegionFlat<Op><<<blocksFor(total, limits), kThreads, 0, stream>>>(in, out, s, total, op);
+    launchRegion<Op, 1>(in, out, s, op, stream, limits);
   }
   return launchStatus(what);
 }
@@ -268,17 +313,26 @@ template <class F>
 bool withOp(DType from, DType to, float scale, F&& f) {
   if (from == to) {
     switch (dtypeSize(from)) {
-      case 1: f(Copy<uint8_t>{}); return true;
-      case 2: f(Copy<uint16_t>{}); return true;
-      case 4: f(Copy<uint32_t>{}); return true;
-      case 8: f(Copy<unsigned long long>{}); return true;
-      default: return false;
+      case 1:
+        f(Copy<uint8_t>{});
+        return true;
+      case 2:
+        f(Copy<uint16_t>{});
+        return true;
+      case 4:
+        f(Copy<uint32_t>{});
+        return true;
+      case 8:
+        f(Copy<unsigned long long>{});
+        return true;
+      default:
+        return false;
     }
   }
-#define WSYNC_CONVERT_PAIR(A, B)                  \
-  if (from == DType::A && to == DType::B) {       \
-    f(Convert<DType::A, DType::B>{scale});        \
-    return true;                                  \
+#define WSYNC_CONVERT_PAIR(A, B)            \
+  if (from == DType::A && to == DType::B) { \
+    f(Convert<DType::A, DType::B>{scale});  \
+    return true;                            \
   }
   WSYNC_CONVERT_PAIR(kFloat32, kBFloat16)
   WSYNC_CONVERT_PAIR(kFloat32, kFloat16)
@@ -368,8 +422,8 @@ bool deviceCanConvert(DType from, DType to) {
 
 Status launchConvert(const void* src, DType from, void* dst, DType to, int64_t count, float scale,
                      cudaStream_t stream) {
-  const std::string what = "launchConvert(" + pairName(from, to) + ", " + std::to_string(count) +
-                           " elements)";
+  const std::string what =
+      "launchConvert(" + pairName(from, to) + ", " + std::to_string(count) + " elements)";
   WSYNC_RETURN_IF_ERROR(checkPair(from, to, scale, what));
   if (count < 0) return invalidArgument(what + ": negative count");
   if (count == 0) return Status::ok();
@@ -384,18 +438,16 @@ Status launchConvert(const void* src, DType from, void* dst, DType to, int64_t c
   DeviceLimits limits;
   WSYNC_RETURN_IF_ERROR(currentDeviceLimits(limits).withContext(what));
   Status result;
-  withOp(from, to, scale, [&](auto op) {
-    result = runContiguous(src, dst, count, op, stream, limits, what);
-  });
+  withOp(from, to, scale,
+         [&](auto op) { result = runContiguous(src, dst, count, op, stream, limits, what); });
   return result;
 }
 
 Status launchCopyRegion(const void* src, DType from, void* dst, DType to, const Region& region,
                         float scale, cudaStream_t stream) {
-  const std::string what = "launchCopyRegion(" + pairName(from, to) + ", " +
-                           std::to_string(region.count[0]) + " x " +
-                           std::to_string(region.count[1]) + " x " +
-                           std::to_string(region.count[2]) + " elements)";
+  const std::string what =
+      "launchCopyRegion(" + pairName(from, to) + ", " + std::to_string(region.count[0]) + " x " +
+      std::to_string(region.count[1]) + " x " + std::to_string(region.count[2]) + " elements)";
   WSYNC_RETURN_IF_ERROR(checkPair(from, to, scale, what));
   const int64_t* c = region.count;
   if (c[0] < 0 || c[1] < 0 || c[2] < 0 || region.src_stride[0] < 0 || region.src_stride[1] < 0 ||
@@ -435,10 +487,9 @@ Status launchCopyRegion(const void* src, DType from, void* dst, DType to, const 
   if (from == to) {
     const auto size = static_cast<int64_t>(dtypeSize(from));
     if (s.count[1] == 1) {  // normalize() leaves count[2] == 1 then too
-      WSYNC_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(dst, src, static_cast<size_t>(s.count[0] * size), cudaMemcpyDefault,
-                          stream),
-          what + ": cudaMemcpyAsync");
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(s.count[0] * size),
+                                                 cudaMemcpyDefault, stream),
+                                 what + ": cudaMemcpyAsync");
       return Status::ok();
     }
     const int64_t row_bytes = s.count[0] * size;

@@ -36,15 +36,17 @@ bool deviceCanConvert(DType from, DType to);
 
 // Converts `count` contiguous elements of `src` (dtype `from`) into `dst` (dtype `to`) on
 // `stream`. count == 0 does nothing. UNSUPPORTED when !deviceCanConvert(from, to);
-// INVALID_ARGUMENT for null pointers, count < 0 or a bad scale. Vectorized (8 elements per thread
-// and step) when both pointers are aligned to 8 elements; element by element otherwise.
+// INVALID_ARGUMENT for null pointers, count < 0 or a bad scale. Vectorized (32 bytes of source
+// per thread and step) when both pointers are 16-byte aligned (or aligned to the whole unit when
+// it is smaller); element by element otherwise.
 Status launchConvert(const void* src, DType from, void* dst, DType to, int64_t count, float scale,
                      cudaStream_t stream);
 
 // Copies the strided region of plan.h with conversion: count[0] contiguous elements per row,
 // count[1] rows, count[2] planes; rows and planes src_stride/dst_stride apart, in elements of
 // each side. `src` and `dst` point at the region's first element (region.src_offset and
-// region.dst_offset are NOT applied again). One kernel packs, unpacks and casts at once, for
+// region.dst_offset are NOT applied again). One kernel packs, unpacks and casts at once (in vector
+// units when row length, strides and pointers allow, element by element otherwise), for
 // regions no cudaMemcpy2D can express; same-dtype regions that are contiguous or 2-D with long
 // rows go to cudaMemcpyAsync / cudaMemcpy2DAsync. Counts and strides must be >= 0 (a count of 0
 // does nothing); destination elements must not overlap (checked for the nested row-major

@@ -27,10 +27,10 @@
 namespace wsync {
 namespace {
 
-constexpr DType kAllTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
+constexpr DType kAllTypes[] = {DType::kFloat32,    DType::kBFloat16,   DType::kFloat16,
                                DType::kFloat8E4M3, DType::kFloat8E5M2, DType::kInt8,
-                               DType::kInt16, DType::kInt32, DType::kInt64,
-                               DType::kUInt8, DType::kBool};
+                               DType::kInt16,      DType::kInt32,      DType::kInt64,
+                               DType::kUInt8,      DType::kBool};
 
 bool isFp8(DType t) {
   return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2;
@@ -103,15 +103,21 @@ float toFloat(DType t, const uint8_t* p) {
       std::memcpy(&h, p, 2);
       return static_cast<float>(h);
     }
-    case DType::kFloat8E4M3: return static_cast<float>(fp8Value(*p, true));
-    case DType::kFloat8E5M2: return static_cast<float>(fp8Value(*p, false));
-    default: ADD_FAILURE() << "no float value for " << dtypeName(t); return 0;
+    case DType::kFloat8E4M3:
+      return static_cast<float>(fp8Value(*p, true));
+    case DType::kFloat8E5M2:
+      return static_cast<float>(fp8Value(*p, false));
+    default:
+      ADD_FAILURE() << "no float value for " << dtypeName(t);
+      return 0;
   }
 }
 
 void fromFloat(DType t, float f, uint8_t* out) {
   switch (t) {
-    case DType::kFloat32: std::memcpy(out, &f, 4); return;
+    case DType::kFloat32:
+      std::memcpy(out, &f, 4);
+      return;
     case DType::kBFloat16: {
       const Eigen::bfloat16 b(f);
       std::memcpy(out, &b, 2);
@@ -122,9 +128,14 @@ void fromFloat(DType t, float f, uint8_t* out) {
       std::memcpy(out, &h, 2);
       return;
     }
-    case DType::kFloat8E4M3: *out = fp8Encode(f, true); return;
-    case DType::kFloat8E5M2: *out = fp8Encode(f, false); return;
-    default: ADD_FAILURE() << "no float encoding for " << dtypeName(t);
+    case DType::kFloat8E4M3:
+      *out = fp8Encode(f, true);
+      return;
+    case DType::kFloat8E5M2:
+      *out = fp8Encode(f, false);
+      return;
+    default:
+      ADD_FAILURE() << "no float encoding for " << dtypeName(t);
   }
 }
 
@@ -240,8 +251,8 @@ std::vector<uint8_t> inputsFor(DType t, std::mt19937_64& rng) {
       }
     }
     const float inf = std::numeric_limits<float>::infinity();
-    for (float f : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 448.0f,
-                    464.0f, 480.0f, 57344.0f, 61440.0f, 65504.0f, 65520.0f, 1e-40f, -1e-45f,
+    for (float f : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 448.0f, 464.0f,
+                    480.0f, 57344.0f, 61440.0f, 65504.0f, 65520.0f, 1e-40f, -1e-45f,
                     std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest()}) {
       v.push_back(f);
     }
@@ -294,8 +305,11 @@ class KernelsTest : public ::testing::Test {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
+  // cudaMemcpy from pageable memory may return before its DMA finished, and stream_ does not
+  // wait for the legacy stream: synchronize so kernels on stream_ see the bytes.
   void upload(uint8_t* dst, const std::vector<uint8_t>& bytes) {
     ASSERT_EQ(cudaMemcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   std::vector<uint8_t> download(const uint8_t* src, size_t bytes) {
     std::vector<uint8_t> out(bytes);
@@ -355,16 +369,24 @@ TEST(KernelsReference, Fp8ReferenceMatchesHandComputedValues) {
   };
   const float inf = std::numeric_limits<float>::infinity();
   const Case cases[] = {
-      {0.0f, 0x00, 0x00},           {-0.0f, 0x80, 0x80},
-      {1.0f, 0x38, 0x3C},           {-2.0f, 0xC0, 0xC0},
-      {448.0f, 0x7E, 0x5F},         {464.0f, 0x7E, 0x5F},  // e5m2: 448 exact (1.75 * 2^8)
-      {500.0f, 0x7E, 0x60},         {57344.0f, 0x7E, 0x7B},
-      {1e9f, 0x7E, 0x7B},           {inf, 0x7E, 0x7B},
-      {-inf, 0xFE, 0xFB},           {0.001953125f, 0x01, 0x18},  // 2^-9
-      {0.0009765625f, 0x00, 0x14},                               // 2^-10: e4m3 tie -> 0
-      {1.52587890625e-05f, 0x00, 0x01},                          // 2^-16
-      {1.0625f, 0x38, 0x3C},        {1.1875f, 0x3A, 0x3D},  // e4m3 ties to even (m0, m2)
-      {1.125f, 0x39, 0x3C},         {1.375f, 0x3B, 0x3E},   // e5m2 ties: 1.125 -> m0, 1.375 -> m2
+      {0.0f, 0x00, 0x00},
+      {-0.0f, 0x80, 0x80},
+      {1.0f, 0x38, 0x3C},
+      {-2.0f, 0xC0, 0xC0},
+      {448.0f, 0x7E, 0x5F},
+      {464.0f, 0x7E, 0x5F},  // e5m2: 448 exact (1.75 * 2^8)
+      {500.0f, 0x7E, 0x60},
+      {57344.0f, 0x7E, 0x7B},
+      {1e9f, 0x7E, 0x7B},
+      {inf, 0x7E, 0x7B},
+      {-inf, 0xFE, 0xFB},
+      {0.001953125f, 0x01, 0x18},        // 2^-9
+      {0.0009765625f, 0x00, 0x14},       // 2^-10: e4m3 tie -> 0
+      {1.52587890625e-05f, 0x00, 0x01},  // 2^-16
+      {1.0625f, 0x38, 0x3C},
+      {1.1875f, 0x3A, 0x3D},  // e4m3 ties to even (m0, m2)
+      {1.125f, 0x39, 0x3C},
+      {1.375f, 0x3B, 0x3E},          // e5m2 ties: 1.125 -> m0, 1.375 -> m2
       {0.00146484375f, 0x01, 0x16},  // 0.75 * 2^-9: nearer the e4m3 subnormal 0x01
   };
   for (const Case& c : cases) {
@@ -389,10 +411,9 @@ TEST(KernelsReference, Fp8ReferenceMatchesHandComputedValues) {
 TEST(KernelsArguments, SupportedPairs) {
   for (DType from : kAllTypes) {
     for (DType to : kAllTypes) {
-      const bool expected = from == to || (isWide(from) && (isWide(to) || isFp8(to))) ||
-                            (isFp8(from) && isWide(to));
-      EXPECT_EQ(deviceCanConvert(from, to), expected)
-          << dtypeName(from) << " -> " << dtypeName(to);
+      const bool expected =
+          from == to || (isWide(from) && (isWide(to) || isFp8(to))) || (isFp8(from) && isWide(to));
+      EXPECT_EQ(deviceCanConvert(from, to), expected) << dtypeName(from) << " -> " << dtypeName(to);
     }
   }
   EXPECT_FALSE(deviceCanConvert(static_cast<DType>(200), DType::kFloat32));
@@ -421,8 +442,8 @@ TEST(KernelsArguments, RejectsWhatItCannotDo) {
   s = launchConvert(nullptr, DType::kFloat32, p, DType::kBFloat16, 4, 1.0f, nullptr);
   EXPECT_EQ(code(s), WSYNC_ERR_INVALID_ARGUMENT) << s.toString();
   // Nothing to do: fine even with null pointers.
-  EXPECT_TRUE(launchConvert(nullptr, DType::kFloat32, nullptr, DType::kBFloat16, 0, 1.0f, nullptr)
-                  .isOk());
+  EXPECT_TRUE(
+      launchConvert(nullptr, DType::kFloat32, nullptr, DType::kBFloat16, 0, 1.0f, nullptr).isOk());
 
   Region r;
   r.count[0] = 4;
@@ -450,9 +471,9 @@ TEST(KernelsArguments, RejectsWhatItCannotDo) {
   s = launchCopyRegion(p, DType::kUInt8, p, DType::kFloat16, r, 1.0f, nullptr);
   EXPECT_EQ(code(s), WSYNC_ERR_UNSUPPORTED) << s.toString();
   r.count[1] = 0;  // empty: nothing to do
-  EXPECT_TRUE(launchCopyRegion(nullptr, DType::kFloat32, nullptr, DType::kBFloat16, r, 1.0f,
-                               nullptr)
-                  .isOk());
+  EXPECT_TRUE(
+      launchCopyRegion(nullptr, DType::kFloat32, nullptr, DType::kBFloat16, r, 1.0f, nullptr)
+          .isOk());
 }
 
 // ---- device tests -------------------------------------------------------------------------------
@@ -547,29 +568,35 @@ TEST_F(KernelsTest, Fp8KnownValuesAndRoundTrips) {
 TEST_F(KernelsTest, StridedRegions) {
   struct Shape {
     int64_t c0, c1, c2, ss0, ss1, ds0, ds1;
+    int64_t src_off = 3;  // elements into the buffers: 3 and 5 misalign the vector units
+    int64_t dst_off = 5;
   };
   const Shape shapes[] = {
-      {7, 5, 3, 11, 60, 9, 50},          // everything strided, flat kernel
-      {1, 1, 1, 0, 0, 0, 0},             // one element
-      {1000, 3, 1, 1003, 0, 1000, 0},    // long rows, destination packed: row kernel
-      {3, 200, 7, 5, 1001, 3, 600},      // short rows, many of them
-      {600, 2, 2, 600, 1200, 600, 1200}, // contiguous on both sides: one run
-      {300, 4, 3, 301, 1300, 300, 1200}, // destination packed, source planes apart
-      {4097, 3, 1, 5000, 0, 4100, 0},    // long rows: 2-D copy for identical types
-      {5, 1, 4, 0, 7, 0, 6},             // one row per plane: planes become rows
-      {8, 4, 1, 0, 0, 8, 0},             // a source row broadcast into 4 destination rows
-      {33, 17, 2, 40, 700, 35, 600},     // odd everything, two planes
+      {7, 5, 3, 11, 60, 9, 50},           // everything strided, flat kernel
+      {1, 1, 1, 0, 0, 0, 0},              // one element
+      {1000, 3, 1, 1003, 0, 1000, 0},     // long rows, destination packed: row kernel
+      {3, 200, 7, 5, 1001, 3, 600},       // short rows, many of them
+      {600, 2, 2, 600, 1200, 600, 1200},  // contiguous on both sides: one run
+      {300, 4, 3, 301, 1300, 300, 1200},  // destination packed, source planes apart
+      {4097, 3, 1, 5000, 0, 4100, 0},     // long rows: 2-D copy for identical types
+      {5, 1, 4, 0, 7, 0, 6},              // one row per plane: planes become rows
+      {8, 4, 1, 0, 0, 8, 0},              // a source row broadcast into 4 destination rows
+      {33, 17, 2, 40, 700, 35, 600},      // odd everything, two planes
+      // Multiples of 32 elements, aligned: vector units (flat and row kernels) for every pair.
+      {64, 7, 3, 96, 1024, 64, 512, 0, 0},
+      {2048, 5, 2, 2304, 12800, 2048, 10240, 32, 64},
+      {16384, 3, 1, 16896, 0, 17408, 0, 0, 32},
   };
   struct Pair {
     DType from, to;
     float scale;
   };
   const Pair pairs[] = {
-      {DType::kFloat32, DType::kFloat32, 1},        {DType::kBFloat16, DType::kBFloat16, 1},
-      {DType::kFloat8E4M3, DType::kFloat8E4M3, 1},  {DType::kInt64, DType::kInt64, 1},
-      {DType::kFloat32, DType::kBFloat16, 1},       {DType::kBFloat16, DType::kFloat32, 1},
-      {DType::kFloat32, DType::kFloat8E4M3, 3.7f},  {DType::kFloat8E5M2, DType::kFloat16, 0.5f},
-      {DType::kFloat16, DType::kBFloat16, 1},       {DType::kBFloat16, DType::kFloat8E5M2, 1},
+      {DType::kFloat32, DType::kFloat32, 1},       {DType::kBFloat16, DType::kBFloat16, 1},
+      {DType::kFloat8E4M3, DType::kFloat8E4M3, 1}, {DType::kInt64, DType::kInt64, 1},
+      {DType::kFloat32, DType::kBFloat16, 1},      {DType::kBFloat16, DType::kFloat32, 1},
+      {DType::kFloat32, DType::kFloat8E4M3, 3.7f}, {DType::kFloat8E5M2, DType::kFloat16, 0.5f},
+      {DType::kFloat16, DType::kBFloat16, 1},      {DType::kBFloat16, DType::kFloat8E5M2, 1},
   };
   std::mt19937_64 rng(3);
   for (const Shape& sh : shapes) {
@@ -592,7 +619,7 @@ TEST_F(KernelsTest, StridedRegions) {
       const int64_t src_elems = (sh.c2 - 1) * sh.ss1 + (sh.c1 - 1) * sh.ss0 + sh.c0;
       const int64_t dst_elems = (sh.c2 - 1) * sh.ds1 + (sh.c1 - 1) * sh.ds0 + sh.c0;
       // Source: random finite values of `from` (a 2-D offset of 3 elements into the buffer).
-      std::vector<uint8_t> src_bytes((src_elems + 3) * fs);
+      std::vector<uint8_t> src_bytes((src_elems + sh.src_off) * fs);
       for (size_t i = 0; i < src_bytes.size(); i += fs) {
         if (isWide(pr.from) || isFp8(pr.from)) {
           const float v = std::ldexp(static_cast<float>(static_cast<int>(rng() % 2001) - 1000),
@@ -603,13 +630,13 @@ TEST_F(KernelsTest, StridedRegions) {
             src_bytes[i + k] = static_cast<uint8_t>(rng());
         }
       }
-      const size_t dst_total = (dst_elems + 5) * ts;
+      const size_t dst_total = (dst_elems + sh.dst_off) * ts;
       std::vector<uint8_t> want(dst_total, 0xCD);
       for (int64_t p = 0; p < sh.c2; ++p) {
         for (int64_t row = 0; row < sh.c1; ++row) {
           for (int64_t e = 0; e < sh.c0; ++e) {
-            const int64_t si = 3 + p * sh.ss1 + row * sh.ss0 + e;
-            const int64_t di = 5 + p * sh.ds1 + row * sh.ds0 + e;
+            const int64_t si = sh.src_off + p * sh.ss1 + row * sh.ss0 + e;
+            const int64_t di = sh.dst_off + p * sh.ds1 + row * sh.ds0 + e;
             referenceConvert(pr.from, src_bytes.data() + si * fs, pr.to, want.data() + di * ts,
                              pr.scale);
           }
@@ -620,8 +647,8 @@ TEST_F(KernelsTest, StridedRegions) {
       if (src.get() == nullptr || dst.get() == nullptr) return;
       upload(src.get(), src_bytes);
       ASSERT_EQ(cudaMemset(dst.get(), 0xCD, dst_total), cudaSuccess);
-      const Status s = launchCopyRegion(src.get() + 3 * fs, pr.from, dst.get() + 5 * ts, pr.to, r,
-                                        pr.scale, stream_);
+      const Status s = launchCopyRegion(src.get() + sh.src_off * fs, pr.from,
+                                        dst.get() + sh.dst_off * ts, pr.to, r, pr.scale, stream_);
       ASSERT_TRUE(s.isOk()) << what << ": " << s.toString();
       sync();
       const std::vector<uint8_t> got = download(dst.get(), dst_total);
@@ -632,8 +659,9 @@ TEST_F(KernelsTest, StridedRegions) {
       }
       EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " of " << dst_total
                                 << " destination bytes differ; the first at byte " << first
-                                << " (element " << first / ts - 5 << "): got 0x" << std::hex
-                                << int(got[first]) << ", expected 0x" << int(want[first]);
+                                << " (element " << static_cast<int64_t>(first / ts) - sh.dst_off
+                                << "): got 0x" << std::hex << int(got[first]) << ", expected 0x"
+                                << int(want[first]);
     }
   }
 }
@@ -645,15 +673,16 @@ TEST_F(KernelsTest, Throughput) {
   GpuBuffer src(kElements * 4);
   GpuBuffer dst(kElements * 4);
   if (src.get() == nullptr || dst.get() == nullptr) return;
-  {  // fill the source with 1.5f through a conversion of zeros is not informative: use a pattern
+  {  // a pattern of exactly representable values
     std::vector<float> host(1 << 20);
     for (size_t i = 0; i < host.size(); ++i)
       host[i] = static_cast<float>(i % 1000) * 0.25f - 100.0f;
     for (int64_t off = 0; off < kElements; off += static_cast<int64_t>(host.size())) {
-      ASSERT_EQ(cudaMemcpy(src.get() + off * 4, host.data(), host.size() * 4,
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(src.get() + off * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+          cudaSuccess);
     }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
@@ -694,12 +723,12 @@ TEST_F(KernelsTest, Throughput) {
                          stream_);
   });
   measure("float32 -> float8_e4m3 (scale 2), 2^28 elements", kElements * 5, [&] {
-    return launchConvert(src.get(), DType::kFloat32, dst.get(), DType::kFloat8E4M3, kElements,
-                         2.0f, stream_);
+    return launchConvert(src.get(), DType::kFloat32, dst.get(), DType::kFloat8E4M3, kElements, 2.0f,
+                         stream_);
   });
   measure("bfloat16 -> bfloat16 (cudaMemcpyAsync)", kElements * 4, [&] {
-    return launchConvert(src.get(), DType::kBFloat16, dst.get(), DType::kBFloat16, kElements,
-                         1.0f, stream_);
+    return launchConvert(src.get(), DType::kBFloat16, dst.get(), DType::kBFloat16, kElements, 1.0f,
+                         stream_);
   });
   Region r;  // pack every other 4096-wide row (a column split of an 8192-wide matrix)
   r.count[0] = 4096;

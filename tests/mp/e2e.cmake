@@ -57,3 +57,28 @@ if(TARGET wsync-coordinator AND TARGET wsync-trainer-demo)
             : -n 2 $<TARGET_FILE:wsync-rollout-demo> --replicas 1 --versions 30 ${small_policy})
   set_tests_properties(wsync_e2e_coordinator_process PROPERTIES LABELS "mp;e2e" TIMEOUT 600 PROCESSORS 2)
 endif()
+
+if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
+  # Copy flip on host memory: readers see the live parameters, one whole version at a time.
+  wsync_add_e2e_test(wsync_e2e_copy_flip 2 2
+    --versions 30 --memory host --quiet ${small_policy} -- --replicas 1 --versions 30 --memory host --copy-flip ${small_policy})
+
+  # Device memory (label gpu): trainer and rollout processes on the same GPU(s), one-sided writes
+  # through CUDA IPC. The demos exit 77 (skipped) without a usable GPU.
+  function(wsync_add_gpu_e2e_test name)
+    wsync_add_e2e_test(${name} ${ARGN})
+    set_tests_properties(${name} PROPERTIES LABELS "gpu;mp;e2e" SKIP_RETURN_CODE 77)
+  endfunction()
+  wsync_add_gpu_e2e_test(wsync_gpu_e2e_differ_100_versions 2 4
+    --versions 100 --memory device --quiet ${small_policy}
+    -- --replicas 2 --versions 100 --memory device --layout differ ${small_policy})
+  wsync_add_gpu_e2e_test(wsync_gpu_e2e_mixed_fused_bf16 2 4
+    --versions 100 --memory device --quiet ${small_policy}
+    -- --replicas 2 --versions 100 --memory device --layout mixed --dtype bfloat16 ${small_policy})
+  wsync_add_gpu_e2e_test(wsync_gpu_e2e_copy_flip 2 2
+    --versions 50 --memory device --quiet ${small_policy}
+    -- --replicas 1 --versions 50 --memory device --copy-flip --dtype float16 ${small_policy})
+  wsync_add_gpu_e2e_test(wsync_gpu_e2e_snapshot 2 2
+    --versions 50 --memory device --snapshot --quiet ${small_policy}
+    -- --replicas 2 --versions 50 --memory device ${small_policy})
+endif()

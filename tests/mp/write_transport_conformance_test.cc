@@ -199,9 +199,12 @@ struct BackendFactory {
 // The CUDA device of this rank's memory for `memory`, or -1 for host memory.
 int deviceOf(MemorySide memory) {
   switch (memory) {
-    case MemorySide::kHost: return -1;
-    case MemorySide::kDevice0: return 0;
-    case MemorySide::kDevicePerRank: return rank();
+    case MemorySide::kHost:
+      return -1;
+    case MemorySide::kDevice0:
+      return 0;
+    case MemorySide::kDevicePerRank:
+      return rank();
   }
   return -1;
 }
@@ -222,7 +225,8 @@ std::vector<BackendFactory> backends() {
       {"ucx", [] { return createUcxTransport(); }, /*allocated_is_one_sided=*/true}};
 #ifdef WSYNC_HAVE_CUDA
   out.push_back({"cuda_ipc", [] { return createCudaIpcTransport(); },
-                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, [] {
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
+                 [] {
                    return cudaDeviceAvailable(0) ? std::string()
                                                  : std::string("no usable CUDA device");
                  }});
@@ -232,7 +236,8 @@ std::vector<BackendFactory> backends() {
                    options.device = rank();
                    return createCudaIpcTransport(options);
                  },
-                 /*allocated_is_one_sided=*/true, MemorySide::kDevicePerRank, [] {
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevicePerRank,
+                 [] {
                    const int n = cudaDeviceCount();
                    return n >= 2 ? std::string()
                                  : "needs 2 CUDA devices (one per rank), this machine has " +
@@ -258,8 +263,8 @@ class Buffer {
     }
 #ifdef WSYNC_HAVE_CUDA
     void* p = nullptr;
-    const cudaError_t e = cudaSetDevice(device) == cudaSuccess ? cudaMalloc(&p, bytes)
-                                                               : cudaGetLastError();
+    const cudaError_t e =
+        cudaSetDevice(device) == cudaSuccess ? cudaMalloc(&p, bytes) : cudaGetLastError();
     EXPECT_EQ(e, cudaSuccess) << "cudaMalloc(" << bytes << ") on device " << device << ": "
                               << cudaGetErrorString(e);
     data_ = static_cast<uint8_t*>(p);
@@ -277,10 +282,17 @@ class Buffer {
 #ifdef WSYNC_HAVE_CUDA
     const cudaError_t e = cudaMemcpy(data_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
     EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    // A pageable-to-device cudaMemcpy may return before its DMA finished, and the transport's
+    // non-blocking stream does not wait for the legacy stream: complete it here.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 #endif
   }
-  ~Buffer() { release(); }
-  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  ~Buffer() {
+    release();
+  }
+  Buffer(Buffer&& o) noexcept {
+    *this = std::move(o);
+  }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       release();
@@ -292,8 +304,12 @@ class Buffer {
     return *this;
   }
 
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
+  uint8_t* data() const {
+    return data_;
+  }
+  size_t size() const {
+    return size_;
+  }
 
  private:
   void release() {
@@ -477,7 +493,8 @@ class WriteTransportConformance : public ::testing::TestWithParam<ConformancePar
  protected:
   void SetUp() override {
     std::string why;
-    if (!backendAvailable(GetParam().backend, why)) GTEST_SKIP() << GetParam().backend.name << ": " << why;
+    if (!backendAvailable(GetParam().backend, why))
+      GTEST_SKIP() << GetParam().backend.name << ": " << why;
   }
   void TearDown() override { session_.close(); }
 
@@ -506,8 +523,8 @@ class WriteTransportConformance : public ::testing::TestWithParam<ConformancePar
     }
     barrier();
     if (rank() == kTarget) {
-      expectBytes(session_.targetBytes().data(),
-                  expectedImage(session_.regionBytes(), source, ops), what);
+      expectBytes(session_.targetBytes().data(), expectedImage(session_.regionBytes(), source, ops),
+                  what);
     }
   }
 
@@ -887,11 +904,12 @@ TEST(UcxTransport, WriteWaitsBoundedForRoom) {
 }
 
 #ifdef WSYNC_HAVE_CUDA
-// ---- CUDA IPC specifics --------------------------------------------------------------------------
+// ---- CUDA IPC specifics
+// --------------------------------------------------------------------------
 
 // Skips on both ranks unless both have CUDA device 0.
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                          \
-  if (!bothOk(cudaDeviceAvailable(0))) {                                                    \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                           \
+  if (!bothOk(cudaDeviceAvailable(0))) {                                                     \
     GTEST_SKIP() << "no usable CUDA device on some rank (CUDA IPC runs on the GPU machine)"; \
   }
 

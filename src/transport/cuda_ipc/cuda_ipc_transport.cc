@@ -115,8 +115,9 @@ class IpcMappings {
     void* base = nullptr;
     WSYNC_CUDA_RETURN_IF_ERROR(
         cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
-        what + ": cudaIpcOpenMemHandle failed (is the owner alive, on this node, and its memory "
-               "plain cudaMalloc memory?)");
+        what +
+            ": cudaIpcOpenMemHandle failed (is the owner alive, on this node, and its memory "
+            "plain cudaMalloc memory?)");
     entries_.emplace(key, Entry{static_cast<uint8_t*>(base), device, 1});
     return static_cast<uint8_t*>(base);
   }
@@ -235,7 +236,8 @@ Result<CudaIpcProcessInfo> decodeCudaIpcAddress(const std::vector<uint8_t>& addr
   return info;
 }
 
-// ---- the transport -------------------------------------------------------------------------------
+// ---- the transport
+// -------------------------------------------------------------------------------
 
 void CudaIpcTransport::StreamDeleter::operator()(cudaStream_t stream) const {
   (void)cudaCheck(cudaStreamDestroy(stream), "cudaStreamDestroy");
@@ -251,13 +253,13 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(
     int count = 0;
     const cudaError_t error = cudaGetDeviceCount(&count);
     (void)cudaGetLastError();
-    return Status(WSYNC_ERR_UNSUPPORTED,
-                  what + ": no such usable CUDA device (" +
-                      (error != cudaSuccess
-                           ? std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + ", " +
-                                 cudaGetErrorString(error)
-                           : std::to_string(count) + " devices") +
-                      ")");
+    return Status(
+        WSYNC_ERR_UNSUPPORTED,
+        what + ": no such usable CUDA device (" +
+            (error != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) +
+                                        ", " + cudaGetErrorString(error)
+                                  : std::to_string(count) + " devices") +
+            ")");
   }
   WSYNC_RETURN_IF_ERROR(cudaUseDevice(options.device).withContext(what));
   cudaDeviceProp prop{};
@@ -328,8 +330,8 @@ Status CudaIpcTransport::useDevice() const {
 }
 
 Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateExposed(size_t bytes) {
-  const std::string what = "CUDA IPC allocateExposed(" + std::to_string(bytes) + " bytes) on device " +
-                           std::to_string(options_.device);
+  const std::string what = "CUDA IPC allocateExposed(" + std::to_string(bytes) +
+                           " bytes) on device " + std::to_string(options_.device);
   if (bytes == 0) return invalidArgument(what + ": 0 bytes asked for");
   WSYNC_RETURN_IF_ERROR(useDevice().withContext(what));
   void* data = nullptr;
@@ -448,11 +450,11 @@ Result<RemoteMemoryId> CudaIpcTransport::attach(int32_t peer,
     std::string key(reinterpret_cast<const char*>(&d.handle), kHandleBytes);
     auto mapped = mappings_.find(key);
     if (mapped == mappings_.end()) {
-      WSYNC_ASSIGN_OR_RETURN(uint8_t * base,
-                             IpcMappings::instance().acquire(key, d.handle, options_.device,
-                                                             what + " (" + std::to_string(d.size) +
-                                                                 " bytes of process " +
-                                                                 std::to_string(d.pid) + ")"));
+      WSYNC_ASSIGN_OR_RETURN(
+          uint8_t * base,
+          IpcMappings::instance().acquire(key, d.handle, options_.device,
+                                          what + " (" + std::to_string(d.size) +
+                                              " bytes of process " + std::to_string(d.pid) + ")"));
       mapped = mappings_.emplace(key, base).first;
     }
     remote.base = mapped->second;
@@ -479,8 +481,8 @@ Status CudaIpcTransport::checkRange(RemoteMemoryId remote, uint64_t offset, uint
   };
   if (rows > 1 && (pitch < row_bytes || src_pitch < row_bytes)) {
     return fail("pitches (remote " + std::to_string(pitch) + ", source " +
-                std::to_string(src_pitch) + ") smaller than the row (" +
-                std::to_string(row_bytes) + " bytes) of a " + std::to_string(rows) + "-row write");
+                std::to_string(src_pitch) + ") smaller than the row (" + std::to_string(row_bytes) +
+                " bytes) of a " + std::to_string(rows) + "-row write");
   }
   // Target extent (rows - 1) * pitch + row_bytes must end inside the exposed size.
   uint64_t extent = 0;
@@ -608,9 +610,9 @@ Status CudaIpcTransport::waitEvent(cudaEvent_t event, std::chrono::milliseconds 
 
 Status CudaIpcTransport::flush(std::chrono::milliseconds timeout) {
   WSYNC_RETURN_IF_ERROR(useDevice().withContext("CUDA IPC flush"));
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(flush_event_.get(), stream_.get()),
-                             "CUDA IPC flush of writes to " + unflushedPeers() +
-                                 ": cudaEventRecord");
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(flush_event_.get(), stream_.get()),
+      "CUDA IPC flush of writes to " + unflushedPeers() + ": cudaEventRecord");
   bool timed_out = false;
   const Status s = waitEvent(flush_event_.get(), timeout, timed_out);
   if (timed_out) {

@@ -10,7 +10,11 @@
 // Sources of write()/write2d() may be device memory (of any device this process can reach) or
 // host memory, pageable or pinned (registerSource() pins pageable host memory with
 // cudaHostRegister so the copies run asynchronously at full speed; it is a no-op for device
-// memory). Completion: flush() waits for an event recorded after every write; once it succeeds the
+// memory). The stream is non-blocking: it does not wait for the legacy default stream or any
+// other, so sources produced by other work must be complete, or ordered before the writes (an
+// event on the producing stream that stream() waits on), when write() is called. Note that a
+// pageable-to-device cudaMemcpy may return before its DMA landed.
+// Completion: flush() waits for an event recorded after every write; once it succeeds the
 // bytes are in the target's device memory, visible to any work the target starts afterwards (the
 // target learns of it out of band, through a control message).
 #pragma once
@@ -43,10 +47,10 @@ struct CudaIpcTransportOptions {
 
 // What a CUDA IPC address says about a process (decoded localAddress()).
 struct CudaIpcProcessInfo {
-  std::string host;        // "<hostname>/<boot_id>"; equal strings mean the same node
-  int64_t pid = 0;         // process id on that host
-  uint64_t nonce = 0;      // random per process (pid reuse or another pid namespace tells apart)
-  int32_t device = 0;      // its options.device (its own numbering)
+  std::string host;    // "<hostname>/<boot_id>"; equal strings mean the same node
+  int64_t pid = 0;     // process id on that host
+  uint64_t nonce = 0;  // random per process (pid reuse or another pid namespace tells apart)
+  int32_t device = 0;  // its options.device (its own numbering)
   std::array<uint8_t, 16> device_uuid{};  // the GPU's UUID, comparable across processes
 };
 
@@ -133,7 +137,7 @@ class CudaIpcTransport final : public WriteTransport {
  private:
   struct Remote {
     int32_t peer;
-    uint8_t* base;    // mapped (or, for this process, the owner's) device pointer
+    uint8_t* base;  // mapped (or, for this process, the owner's) device pointer
     uint64_t size;
     std::string handle;  // the IPC handle's bytes; empty when base is this process's own memory
     bool written;        // written since the last successful flush
@@ -176,7 +180,7 @@ class CudaIpcTransport final : public WriteTransport {
   size_t max_pitch_;  // cudaDevAttrMaxPitch: larger pitches go row by row
   std::vector<uint8_t> address_;
   std::unordered_map<int32_t, Peer> peers_;
-  std::vector<Remote> remotes_;                          // index: RemoteMemoryId
+  std::vector<Remote> remotes_;                         // index: RemoteMemoryId
   std::unordered_map<std::string, uint8_t*> mappings_;  // handle bytes -> pointer, one ref each
 };
 

@@ -112,8 +112,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", layouts.status().toString().c_str());
     return 2;
   }
-  const ModelConfig& config = model->config();
-  std::printf("model      %s: %zu tensors, %.4g parameters\n", config.name.c_str(),
+  const std::string model_name = model->config().name;
+  std::printf("model      %s: %zu tensors, %.4g parameters\n", model_name.c_str(),
               model->tensors().size(), static_cast<double>(model->numParameters()));
   std::printf("layout     %s\n", describeLayouts(*layouts).c_str());
 
@@ -129,6 +129,9 @@ int run(int argc, char** argv) {
     return 1;
   }
   const double build_seconds = secondsSince(build_start);
+  // From here on the process holds what a coordinator holds: the registrations, then the plan.
+  // The zoo's parameter table (13 MB for kimi-k2) is not part of that.
+  model = internalError("released after building the registrations");
   const Counts tc = count(*trainers);
   const Counts rc = count(*rollouts);
   const int64_t registrations_rss = currentRssBytes();
@@ -233,7 +236,7 @@ int run(int argc, char** argv) {
                 static_cast<long long>(peak_before_plan), static_cast<long long>(peak_rss),
                 static_cast<long long>(smin), smean, static_cast<long long>(smax),
                 st.senderImbalance());
-  std::printf("{\"model\":%s,\"layout\":%s%s%s}\n", jsonString(config.name).c_str(),
+  std::printf("{\"model\":%s,\"layout\":%s%s%s}\n", jsonString(model_name).c_str(),
               jsonString(describeLayouts(*layouts)).c_str(), nums, codec_json.c_str());
   return 0;
 }

@@ -1,30 +1,43 @@
-// wsync-sync-bench: the host-memory weight-sync benchmark of wsync against the baseline open RL
-// frameworks use today (gather every tensor to trainer rank 0, broadcast it to every rollout rank).
+// wsync-sync-bench: the weight-sync benchmark of wsync. Host memory (--memory host, the default):
+// wsync against the baseline open RL frameworks use today (gather every tensor to trainer rank 0,
+// broadcast it to every rollout rank). Device memory (--memory device): wsync on one GPU against a
+// plain device-to-device copy of the same bytes.
 //
 // One SPMD binary: the first --trainers world ranks (default: half) are trainers, the rest rollout
 // ranks (world rank 0 is a trainer and hosts wsync's coordinator). The model is the demo policy
-// (trainer_integration/demo_policy.h) scaled to about --bytes of float32. Trainers hold it
-// FSDP-like (Shard(0) over the trainers); rollouts form --replicas replicas of TP = rollouts /
-// replicas in the
-// --layout asked for (match: every byte by broadcast groups; differ: every byte by one-sided
-// writes; mixed: vLLM-like, some of each).
+// (trainer_integration/demo_policy.h) with the real Llama-3-8B names and shapes (--model
+// llama3-8b) or scaled to about --bytes. Trainers hold it FSDP-like (Shard(0) over the trainers);
+// rollouts form --replicas replicas of TP = rollouts / replicas in the --layout asked for (match:
+// the trainers' boxes; differ: every tensor split along its last dim; mixed: vLLM-like, fused qkv,
+// column- and row-parallel). Host memory moves matching boxes by broadcast groups and the others by
+// one-sided writes; on one GPU everything goes by CUDA IPC one-sided writes (NCCL needs 2 GPUs).
 //
-// Phases, all in one run:
-//   1. wsync: register, commit; memcpy reference on rank 0; --warmup, then --iters timed versions
-//      (publish -> delivered, on trainer rank 0) while a reader thread on every rollout rank
-//      acquires and releases leases and records how long wsync_acquire takes; then one version
-//      filled with known values is verified bit for bit on every rollout rank.
+// Host memory, phases, all in one run:
+//   1. wsync: register, commit; memcpy reference on rank 0 (before and after the timed versions);
+//      --warmup, then --iters timed versions (publish -> delivered, on trainer rank 0) while a
+//      reader thread on every rollout rank acquires and releases leases and records how long
+//      wsync_acquire takes; then one version filled with known values is verified bit for bit
+//      on every rollout rank.
 //   2. baseline: the same layouts in plain float32 host buffers; per version, for each tensor in
 //      order, MPI_Gatherv of the trainers' Shard(0) pieces to trainer rank 0, MPI_Bcast of the full
 //      tensor from trainer rank 0 to every rollout rank, and each rollout copies out its shard.
 //      Timed the same way (sleeping barrier, then until a final barrier), and verified.
-// Output on rank 0: a human line per iteration, then, as the last line, one JSON object.
+// Device memory (every rank on --cuda-device; trainers and rollouts hold --dtype, default
+// bfloat16), phases: setup (allocate and fill on the device), device copy references on rank 0
+// (cudaMemcpy D2D of the bytes delivered per version, of one rollout slot, of one trainer's
+// parameters), context + registration, commit, warmup, timed versions (publish_on_stream ->
+// delivered on trainer rank 0; the time publish blocks its caller; wsync_acquire latencies on the
+// rollouts while versions stream in), --copy-flip (wsync_copy_flip into live buffers, one rollout
+// rank at a time), verification (a version whose every element is a hash of tensor, element and
+// version, written and counted by kernels on the device), teardown. No baseline.
+// Output on rank 0: human lines, then, as the last line, one JSON object.
 #include <mpi.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cxxopts.hpp>
@@ -34,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_device.h"
 #include "trainer_integration/demo_policy.h"
 #include "wsync/wsync.h"
 
@@ -141,6 +155,12 @@ void copyPieceFromTensor(const TensorSpec& t, const PieceSpec& p, const float* f
 
 struct Options {
   int64_t bytes = int64_t{1} << 30;
+  std::string model = "generic";  // "generic" (scaled to --bytes) or "llama3-8b"
+  bool device = false;            // --memory device
+  int cuda_device = 0;
+  bool snapshot = false;   // device: trainers publish in snapshot mode
+  bool copy_flip = false;  // device: rollouts register live buffers and time wsync_copy_flip
+  int flip_iters = 5;      // timed copy flips per rollout rank (after one untimed)
   std::string layout_name = "differ";
   wsync_demo::RolloutLayout layout = wsync_demo::RolloutLayout::kDiffer;
   std::string dtype_name = "float32";
@@ -187,6 +207,29 @@ struct Comms {
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
+}
+
+// Every rank's `samples`, concatenated in rank order on rank 0 of `comm` (collective).
+std::vector<double> gatherSamples(const std::vector<double>& samples, MPI_Comm comm) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int n = static_cast<int>(samples.size());
+  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  std::vector<double> all;
+  if (rank == 0) {
+    int total = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      displs[i] = total;
+      total += counts[i];
+    }
+    all.resize(static_cast<size_t>(std::max(total, 1)));
+  }
+  MPI_Gatherv(samples.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE,
+              0, comm);
+  if (rank == 0) all.resize(static_cast<size_t>(displs.back() + counts.back()));
+  return all;
 }
 
 // Latencies (microseconds) of wsync_acquire on a rollout rank, taken while a version streams in.
@@ -308,8 +351,7 @@ WsyncResult runWsync(const Options& opt, const Roles& roles, const Comms& comms,
     out.memcpy_gbps = out.memcpy_before_gbps;
     std::printf(
         "[bench] %d trainers -> %d rollout ranks (%d replicas of TP %d), layout %s, dtype %s: %zu "
-        "tensors, "
-        "%" PRIu64 " bytes delivered per version; %" PRId64 " broadcast groups, %" PRId64
+        "tensors, %" PRIu64 " bytes delivered per version; %" PRId64 " broadcast groups, %" PRId64
         " writes; commit %.3f s; memcpy %.2f GB/s\n",
         roles.trainers, roles.rollouts, plan.num_replicas, roles.tp, opt.layout_name.c_str(),
         opt.dtype_name.c_str(), tensors.size(), plan.bytes_per_version, sums[0], sums[1], commit_s,
@@ -420,24 +462,9 @@ WsyncResult runWsync(const Options& opt, const Roles& roles, const Comms& comms,
   }
 
   // Acquire latencies of every rollout rank, pooled on rank 0.
-  int n = static_cast<int>(samples.size());
-  std::vector<int> counts(static_cast<size_t>(roles.world_size)),
-      displs(static_cast<size_t>(roles.world_size));
-  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comms.bench);
-  std::vector<double> all;
-  if (roles.world_rank == 0) {
-    int total = 0;
-    for (size_t i = 0; i < counts.size(); ++i) {
-      displs[i] = total;
-      total += counts[i];
-    }
-    all.resize(static_cast<size_t>(std::max(total, 1)));
-  }
-  MPI_Gatherv(samples.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE,
-              0, comms.bench);
+  std::vector<double> all = gatherSamples(samples, comms.bench);
   MPI_Reduce(&failures, &out.acquire_failures, 1, MPI_INT64_T, MPI_SUM, 0, comms.bench);
   if (roles.world_rank == 0) {
-    all.resize(static_cast<size_t>(displs.back() + counts.back()));
     std::sort(all.begin(), all.end());
     out.acquire_samples = static_cast<int64_t>(all.size());
     out.acquire_p50 = quantile(all, 0.5);
@@ -549,20 +576,592 @@ std::vector<double> runBaseline(const Options& opt, const Roles& roles, const Co
   return seconds;
 }
 
-int run(int argc, char** argv) {
+// ---- device memory ---------------------------------------------------------------------------
+
+constexpr int kNoDevice = 77;            // exit status without a usable GPU (ctest's skip code)
+constexpr size_t kArenaAlignment = 256;  // bytes; every buffer starts aligned in its arena
+constexpr int kReferenceRepeats = 3;     // device copy references: best of this many
+
+[[noreturn]] void dieDevice(const Roles& roles, const std::string& what) {
+  std::fprintf(stderr, "[world rank %d] %s\n", roles.world_rank, what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+// The buffers of one layout carved out of one device allocation (256-byte aligned).
+struct DeviceArena {
+  std::unique_ptr<wsync_bench::DeviceMemory> memory;
+  std::vector<size_t> offsets;  // bytes, per buffer
+  void* at(size_t buffer) const { return memory->data() + offsets[buffer]; }
+};
+
+// Bytes of the buffers of `layout` themselves (no alignment gaps).
+uint64_t layoutBytes(const std::vector<BufferSpec>& layout, size_t element_bytes) {
+  uint64_t bytes = 0;
+  for (const BufferSpec& b : layout)
+    bytes += static_cast<uint64_t>(b.num_elements) * element_bytes;
+  return bytes;
+}
+
+DeviceArena allocateArena(const std::vector<BufferSpec>& layout, size_t element_bytes,
+                          const std::string& what, const Roles& roles) {
+  DeviceArena a;
+  size_t total = 0;
+  for (const BufferSpec& b : layout) {
+    a.offsets.push_back(total);
+    const size_t bytes = static_cast<size_t>(b.num_elements) * element_bytes;
+    total += (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  }
+  std::string error;
+  a.memory = wsync_bench::DeviceMemory::allocate(total, what, &error);
+  if (!a.memory) dieDevice(roles, error);
+  return a;
+}
+
+// The device kernels' view of every piece of `layout`, buffer b at data[b]; buffer_of[i] is the
+// buffer of piece i. Tensors of rank 1 and 2 only (all of the demo policy's).
+std::vector<wsync_bench::PatternPiece> patternPieces(const std::vector<TensorSpec>& tensors,
+                                                     const std::vector<BufferSpec>& layout,
+                                                     const std::vector<void*>& data,
+                                                     std::vector<size_t>* buffer_of,
+                                                     const Roles& roles) {
+  std::vector<wsync_bench::PatternPiece> out;
+  buffer_of->clear();
+  for (size_t b = 0; b < layout.size(); ++b) {
+    for (const PieceSpec& p : layout[b].pieces) {
+      const TensorSpec& t = tensors[static_cast<size_t>(p.tensor)];
+      wsync_bench::PatternPiece q;
+      q.data = data[b];
+      q.tensor = p.tensor;
+      q.local_offset = p.local_offset;
+      if (t.shape.size() == 1 && p.strides[0] == 1) {
+        q.rows = 1;
+        q.cols = p.extent[0];
+        q.local_row_stride = q.cols;
+        q.flat_base = p.offset[0];
+        q.global_row_stride = t.shape[0];
+      } else if (t.shape.size() == 2 && p.strides[1] == 1) {
+        q.rows = p.extent[0];
+        q.cols = p.extent[1];
+        q.local_row_stride = p.strides[0];
+        q.flat_base = p.offset[0] * t.shape[1] + p.offset[1];
+        q.global_row_stride = t.shape[1];
+      } else {
+        dieDevice(roles, "tensor '" + t.name + "' (buffer '" + layout[b].name + "') has rank " +
+                             std::to_string(t.shape.size()) +
+                             " or a strided innermost dim: the device check handles row-major "
+                             "boxes of rank 1 and 2");
+      }
+      out.push_back(q);
+      buffer_of->push_back(b);
+    }
+  }
+  return out;
+}
+
+// Checks the pattern kernels against wsync_demo::expectedValue and the mismatch counter against
+// one corrupted element, on a box [2:5, 300:1300] of a [10, 1500] tensor (index 5), in `dtype`.
+void selfTestPattern(wsync_dtype_t dtype, const wsync_bench::DeviceStream& stream,
+                     const Roles& roles) {
+  std::vector<TensorSpec> tensors(6, TensorSpec{"unused", {1}});
+  tensors[5] = TensorSpec{"self_test", {10, 1500}};
+  BufferSpec buffer;
+  buffer.name = "self_test";
+  buffer.num_elements = 3000;
+  buffer.pieces.push_back(PieceSpec{5, {2, 300}, {3, 1000}, 0, {1000, 1}});
+  const size_t esz = wsync_demo::dtypeBytes(dtype);
+  constexpr uint64_t kVersion = 7;
+  constexpr int64_t kCorrupted = 1234;
+  std::string error;
+  auto memory = wsync_bench::DeviceMemory::allocate(3000 * esz, "the pattern self-test", &error);
+  if (!memory) dieDevice(roles, error);
+  std::vector<size_t> buffer_of;
+  const auto pieces = patternPieces(tensors, {buffer}, {memory->data()}, &buffer_of, roles);
+  std::vector<uint8_t> host(3000 * esz);
+  int64_t device_bad = -1;
+  wsync_bench::Mismatch first;
+  if (!wsync_bench::fillExpected(pieces, dtype, kVersion, stream, &error) ||
+      !stream.synchronize(&error) ||
+      !wsync_bench::copyToHost(host.data(), memory->data(), host.size(), &error) ||
+      !wsync_bench::countMismatches(pieces, dtype, kVersion, stream, &device_bad, nullptr,
+                                    &error)) {
+    dieDevice(roles, "pattern self-test: " + error);
+  }
+  std::string host_first;
+  const int64_t host_bad =
+      wsync_demo::countMismatches(tensors, buffer, dtype, host.data(), kVersion, &host_first);
+  if (host_bad != 0 || device_bad != 0) {
+    dieDevice(roles, "pattern self-test: the fill kernel disagrees with expectedValue in " +
+                         std::to_string(host_bad) + " elements (first: " + host_first +
+                         "), the count kernel finds " + std::to_string(device_bad));
+  }
+  if (!stream.memsetAsync(memory->data() + kCorrupted * esz, 0x7f, esz, &error) ||
+      !wsync_bench::countMismatches(pieces, dtype, kVersion, stream, &device_bad, &first, &error)) {
+    dieDevice(roles, "pattern self-test: " + error);
+  }
+  if (device_bad != 1 || first.element != kCorrupted) {
+    dieDevice(roles,
+              "pattern self-test: one corrupted element (1234), but the count kernel "
+              "finds " +
+                  std::to_string(device_bad) + " (first at " + std::to_string(first.element) + ")");
+  }
+}
+
+std::string jsonNumber(bool valid, double value, int decimals) {
+  if (!valid || !std::isfinite(value)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.*f", decimals, value);
+  return b;
+}
+
+std::string jsonBool(bool valid, bool value) {
+  return valid ? (value ? "true" : "false") : "null";
+}
+
+// Device memory: the whole run (see the top of this file). Returns the exit status: 0, 1 (wrong
+// elements), kNoDevice (no usable GPU: nothing measured, every rank returns it).
+int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
+              const std::vector<TensorSpec>& tensors, Clock::time_point process_start) {
+  const bool root = roles.world_rank == 0;
+  std::string why;
+  const int devices = wsync_bench::deviceCount(&why);
+  int usable = devices > opt.cuda_device ? 1 : 0;
+  if (devices > 0 && !usable) {
+    why = std::to_string(devices) + " CUDA device(s), so no device " +
+          std::to_string(opt.cuda_device);
+  }
+  int all_usable = 0;
+  MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, comms.bench);
+  if (!all_usable) {
+    if (root) {
+      std::fprintf(stderr,
+                   "wsync-sync-bench: --memory device needs CUDA device %d on every rank: %s; "
+                   "nothing measured (exit %d)\n",
+                   opt.cuda_device, usable ? "another rank has none" : why.c_str(), kNoDevice);
+    }
+    return kNoDevice;
+  }
+
+  // Phase times on rank 0, each ended by a sleeping barrier.
+  std::vector<std::pair<std::string, double>> phases;
+  auto last_mark = Clock::now();
+  if (root)
+    phases.push_back({"start", std::chrono::duration<double>(last_mark - process_start).count()});
+  auto mark = [&](const char* name) {
+    sleepingBarrier(comms.bench);
+    if (root) phases.push_back({name, secondsSince(last_mark)});
+    last_mark = Clock::now();
+  };
+
+  // ---- setup: device buffers, filled on the device ----
+  std::string error;
+  if (!wsync_bench::setDevice(opt.cuda_device, &error)) dieDevice(roles, error);
+  const auto stream = wsync_bench::DeviceStream::create(&error);  // the "training stream"
+  if (!stream) dieDevice(roles, error);
+  if (root) selfTestPattern(opt.dtype, *stream, roles);
+  const size_t esz = wsync_demo::dtypeBytes(opt.dtype);
+  const std::vector<BufferSpec> layout =
+      roles.trainer ? wsync_demo::trainerLayout(tensors, roles.trainers, roles.role_rank)
+                    : wsync_demo::rolloutLayout(tensors, opt.layout, roles.tp, roles.tp_rank);
+  const uint64_t my_bytes = layoutBytes(layout, esz);
+  // Trainers: the parameters. Rollouts with --copy-flip: the engine's live buffers.
+  DeviceArena arena;
+  std::vector<void*> arena_data;
+  if (roles.trainer || opt.copy_flip) {
+    arena =
+        allocateArena(layout, esz, roles.trainer ? "trainer parameters" : "live buffers", roles);
+    for (size_t b = 0; b < layout.size(); ++b)
+      arena_data.push_back(arena.at(b));
+    if (!stream->memsetAsync(arena.memory->data(), 0, arena.memory->size(), &error) ||
+        !stream->synchronize(&error)) {
+      dieDevice(roles, error);
+    }
+  }
+  std::vector<size_t> trainer_piece_buffer;
+  const auto trainer_pieces =
+      roles.trainer ? patternPieces(tensors, layout, arena_data, &trainer_piece_buffer, roles)
+                    : std::vector<wsync_bench::PatternPiece>{};
+  // Sizes every rank needs: the largest trainer's parameters, the largest rollout slot, and the
+  // bytes delivered to all rollouts per version.
+  uint64_t mine[3] = {roles.trainer ? my_bytes : 0, roles.trainer ? 0 : my_bytes,
+                      roles.trainer ? 0 : my_bytes};
+  uint64_t maxes[2] = {0, 0};
+  uint64_t delivered = 0;
+  MPI_Allreduce(mine, maxes, 2, MPI_UINT64_T, MPI_MAX, comms.bench);
+  MPI_Allreduce(&mine[2], &delivered, 1, MPI_UINT64_T, MPI_SUM, comms.bench);
+  const uint64_t params_bytes = maxes[0];
+  const uint64_t slot_bytes = maxes[1];
+  mark("setup");
+
+  // ---- device copy references, on rank 0 while every other rank sleeps in the barrier ----
+  double copy_delivered_s = 0, copy_slot_s = 0, copy_params_s = 0;
+  size_t used_max = 0, device_total = 0;
+  if (root) {
+    const size_t ref = static_cast<size_t>(std::max(params_bytes, slot_bytes));
+    auto src = wsync_bench::DeviceMemory::allocate(ref, "the copy reference source", &error);
+    auto dst = src ? wsync_bench::DeviceMemory::allocate(ref, "the copy reference target", &error)
+                   : nullptr;
+    size_t free_bytes = 0;
+    if (!dst || !stream->memsetAsync(src->data(), 1, ref, &error) ||
+        !stream->memsetAsync(dst->data(), 2, ref, &error) || !stream->synchronize(&error) ||
+        !wsync_bench::timeDeviceCopy(dst->data(), src->data(), ref, delivered, kReferenceRepeats,
+                                     &copy_delivered_s, &error) ||
+        !wsync_bench::timeDeviceCopy(dst->data(), src->data(), ref, slot_bytes, kReferenceRepeats,
+                                     &copy_slot_s, &error) ||
+        !wsync_bench::timeDeviceCopy(dst->data(), src->data(), ref, params_bytes, kReferenceRepeats,
+                                     &copy_params_s, &error) ||
+        !wsync_bench::deviceMemoryInfo(&free_bytes, &device_total, &error)) {
+      dieDevice(roles, "device copy reference: " + error);
+    }
+    used_max = device_total - free_bytes;
+    std::printf("[bench] device copy (cudaMemcpy D2D, one process, best of %d): %" PRIu64
+                " bytes delivered per version in %.6f s = %.1f GB/s; one slot (%" PRIu64
+                " bytes) %.6f s; one trainer's parameters (%" PRIu64 " bytes) %.6f s\n",
+                kReferenceRepeats, delivered, copy_delivered_s,
+                static_cast<double>(delivered) / copy_delivered_s / 1e9, slot_bytes, copy_slot_s,
+                params_bytes, copy_params_s);
+    std::fflush(stdout);
+  }
+  mark("reference");
+
+  // ---- context and registration ----
+  wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
+  cfg.role = roles.trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
+  cfg.replica = roles.trainer ? -1 : roles.replica;
+  cfg.num_slots = 2;
+  cfg.timeout_ms = opt.timeout_ms;
+  cfg.snapshot = roles.trainer && opt.snapshot ? 1 : 0;
+  cfg.cuda_device = opt.cuda_device;
+  wsync_context_t ctx = nullptr;
+  wsync_status_t s = wsync_context_create(&cfg, &ctx);
+  if (s != WSYNC_SUCCESS) die(nullptr, roles, "wsync_context_create", s);
+  int rank = -1, num_trainers = 0, num_rollouts = 0;
+  wsync_context_info(ctx, &rank, &num_trainers, &num_rollouts);
+  if (rank != roles.role_rank || num_trainers != roles.trainers || num_rollouts != roles.rollouts) {
+    dieDevice(roles, "wsync sees role rank " + std::to_string(rank) + " of " +
+                         std::to_string(num_trainers) + " trainers, " +
+                         std::to_string(num_rollouts) + " rollouts; expected " +
+                         std::to_string(roles.role_rank) + " of " + std::to_string(roles.trainers) +
+                         ", " + std::to_string(roles.rollouts));
+  }
+  std::vector<int> indices;
+  s = wsync_demo::registerBuffers(ctx, tensors, layout, opt.dtype, arena_data, &indices,
+                                  WSYNC_MEMORY_DEVICE);
+  if (s != WSYNC_SUCCESS) die(ctx, roles, "wsync_register_buffer", s);
+  mark("register");
+  const auto commit_t0 = Clock::now();
+  s = wsync_commit(ctx);
+  if (s != WSYNC_SUCCESS) die(ctx, roles, "wsync_commit", s);
+  const double commit_s = secondsSince(commit_t0);
+  wsync_plan_info_t plan{};
+  wsync_plan_info(ctx, &plan);
+  int64_t plan_mine[2] = {roles.trainer ? plan.broadcast_groups : 0,
+                          roles.trainer ? plan.write_ops : 0};
+  int64_t plan_sums[2] = {0, 0};
+  MPI_Reduce(plan_mine, plan_sums, 2, MPI_INT64_T, MPI_SUM, 0, comms.bench);
+  mark("commit");
+  if (root) {
+    size_t free_bytes = 0;
+    if (!wsync_bench::deviceMemoryInfo(&free_bytes, &device_total, &error)) dieDevice(roles, error);
+    used_max = std::max(used_max, device_total - free_bytes);
+    std::printf(
+        "[bench] device %d: %d trainers -> %d rollout ranks (%d replicas of TP %d), layout %s, "
+        "dtype %s, model %s: %zu tensors, %" PRIu64 " bytes delivered per version; %" PRId64
+        " broadcast groups, %" PRId64
+        " writes; snapshot %s, copy flip %s; commit %.3f s; device "
+        "memory in use %.2f of %.2f GB\n",
+        opt.cuda_device, roles.trainers, roles.rollouts, plan.num_replicas, roles.tp,
+        opt.layout_name.c_str(), opt.dtype_name.c_str(), opt.model.c_str(), tensors.size(),
+        plan.bytes_per_version, plan_sums[0], plan_sums[1], opt.snapshot ? "on" : "off",
+        opt.copy_flip ? "on" : "off", commit_s,
+        static_cast<double>(device_total - free_bytes) / 1e9,
+        static_cast<double>(device_total) / 1e9);
+    if (plan.bytes_per_version != delivered) {
+      std::printf("[bench] note: the plan delivers %" PRIu64
+                  " bytes per version, the layouts add up to %" PRIu64 "\n",
+                  plan.bytes_per_version, delivered);
+    }
+    std::fflush(stdout);
+  }
+
+  // ---- versions ----
+  std::unique_ptr<LeaseReader> reader;
+  if (!roles.trainer && opt.reader)
+    reader = std::make_unique<LeaseReader>(ctx, opt.reader_sleep_us);
+  std::vector<double> wsync_seconds, block_seconds, stream_seconds;  // trainers
+  // One version: trainers write it (a byte pattern, or with `checkable` the hashed values) on the
+  // training stream, not timed; then publish_on_stream -> delivered, timed. Rollouts wait until it
+  // is ready on their replica (with the reader's samples recorded meanwhile when `record`).
+  auto syncVersion = [&](uint64_t v, bool record, bool checkable) -> double {
+    if (roles.trainer) {
+      const bool filled =
+          checkable ? wsync_bench::fillExpected(trainer_pieces, opt.dtype, v, *stream, &error)
+                    : stream->memsetAsync(arena.memory->data(), static_cast<int>(v & 0xff),
+                                          arena.memory->size(), &error);
+      if (!filled || !stream->synchronize(&error)) dieDevice(roles, "filling version: " + error);
+    }
+    // A busy barrier: a version takes milliseconds, and a sleeping barrier's 100 us polls would
+    // skew the trainers' starts by as much.
+    MPI_Barrier(comms.bench);
+    if (roles.trainer) {
+      const auto t0 = Clock::now();
+      wsync_request_t request = nullptr;
+      wsync_status_t st = wsync_publish_on_stream(ctx, v, stream->handle(), &request);
+      if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_publish_on_stream", st);
+      const double blocked = secondsSince(t0);
+      // Snapshot: how long the training stream is held by the copy into staging.
+      if (opt.snapshot && !stream->synchronize(&error)) dieDevice(roles, error);
+      const double held = secondsSince(t0);
+      st = wsync_request_wait(request, -1);
+      wsync_request_free(request);
+      if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_request_wait", st);
+      const double total = secondsSince(t0);
+      if (record) {
+        wsync_seconds.push_back(total);
+        block_seconds.push_back(blocked);
+        if (opt.snapshot) stream_seconds.push_back(held);
+      }
+      return total;
+    }
+    if (reader && record) reader->setRecording(true);
+    uint64_t newest = 0;
+    wsync_newest_version(ctx, &newest);  // NOT_READY before the first version leaves it 0
+    while (newest < v) {
+      const wsync_status_t st = wsync_wait_version(ctx, newest, -1, &newest);
+      if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_wait_version", st);
+    }
+    if (reader) reader->setRecording(false);
+    return 0;
+  };
+
+  uint64_t version = 0;
+  for (int i = 0; i < opt.warmup; ++i) {
+    const double sec = syncVersion(++version, false, false);
+    if (root) {
+      std::printf("[wsync] warmup %d: %.6f s\n", i + 1, sec);
+      std::fflush(stdout);
+    }
+  }
+  mark("warmup");
+  for (int i = 0; i < opt.iters; ++i) {
+    const double sec = syncVersion(++version, true, false);
+    if (root) {
+      const double gbps = static_cast<double>(plan.bytes_per_version) / sec / 1e9;
+      const std::string held =
+          opt.snapshot
+              ? ", training stream held " + std::to_string(stream_seconds.back() * 1e3) + " ms"
+              : "";
+      std::printf("[wsync] iteration %d (version %" PRIu64 "): %" PRIu64
+                  " bytes in %.6f s, %.1f GB/s, %.3f x device copy; publish blocked %.1f us%s\n",
+                  i + 1, version, plan.bytes_per_version, sec, gbps,
+                  gbps * copy_delivered_s / static_cast<double>(delivered) * 1e9,
+                  block_seconds.back() * 1e6, held.c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::vector<double> acquire_us;
+  int64_t acquire_failures = 0;
+  if (reader) {
+    reader->stop();
+    acquire_us = reader->samples();
+    acquire_failures = reader->failures();
+    reader.reset();
+  }
+  mark("timed");
+
+  // ---- copy flip: one rollout rank at a time, so each has the device to itself ----
+  std::vector<double> flip_seconds;
+  if (opt.copy_flip) {
+    for (int r = 0; r < roles.rollouts; ++r) {
+      sleepingBarrier(comms.bench);
+      if (roles.trainer || roles.role_rank != r) continue;
+      for (int i = 0; i <= opt.flip_iters; ++i) {  // the first one is not timed
+        const auto t0 = Clock::now();
+        uint64_t flipped = 0;
+        s = wsync_copy_flip(ctx, WSYNC_VERSION_NEWEST, stream->handle(), &flipped);
+        if (s != WSYNC_SUCCESS) die(ctx, roles, "wsync_copy_flip", s);
+        if (i > 0) flip_seconds.push_back(secondsSince(t0));
+      }
+    }
+    mark("copy_flip");
+  }
+
+  // ---- verification: one version of hashed values, counted on the device ----
+  ++version;
+  syncVersion(version, false, true);
+  int64_t bad = 0;
+  if (!roles.trainer) {
+    auto check = [&](const std::vector<void*>& data, const char* where) {
+      std::vector<size_t> buffer_of;
+      const auto pieces = patternPieces(tensors, layout, data, &buffer_of, roles);
+      int64_t n = 0;
+      wsync_bench::Mismatch first;
+      if (!wsync_bench::countMismatches(pieces, opt.dtype, version, *stream, &n, &first, &error)) {
+        dieDevice(roles, std::string("verification of ") + where + ": " + error);
+      }
+      if (n > 0) {
+        const auto& p = pieces[first.piece];
+        const int64_t r = first.element / std::max<int64_t>(p.cols, 1);
+        const int64_t c = first.element % std::max<int64_t>(p.cols, 1);
+        std::fprintf(
+            stderr,
+            "[wsync] rollout %d, %s: %" PRId64 " elements of version %" PRIu64
+            " are wrong; first: buffer '%s' tensor '%s' element %" PRId64 ": got %g, want %g\n",
+            roles.role_rank, where, n, version, layout[buffer_of[first.piece]].name.c_str(),
+            tensors[static_cast<size_t>(p.tensor)].name.c_str(),
+            p.flat_base + r * p.global_row_stride + c, first.got, first.want);
+      }
+      bad += n;
+    };
+    wsync_lease_t lease = nullptr;
+    s = wsync_acquire(ctx, version, &lease);
+    if (s != WSYNC_SUCCESS) die(ctx, roles, "wsync_acquire of the verified version", s);
+    std::vector<void*> slot(layout.size(), nullptr);
+    for (size_t b = 0; b < layout.size(); ++b)
+      wsync_lease_buffer(lease, indices[b], &slot[b]);
+    check(slot, "slot");
+    wsync_lease_release(lease);
+    if (opt.copy_flip) {
+      uint64_t flipped = 0;
+      s = wsync_copy_flip(ctx, version, stream->handle(), &flipped);
+      if (s != WSYNC_SUCCESS) die(ctx, roles, "wsync_copy_flip of the verified version", s);
+      check(arena_data, "live buffers after copy flip");
+    }
+  }
+  int64_t mismatches = 0;
+  MPI_Allreduce(&bad, &mismatches, 1, MPI_INT64_T, MPI_SUM, comms.bench);
+  mark("verify");
+  if (root) {
+    std::printf("[wsync] version %" PRIu64
+                " verified on the device on every rollout rank%s: %s (%" PRId64
+                " wrong elements)\n",
+                version, opt.copy_flip ? " (slot and live buffers)" : "",
+                mismatches == 0 ? "ok" : "FAILED", mismatches);
+    std::fflush(stdout);
+  }
+
+  // ---- statistics, pooled on rank 0 ----
+  std::vector<double> all_acquire = gatherSamples(acquire_us, comms.bench);
+  std::vector<double> all_flips = gatherSamples(flip_seconds, comms.bench);
+  int64_t all_acquire_failures = 0;
+  MPI_Reduce(&acquire_failures, &all_acquire_failures, 1, MPI_INT64_T, MPI_SUM, 0, comms.bench);
+  // The slowest trainer's medians.
+  double publish_mine[2] = {median(block_seconds), median(stream_seconds)};
+  double publish_max[2] = {0, 0};
+  MPI_Reduce(publish_mine, publish_max, 2, MPI_DOUBLE, MPI_MAX, 0, comms.bench);
+
+  // ---- teardown ----
+  s = wsync_context_destroy(ctx);
+  if (s != WSYNC_SUCCESS) die(nullptr, roles, "wsync_context_destroy", s);
+  arena.memory.reset();
+  mark("teardown");
+  if (!root) return mismatches == 0 ? 0 : 1;
+
+  std::sort(all_acquire.begin(), all_acquire.end());
+  std::sort(all_flips.begin(), all_flips.end());
+  const double ws = median(wsync_seconds);
+  const double wgbps = static_cast<double>(plan.bytes_per_version) / ws / 1e9;
+  const double copy_gbps = static_cast<double>(delivered) / copy_delivered_s / 1e9;
+  const double ratio = wgbps / copy_gbps;
+  const double ratio_target = opt.layout == wsync_demo::RolloutLayout::kMatch ? 0.85 : 0.7;
+  const double flip_p99 = quantile(all_acquire, 0.99);
+  const bool have_flips = !all_flips.empty();
+  const double copy_flip_s = median(all_flips);
+  const double total_s = std::chrono::duration<double>(Clock::now() - process_start).count();
+  std::string phase_line, phase_json;
+  for (const auto& [name, sec] : phases) {
+    char b[96];
+    std::snprintf(b, sizeof(b), "%s%s %.3f s", phase_line.empty() ? "" : ", ", name.c_str(), sec);
+    phase_line += b;
+    std::snprintf(b, sizeof(b), "%s\"%s\": %.4f", phase_json.empty() ? "" : ", ", name.c_str(),
+                  sec);
+    phase_json += b;
+  }
+  std::printf("[phases] %s; total %.3f s\n", phase_line.c_str(), total_s);
+  std::printf(
+      "[bench] wsync %.6f s (%.1f GB/s, %.3f x device copy %.1f GB/s, target %.2f); flip p99 %.1f "
+      "us over %zu leases; copy flip %s s (device copy of the slot %.6f s); publish blocked %s s, "
+      "training stream held %s s (device copy of the parameters %.6f s)\n",
+      ws, wgbps, ratio, copy_gbps, ratio_target, flip_p99, all_acquire.size(),
+      jsonNumber(have_flips, copy_flip_s, 6).c_str(), copy_slot_s,
+      jsonNumber(true, publish_max[0], 6).c_str(),
+      jsonNumber(opt.snapshot, publish_max[1], 6).c_str(), copy_params_s);
+  const int64_t parameters = wsync_demo::totalElements(tensors);
+  std::printf(
+      "{\"memory\": \"device\", \"model\": \"%s\", \"parameters\": %" PRId64 ", \"bytes\": %" PRId64
+      ", \"bytes_delivered\": %" PRIu64
+      ", \"layout\": \"%s\", \"dtype\": \"%s\", \"trainers\": %d, \"rollouts\": %d, "
+      "\"replicas\": %d, \"tp\": %d, \"tensors\": %zu, \"broadcast_groups\": %" PRId64
+      ", \"write_ops\": %" PRId64
+      ", \"cuda_device\": %d, \"snapshot\": %s, \"copy_flip\": %s, \"iters\": %d, \"warmup\": %d, "
+      "\"wsync_seconds\": %.6f, \"wsync_seconds_min\": %.6f, \"wsync_seconds_max\": %.6f, "
+      "\"wsync_gbps\": %.3f, \"device_copy_gbps\": %.3f, \"ratio_to_device_copy\": %.4f, "
+      "\"ratio_target\": %.2f, \"flip_us_p50\": %.2f, \"flip_us_p99\": %.2f, \"flip_us_max\": "
+      "%.2f, \"flip_samples\": %zu, \"flip_failures\": %" PRId64
+      ", \"copy_flip_seconds\": %s, \"copy_flip_seconds_max\": %s, \"copy_flip_samples\": %zu, "
+      "\"slot_bytes\": %" PRIu64
+      ", \"device_copy_seconds_slot\": %.6f, \"copy_flip_to_device_copy\": %s, "
+      "\"publish_block_seconds\": %s, \"publish_stream_seconds\": %s, \"params_bytes\": %" PRIu64
+      ", \"device_copy_seconds_params\": %.6f, \"publish_block_to_device_copy\": %s, "
+      "\"targets_met\": {\"ratio_to_device_copy\": %s, \"flip_us_p99\": %s, \"copy_flip\": %s, "
+      "\"publish_block\": %s}, \"commit_seconds\": %.4f, \"phase_seconds\": {%s}, "
+      "\"total_seconds\": %.3f, \"device_memory_used_max_bytes\": %zu, \"device_memory_bytes\": "
+      "%zu, \"verified\": %s, \"mismatches\": %" PRId64 ", \"loadavg_end\": \"%s\"}\n",
+      opt.model.c_str(), parameters, parameters * static_cast<int64_t>(esz), plan.bytes_per_version,
+      opt.layout_name.c_str(), opt.dtype_name.c_str(), roles.trainers, roles.rollouts,
+      plan.num_replicas, roles.tp, tensors.size(), plan_sums[0], plan_sums[1], opt.cuda_device,
+      opt.snapshot ? "true" : "false", opt.copy_flip ? "true" : "false", opt.iters, opt.warmup, ws,
+      *std::min_element(wsync_seconds.begin(), wsync_seconds.end()),
+      *std::max_element(wsync_seconds.begin(), wsync_seconds.end()), wgbps, copy_gbps, ratio,
+      ratio_target, quantile(all_acquire, 0.5), flip_p99,
+      all_acquire.empty() ? 0.0 : all_acquire.back(), all_acquire.size(), all_acquire_failures,
+      jsonNumber(have_flips, copy_flip_s, 6).c_str(),
+      jsonNumber(have_flips, have_flips ? all_flips.back() : 0, 6).c_str(), all_flips.size(),
+      slot_bytes, copy_slot_s, jsonNumber(have_flips, copy_flip_s / copy_slot_s, 3).c_str(),
+      jsonNumber(true, publish_max[0], 6).c_str(),
+      jsonNumber(opt.snapshot, publish_max[1], 6).c_str(), params_bytes, copy_params_s,
+      jsonNumber(opt.snapshot, publish_max[0] / copy_params_s, 4).c_str(),
+      jsonBool(true, ratio >= ratio_target).c_str(),
+      jsonBool(!all_acquire.empty(), flip_p99 <= 50).c_str(),
+      jsonBool(have_flips, copy_flip_s <= 1.2 * copy_slot_s).c_str(),
+      jsonBool(opt.snapshot, publish_max[0] <= 1.2 * copy_params_s).c_str(), commit_s,
+      phase_json.c_str(), total_s, used_max, device_total, mismatches == 0 ? "true" : "false",
+      mismatches, loadAverage().c_str());
+  std::fflush(stdout);
+  return mismatches == 0 ? 0 : 1;
+}
+
+int run(int argc, char** argv, Clock::time_point process_start) {
   cxxopts::Options options(
       "wsync-sync-bench",
-      "Host-memory weight sync: wsync against gather-to-rank-0 + broadcast.\n"
+      "Weight sync: wsync against gather-to-rank-0 + broadcast (host memory), or against a plain\n"
+      "device-to-device copy (device memory, every rank on one GPU).\n"
       "  mpirun -np 4 wsync-sync-bench --bytes 1073741824 --layout differ\n"
+      "  mpirun -np 4 wsync-sync-bench --memory device --model llama3-8b --layout mixed\n"
       "The first half of the world ranks are trainers, the rest rollout ranks.");
-  options.add_options()("bytes",
-                        "model size in bytes of float32 (the demo policy scaled to about this)",
-                        cxxopts::value<int64_t>()->default_value("1073741824"))(
+  options.add_options()("memory", "host | device (device: every rank on --cuda-device)",
+                        cxxopts::value<std::string>()->default_value("host"))(
+      "model", "generic (the demo policy scaled to --bytes) | llama3-8b (real names and shapes)",
+      cxxopts::value<std::string>()->default_value("generic"))(
+      "bytes",
+      "generic model: size in bytes of the trainers' dtype (host: float32; the demo policy scaled "
+      "to about this)",
+      cxxopts::value<int64_t>()->default_value("1073741824"))(
       "layout",
-      "rollout layout: match (all broadcast groups) | differ (all one-sided writes) | mixed",
+      "rollout layout: match (the trainers' boxes) | differ (every tensor split along its last "
+      "dim) | mixed (vLLM-like)",
       cxxopts::value<std::string>()->default_value("differ"))(
-      "dtype", "rollout dtype: float32 | bfloat16 | float16 (trainers hold float32)",
-      cxxopts::value<std::string>()->default_value("float32"))(
+      "dtype",
+      "float32 | bfloat16 | float16; host: the rollouts' (trainers hold float32; default "
+      "float32); device: trainers' and rollouts' (default bfloat16)",
+      cxxopts::value<std::string>()->default_value(""))(
+      "cuda-device", "device memory: the CUDA device of every rank",
+      cxxopts::value<int>()->default_value("0"))(
+      "snapshot", "device memory: trainers publish in snapshot mode (time publish blocks)")(
+      "copy-flip", "device memory: rollouts register live buffers and time wsync_copy_flip")(
+      "flip-iters", "timed copy flips per rollout rank (after one untimed)",
+      cxxopts::value<int>()->default_value("5"))(
       "trainers", "trainer ranks (the first ones of the world); 0 = half the world",
       cxxopts::value<int>()->default_value("0"))("replicas",
                                                  "rollout replicas; TP = rollout ranks / replicas",
@@ -585,9 +1184,17 @@ int run(int argc, char** argv) {
     return 0;
   }
   Options opt;
+  const std::string memory = args["memory"].as<std::string>();
+  opt.device = memory == "device";
+  opt.model = args["model"].as<std::string>();
+  opt.cuda_device = args["cuda-device"].as<int>();
+  opt.snapshot = args.count("snapshot") > 0;
+  opt.copy_flip = args.count("copy-flip") > 0;
+  opt.flip_iters = args["flip-iters"].as<int>();
   opt.bytes = args["bytes"].as<int64_t>();
   opt.layout_name = args["layout"].as<std::string>();
   opt.dtype_name = args["dtype"].as<std::string>();
+  if (opt.dtype_name.empty()) opt.dtype_name = opt.device ? "bfloat16" : "float32";
   opt.trainers = args["trainers"].as<int>();
   opt.replicas = args["replicas"].as<int>();
   opt.iters = args["iters"].as<int>();
@@ -601,6 +1208,14 @@ int run(int argc, char** argv) {
     if (roles.world_rank == 0) std::fprintf(stderr, "wsync-sync-bench: %s\n", why.c_str());
     return 2;
   };
+  if (memory != "host" && memory != "device") return usage("bad --memory " + memory);
+  if (opt.model != "generic" && opt.model != "llama3-8b") return usage("bad --model " + opt.model);
+  if (opt.model != "generic" && args.count("bytes") > 0)
+    return usage("--bytes sizes the generic model; --model " + opt.model + " has its own size");
+  if (!opt.device && (opt.snapshot || opt.copy_flip || args.count("cuda-device") > 0))
+    return usage("--snapshot, --copy-flip and --cuda-device need --memory device");
+  if (opt.cuda_device < 0 || opt.flip_iters < 1)
+    return usage("--cuda-device must be non-negative and --flip-iters positive");
   if (!wsync_demo::parseRolloutLayout(opt.layout_name, &opt.layout))
     return usage("bad --layout " + opt.layout_name);
   if (!wsync_demo::parseDtype(opt.dtype_name, &opt.dtype))
@@ -636,7 +1251,14 @@ int run(int argc, char** argv) {
                  roles.world_rank, &comms.bcast);
 
   const std::string load_start = loadAverage();
-  const auto tensors = wsync_demo::policyTensors(wsync_demo::policyShapeForBytes(opt.bytes));
+  // --bytes counts the trainers' dtype; policyShapeForBytes counts float32.
+  const int64_t f32_bytes =
+      opt.device ? opt.bytes / static_cast<int64_t>(wsync_demo::dtypeBytes(opt.dtype)) * 4
+                 : opt.bytes;
+  const auto tensors = wsync_demo::policyTensors(opt.model == "llama3-8b"
+                                                     ? wsync_demo::llama3_8b()
+                                                     : wsync_demo::policyShapeForBytes(f32_bytes));
+  if (opt.device) return runDevice(opt, roles, comms, tensors, process_start);
   const int64_t model_bytes = wsync_demo::totalElements(tensors) * 4;
   std::vector<BufferSpec> trainer_layout;
   std::vector<std::vector<float>> trainer_data;  // zero-filled, so every page is touched
@@ -681,7 +1303,8 @@ int run(int argc, char** argv) {
         ws, wgbps, wgbps / w.memcpy_gbps, w.memcpy_gbps, baseline_json.c_str(),
         speedup_json.c_str(), w.acquire_p99, w.acquire_samples);
     std::printf(
-        "{\"bytes\": %" PRId64 ", \"bytes_delivered\": %" PRIu64
+        "{\"memory\": \"host\", \"model\": \"%s\", \"bytes\": %" PRId64
+        ", \"bytes_delivered\": %" PRIu64
         ", \"layout\": \"%s\", \"dtype\": \"%s\", \"trainers\": %d, \"rollouts\": %d, "
         "\"replicas\": %d, \"tp\": %d, "
         "\"tensors\": %zu, \"broadcast_groups\": %" PRId64 ", \"write_ops\": %" PRId64
@@ -694,9 +1317,9 @@ int run(int argc, char** argv) {
         "\"acquire_us_max\": %.2f, \"acquire_samples\": %" PRId64 ", \"acquire_failures\": %" PRId64
         ", \"verified\": %s, \"baseline_verified\": %s, \"loadavg_start\": \"%s\", "
         "\"loadavg_end\": \"%s\"}\n",
-        model_bytes, w.bytes_delivered, opt.layout_name.c_str(), opt.dtype_name.c_str(),
-        roles.trainers, roles.rollouts, w.num_replicas, roles.tp, tensors.size(),
-        w.broadcast_groups, w.write_ops, opt.iters, opt.warmup, ws,
+        opt.model.c_str(), model_bytes, w.bytes_delivered, opt.layout_name.c_str(),
+        opt.dtype_name.c_str(), roles.trainers, roles.rollouts, w.num_replicas, roles.tp,
+        tensors.size(), w.broadcast_groups, w.write_ops, opt.iters, opt.warmup, ws,
         *std::min_element(w.seconds.begin(), w.seconds.end()),
         *std::max_element(w.seconds.begin(), w.seconds.end()), wgbps, w.memcpy_gbps,
         wgbps / w.memcpy_gbps, w.memcpy_before_gbps, w.memcpy_after_gbps, baseline_json.c_str(),
@@ -712,6 +1335,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto process_start = Clock::now();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   if (provided < MPI_THREAD_MULTIPLE) {
@@ -720,13 +1344,13 @@ int main(int argc, char** argv) {
   }
   int rc = 1;
   try {
-    rc = run(argc, argv);
+    rc = run(argc, argv, process_start);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wsync-sync-bench: %s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  // Usage errors (2) are seen by every rank alike; a failed verification (1) is known to every
-  // rank through the reductions, so all ranks leave together.
+  // Usage errors (2) and "no GPU" (77) are seen by every rank alike; a failed verification (1)
+  // is known to every rank through the reductions, so all ranks leave together.
   MPI_Finalize();
   return rc;
 }

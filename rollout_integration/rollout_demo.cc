@@ -172,7 +172,13 @@ int run(int argc, char** argv) {
             static_cast<size_t>(buffers[b].num_elements) * wsync_demo::dtypeBytes(dtype);
         if (on_device) {  // look at the device bytes from the host
           if (check_host.size() < bytes) check_host.resize(bytes);
-          wsync_demo::copyToHost(check_host.data(), data, bytes);
+          if (!wsync_demo::copyToHost(check_host.data(), data, bytes)) {
+            if (stats.first_error.empty())
+              stats.first_error =
+                  "cudaMemcpy of buffer '" + buffers[b].name + "' to the host failed";
+            ++bad;
+            continue;
+          }
           data = check_host.data();
         }
         bad +=

@@ -2,6 +2,8 @@
 
 #ifdef WSYNC_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include <cstdio>
 #endif
 
 namespace wsync_demo {
@@ -25,11 +27,19 @@ void* deviceAlloc(size_t bytes) {
 void deviceFree(void* p) {
   cudaFree(p);
 }
+// Synchronous on the device too: a cudaMemcpy from pageable memory may return before its DMA has
+// landed, and wsync's own streams do not wait for the legacy default stream.
 bool copyToDevice(void* dst, const void* src, size_t bytes) {
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+  return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaDeviceSynchronize() == cudaSuccess;
 }
 bool copyToHost(void* dst, const void* src, size_t bytes) {
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cudaMemcpy to the host: %s\n", cudaGetErrorString(e));
+    return false;
+  }
+  return true;
 }
 void* demoStream() {
   thread_local cudaStream_t stream = [] {

@@ -137,12 +137,25 @@ std::vector<TensorSpec> policyTensors(const PolicyShape& s) {
     t.push_back({p + "self_attn.k_proj.weight", {kv, s.hidden}});
     t.push_back({p + "self_attn.v_proj.weight", {kv, s.hidden}});
     t.push_back({p + "self_attn.o_proj.weight", {s.hidden, s.hidden}});
+    if (s.post_attention_norm) t.push_back({p + "post_attention_layernorm.weight", {s.hidden}});
     t.push_back({p + "mlp.gate_proj.weight", {s.ffn, s.hidden}});
     t.push_back({p + "mlp.up_proj.weight", {s.ffn, s.hidden}});
     t.push_back({p + "mlp.down_proj.weight", {s.hidden, s.ffn}});
   }
   t.push_back({"model.norm.weight", {s.hidden}});
+  if (s.untied_lm_head) t.push_back({"lm_head.weight", {s.vocab, s.hidden}});
   return t;
+}
+
+PolicyShape llama3_8b() {
+  PolicyShape s;
+  s.layers = 32;
+  s.hidden = 4096;
+  s.ffn = 14336;
+  s.vocab = 128256;
+  s.post_attention_norm = true;
+  s.untied_lm_head = true;
+  return s;
 }
 
 PolicyShape policyShapeForBytes(int64_t bytes) {

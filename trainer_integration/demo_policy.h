@@ -17,6 +17,11 @@ struct PolicyShape {
   int64_t hidden = 512;
   int64_t ffn = 1536;
   int64_t vocab = 8192;
+  // The full Llama tensor set (both off by default: the demo's small policy): a
+  // `post_attention_layernorm.weight` [hidden] per layer, and an untied `lm_head.weight`
+  // [vocab, hidden] after `model.norm.weight`.
+  bool post_attention_norm = false;
+  bool untied_lm_head = false;
 };
 
 struct TensorSpec {
@@ -48,6 +53,10 @@ enum class RolloutLayout {
 bool parseRolloutLayout(const std::string& name, RolloutLayout* out);
 
 std::vector<TensorSpec> policyTensors(const PolicyShape& shape);
+// Llama-3-8B (Hugging Face names and shapes): hidden 4096, 32 layers, MLP 14336, vocabulary
+// 128256, 8 kv heads of 128 (k/v: 1024 rows, the hidden / 4 rule), untied lm_head: 8,030,261,248
+// parameters in 291 tensors.
+PolicyShape llama3_8b();
 // A policy of about `bytes` bytes of float32 (layers of hidden x hidden and ffn tensors).
 PolicyShape policyShapeForBytes(int64_t bytes);
 int64_t totalElements(const std::vector<TensorSpec>& tensors);

@@ -116,24 +116,29 @@ int run(int argc, char** argv) {
       rank == 0 ? memcpyGbps(std::min<uint64_t>(plan.bytes_per_version, 1ull << 30)) : 0;
   if (rank == 0 && !quiet) {
     std::printf(
-        "[trainer] %d trainers -> %d rollout ranks in %d replicas; %zu tensors; %llu bytes per "
-        "version; "
-        "this rank: %lld broadcast groups, %lld writes; memcpy %.2f GB/s\n",
-        num_trainers, num_rollouts, plan.num_replicas, tensors.size(),
-        static_cast<unsigned long long>(plan.bytes_per_version),
+        "[trainer] %s memory; %d trainers -> %d rollout ranks in %d replicas; %zu tensors; %llu "
+        "bytes per version; this rank: %lld broadcast groups, %lld writes; memcpy %.2f GB/s\n",
+        on_device ? "device" : "host", num_trainers, num_rollouts, plan.num_replicas,
+        tensors.size(), static_cast<unsigned long long>(plan.bytes_per_version),
         static_cast<long long>(plan.broadcast_groups), static_cast<long long>(plan.write_ops),
         memcpy_gbps);
   }
 
   auto train_step = [&](uint64_t v) {
-    for (size_t b = 0; b < layout.size(); ++b)
+    for (size_t b = 0; b < layout.size(); ++b) {
       wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
+      if (on_device &&
+          !wsync_demo::copyToDevice(data[b], params[b].data(), params[b].size() * sizeof(float))) {
+        return false;
+      }
+    }
     if (args["step-ms"].as<int>() > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(args["step-ms"].as<int>()));
+    return true;
   };
   double total_s = 0;
   for (int v = 1; v <= versions; ++v) {
-    train_step(static_cast<uint64_t>(v));  // the optimizer step
+    if (!train_step(static_cast<uint64_t>(v))) return fail(ctx, "cudaMemcpy", WSYNC_ERR_SYSTEM);
     const auto t0 = Clock::now();
     wsync_request_t request = nullptr;
     s = wsync_publish_on_stream(ctx, static_cast<uint64_t>(v),

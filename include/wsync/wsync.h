@@ -110,7 +110,7 @@ typedef struct {
 #define WSYNC_CONFIG_INITIALIZER                                                       \
   {                                                                                    \
     sizeof(wsync_config_t), WSYNC_CONFIG_MAGIC, WSYNC_API_VERSION, WSYNC_ROLE_TRAINER, \
-        WSYNC_BOOTSTRAP_MPI, -1, 2, 60000, -1, 0, -1, 0, 0, NULL, NULL                 \
+        WSYNC_BOOTSTRAP_MPI, -1, 2, 60000, -1, 0, -1, 0, 0, NULL, NULL, -1             \
   }
 
 /** One piece of a local buffer: elements [box_offset, box_offset + box_extent) of the global
@@ -206,8 +206,8 @@ wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_reques
  *  on the device into staging, work enqueued on `stream` afterwards waits for that copy, and this
  *  returns without waiting for the device. Host memory: same as wsync_publish.
  *  @return as wsync_publish. */
-wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
-                                       wsync_request_t* request);
+wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version,
+                                       wsync_cuda_stream_t stream, wsync_request_t* request);
 
 /** Non-blocking check. @return SUCCESS (done), IN_PROGRESS, or the publish's error. */
 wsync_status_t wsync_request_test(wsync_request_t request);

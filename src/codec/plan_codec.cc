@@ -75,11 +75,12 @@ void putGroups(ByteWriter& w, const std::vector<BroadcastGroup>& groups) {
   }
 }
 
-void putWrites(ByteWriter& w, const std::vector<WriteOp>& writes) {
+void putWrites(ByteWriter& w, const std::vector<WriteOp>& writes,
+               const std::vector<RegionShape>& shapes) {
   w.varu(writes.size());
   const WriteOp* prev = nullptr;
   for (const WriteOp& op : writes) {
-    const Region& r = op.region;
+    const Region r = regionOf(op, shapes);
     uint8_t flags = 0;
     if (r.count[1] != 1 || r.src_stride[0] != 0 || r.dst_stride[0] != 0) flags |= kRows;
     if (r.count[2] != 1 || r.src_stride[1] != 0 || r.dst_stride[1] != 0) flags |= kPlanes;
@@ -228,7 +229,8 @@ bool decodeGroups(Decoder& d, const std::vector<PlanTensor>& tensors,
   return true;
 }
 
-bool decodeWrite(Decoder& d, size_t num_tensors, const WriteOp* prev, WriteOp& op) {
+bool decodeWrite(Decoder& d, size_t num_tensors, const WriteOp* prev, WriteOp& op,
+                 RegionShapeIndex& shapes) {
   const size_t flags_at = d.offset();
   uint8_t flags = 0;
   if (!d.u8(flags, "flags")) return false;
@@ -256,7 +258,7 @@ bool decodeWrite(Decoder& d, size_t num_tensors, const WriteOp* prev, WriteOp& o
                                  : d.nonNeg32(op.dst_buffer, "dst_buffer"))) {
     return false;
   }
-  Region& r = op.region;
+  Region r;
   if (!d.nonNeg64(r.src_offset, "region.src_offset") ||
       !d.nonNeg64(r.dst_offset, "region.dst_offset") ||
       !d.nonNeg64(r.count[0], "region.count[0]")) {
@@ -280,18 +282,21 @@ bool decodeWrite(Decoder& d, size_t num_tensors, const WriteOp* prev, WriteOp& o
                                       __builtin_mul_overflow(total, r.count[2], &total))) {
     return d.invalid("region.count", outer_at, "element count overflows int64");
   }
+  shapes.setRegion(op, r);
   return true;
 }
 
-bool decodeWrites(Decoder& d, size_t num_tensors, std::vector<WriteOp>& writes) {
+bool decodeWrites(Decoder& d, size_t num_tensors, std::vector<WriteOp>& writes,
+                  std::vector<RegionShape>& shapes) {
   size_t n = 0;
   if (!d.count(n, kMinWriteBytes, "writes.size")) return false;
   writes.resize(n);
+  RegionShapeIndex shape_index(shapes);
   Decoder::Scope scope(d, "writes");
   const WriteOp* prev = nullptr;
   for (size_t i = 0; i < n; ++i) {
     scope.at(i);
-    if (!decodeWrite(d, num_tensors, prev, writes[i])) return false;
+    if (!decodeWrite(d, num_tensors, prev, writes[i], shape_index)) return false;
     prev = &writes[i];
   }
   return true;
@@ -323,7 +328,7 @@ std::vector<uint8_t> encodePlan(const Plan& plan) {
   codec_detail::beginRecord(w, codec_detail::kPlanRecord);
   putTensors(w, plan.tensors);
   putGroups(w, plan.groups);
-  putWrites(w, plan.writes);
+  putWrites(w, plan.writes, plan.shapes);
   putStats(w, plan.stats);
   return codec_detail::finishRecord(std::move(w));
 }
@@ -333,8 +338,8 @@ Result<Plan> decodePlan(const uint8_t* data, size_t size) {
   Decoder d(codec_detail::kPlanRecord, data, size);
   Plan plan;
   if (!decodeTensors(d, plan.tensors) || !decodeGroups(d, plan.tensors, plan.groups) ||
-      !decodeWrites(d, plan.tensors.size(), plan.writes) || !decodeStats(d, plan.stats) ||
-      !d.finish()) {
+      !decodeWrites(d, plan.tensors.size(), plan.writes, plan.shapes) ||
+      !decodeStats(d, plan.stats) || !d.finish()) {
     return d.status();
   }
   return plan;
@@ -347,7 +352,7 @@ std::vector<uint8_t> encodeRankPlan(const RankPlan& plan) {
   putU(w, plan.rank);
   putTensors(w, plan.tensors);
   putGroups(w, plan.groups);
-  putWrites(w, plan.writes);
+  putWrites(w, plan.writes, plan.shapes);
   w.varu(plan.peers.size());
   for (int32_t p : plan.peers)
     putU(w, p);
@@ -362,7 +367,8 @@ Result<RankPlan> decodeRankPlan(const uint8_t* data, size_t size) {
   size_t n = 0;
   if (!d.role(plan.role, "role") || !d.nonNeg32(plan.rank, "rank") ||
       !decodeTensors(d, plan.tensors) || !decodeGroups(d, plan.tensors, plan.groups) ||
-      !decodeWrites(d, plan.tensors.size(), plan.writes) || !d.count(n, 1, "peers.size")) {
+      !decodeWrites(d, plan.tensors.size(), plan.writes, plan.shapes) ||
+      !d.count(n, 1, "peers.size")) {
     return d.status();
   }
   plan.peers.resize(n);

@@ -6,7 +6,10 @@
 // equal to the tensor's and boxes inside its shape, num_elements equal to the box volume,
 // destination lists sorted by rank without repeats, dtypes in range, region element counts that
 // fit int64. Buffer indices and offsets are only checked non-negative: the rank that executes the
-// plan checks them against its own buffers. Encoding is deterministic. Thread-safe.
+// plan checks them against its own buffers. Write regions travel expanded (the format does not
+// depend on the in-memory shapes table); decoding rebuilds the table with equal shapes shared, in
+// order of first use, as the planner and rankView build it. Encoding is deterministic.
+// Thread-safe.
 #pragma once
 
 #include <cstddef>

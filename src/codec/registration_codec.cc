@@ -220,9 +220,15 @@ bool decodeBuffer(Decoder& d, size_t num_tensors, LocalBuffer& b) {
   }
   b.memory = static_cast<MemoryKind>(kinds >> 4);
   size_t n = 0;
-  if (!d.dtype(b.dtype, kinds & 0xf, at, "dtype") || !d.nonNeg64(b.num_elements, "num_elements") ||
-      !d.count(n, 4, "pieces.size")) {
+  if (!d.dtype(b.dtype, kinds & 0xf, at, "dtype") || !d.nonNeg64(b.num_elements, "num_elements")) {
     return false;
+  }
+  const size_t count_at = d.offset();
+  if (!d.count(n, 4, "pieces.size")) return false;
+  if (n > PieceList::kMaxSize) {
+    return d.invalid("pieces.size", count_at,
+                     std::to_string(n) + " pieces in one buffer (at most " +
+                         std::to_string(PieceList::kMaxSize) + ")");
   }
   b.pieces.resize(n);
   Decoder::Scope scope(d, "pieces");

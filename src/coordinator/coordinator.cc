@@ -13,6 +13,7 @@
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "control/frame_server.h"
+#include "coordinator/broadcast_comms.h"
 #include "coordinator/protocol.h"
 #include "plan/planner.h"
 
@@ -458,20 +459,12 @@ class Coordinator::Impl {
   }
 
   void sendAssignments(const Plan& plan) {
-    // Broadcast communicators: one per distinct member set, numbered in plan order.
-    std::map<std::vector<int32_t>, int32_t> comm_ids;
-    std::vector<std::vector<int32_t>> comm_members;
-    std::vector<int32_t> group_comm(plan.groups.size());
-    for (size_t g = 0; g < plan.groups.size(); ++g) {
-      const BroadcastGroup& group = plan.groups[g];
-      std::vector<int32_t> m{trainer(group.src.rank).hello.world_rank};
-      for (const BufferSpan& d : group.dst)
-        m.push_back(rollout(d.rank).hello.world_rank);
-      std::sort(m.begin(), m.end());
-      auto [it, inserted] = comm_ids.emplace(m, static_cast<int32_t>(comm_members.size()));
-      if (inserted) comm_members.push_back(m);
-      group_comm[g] = it->second;
-    }
+    std::vector<int32_t> trainer_world, rollout_world;
+    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+      trainer_world.push_back(trainer(t).hello.world_rank);
+    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+      rollout_world.push_back(rollout(r).hello.world_rank);
+    const BroadcastCommMap comm_map = mapBroadcastComms(plan, trainer_world, rollout_world);
     auto assignment = [&](Role role, int32_t rank) {
       PlanAssignmentMsg msg;
       const RankPlan view = rankView(plan, role, rank);
@@ -479,31 +472,11 @@ class Coordinator::Impl {
       if (role == Role::kTrainer) {
         for (int32_t peer : view.peers) {
           const Participant& q = rollout(peer);
-          msg.peers.push_back(
-              {peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
-                                q.reg.buffer_byte_offsets});
+          msg.peers.push_back({peer, q.reg.transport, q.reg.transport_address,
+                               q.reg.slot_descriptors, q.reg.buffer_byte_offsets});
         }
       }
-      // This rank's groups, in plan order, and the communicators they use.
-      std::map<int32_t, int32_t> local_comm;  // global comm id -> index in msg.comms
-      std::vector<int32_t> global_of_group;
-      for (size_t g = 0; g < plan.groups.size(); ++g) {
-        const BroadcastGroup& group = plan.groups[g];
-        const bool member = role == Role::kTrainer
-                                ? group.src.rank == rank
-                                : std::any_of(group.dst.begin(), group.dst.end(),
-                                              [&](const BufferSpan& d) { return d.rank == rank; });
-        if (member) global_of_group.push_back(group_comm[g]);
-      }
-      std::vector<int32_t> ids = global_of_group;
-      std::sort(ids.begin(), ids.end());
-      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-      for (int32_t id : ids) {
-        local_comm[id] = static_cast<int32_t>(msg.comms.size());
-        msg.comms.push_back({id, comm_members[static_cast<size_t>(id)]});
-      }
-      for (int32_t id : global_of_group)
-        msg.group_comm.push_back(local_comm[id]);
+      rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
       msg.replica_of_rollout = replica_of_rollout_;
       return encode(msg);
     };

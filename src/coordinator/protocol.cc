@@ -173,8 +173,8 @@ std::vector<uint8_t> encode(const RegisterMsg& m) {
 Status decode(const std::vector<uint8_t>& bytes, RegisterMsg& m) {
   ByteReader r(bytes);
   getBlob(r, m.registration) && r.u8(m.transport) && getBlob(r, m.transport_address) &&
-      r.str(m.device_id, kMaxStringBytes) &&
-      getBlobs(r, m.slot_descriptors) && getU64s(r, m.buffer_byte_offsets);
+      r.str(m.device_id, kMaxStringBytes) && getBlobs(r, m.slot_descriptors) &&
+      getU64s(r, m.buffer_byte_offsets);
   return finish(r, "Register");
 }
 

@@ -66,9 +66,9 @@ struct WelcomeMsg {
 };
 
 struct RegisterMsg {
-  std::vector<uint8_t> registration;                   // encodeRegistration()
-  uint8_t transport = 0;                               // TransportKind of the slots (rollouts)
-  std::vector<uint8_t> transport_address;              // WriteTransport::localAddress()
+  std::vector<uint8_t> registration;       // encodeRegistration()
+  uint8_t transport = 0;                   // TransportKind of the slots (rollouts)
+  std::vector<uint8_t> transport_address;  // WriteTransport::localAddress()
   std::string device_id;  // "host/GPU-uuid" of a device-memory rank; empty for host memory
   std::vector<std::vector<uint8_t>> slot_descriptors;  // rollouts: one per slot
   std::vector<uint64_t> buffer_byte_offsets;           // rollouts: each buffer's offset in a slot

@@ -1,4 +1,6 @@
-// Conversion and pack kernels; see convert_kernels.h for the contract.
+// Conversion and pack kernels; see convert_kernels.h for the contract. Compiled by nvcc as C++17:
+// includes no project header that needs C++20 (convert_kernels_cuda.h stands in for plan.h).
+// Defines deviceCanConvert() and launchConvert() of convert_kernels.h, and launchCopyRegionDims().
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -10,7 +12,7 @@
 #include <string>
 
 #include "common/cuda_check.h"
-#include "kernels/convert_kernels.h"
+#include "kernels/convert_kernels_cuda.h"
 
 namespace wsync {
 namespace {
@@ -104,16 +106,23 @@ struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Vec {
   T v[N];
 };
 
-// Elements per vector unit for an operation: 32 bytes of source per thread and step, enough
-// bytes in flight to reach HBM bandwidth (float32: 8, 16-bit types: 16, float8: 32).
+// Elements per vector unit. Contiguous path: 16 bytes on the wider side, so every load and store
+// instruction of a warp covers one contiguous span (float32 <-> 16-bit: 4, 16-bit <-> float8: 8,
+// float32 <-> float8: 4); the kernel unrolls kUnroll units per thread for bytes in flight.
+// Region path: up to 32 bytes on the wider side (float32 -> bfloat16: 8), one unit per step.
 template <class Op>
-constexpr int vectorWidth() {
-  return static_cast<int>(32 / sizeof(typename Op::In));
+constexpr int contiguousWidth() {
+  return static_cast<int>(16 / std::max(sizeof(typename Op::In), sizeof(typename Op::Out)));
 }
-
 template <class Op>
-constexpr size_t vectorAlignment(size_t element_bytes) {
-  return std::min<size_t>(16, element_bytes * vectorWidth<Op>());
+constexpr int regionWidth() {
+  return static_cast<int>(32 / std::max(sizeof(typename Op::In), sizeof(typename Op::Out)));
+}
+constexpr int kUnroll = 4;
+
+// Alignment of a unit of `n` elements of `element_bytes` (see Vec).
+constexpr size_t unitAlignment(size_t element_bytes, int n) {
+  return std::min<size_t>(16, element_bytes * static_cast<size_t>(n));
 }
 
 // Converts vector unit `v` (elements v*N .. v*N+N-1) of `in` into `out`.
@@ -133,19 +142,39 @@ __device__ __forceinline__ void convertUnit(const typename Op::In* __restrict__ 
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-// `count` contiguous elements: units of N elements (src and dst aligned for them), then the tail
-// element by element.
-template <class Op, int N>
+// `count` contiguous elements: units of N elements (src and dst aligned for them), U units per
+// thread and step (all loads before the stores; a warp's units are adjacent), then the remaining
+// units one by one and the tail element by element.
+template <class Op, int N, int U>
 __global__ void __launch_bounds__(kThreads)
     convertContiguous(const typename Op::In* __restrict__ src, typename Op::Out* __restrict__ dst,
                       int64_t count, Op op) {
+  using In = typename Op::In;
+  using Out = typename Op::Out;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t units = count / N;
-  for (int64_t i = first; i < units; i += stride)
+  const auto* in = reinterpret_cast<const Vec<In, N>*>(src);
+  auto* out = reinterpret_cast<Vec<Out, N>*>(dst);
+  int64_t i = first;
+  for (; i + (U - 1) * stride < units; i += U * stride) {
+    Vec<In, N> a[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      a[u] = in[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      Vec<Out, N> b;
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        b.v[k] = op(a[u].v[k]);
+      out[i + u * stride] = b;
+    }
+  }
+  for (; i < units; i += stride)
     convertUnit<Op, N>(src, dst, i, op);
-  for (int64_t i = units * N + first; i < count; i += stride)
-    dst[i] = op(src[i]);
+  for (int64_t e = units * N + first; e < count; e += stride)
+    dst[e] = op(src[e]);
 }
 
 // A region in units of N elements: count[0] units per row; strides in units too.
@@ -248,16 +277,17 @@ Status runContiguous(const void* src, void* dst, int64_t count, Op op, cudaStrea
                      const DeviceLimits& limits, const std::string& what) {
   using In = typename Op::In;
   using Out = typename Op::Out;
-  constexpr int kN = vectorWidth<Op>();
+  constexpr int kN = contiguousWidth<Op>();
   const auto* in = static_cast<const In*>(src);
   auto* out = static_cast<Out*>(dst);
   (void)cudaGetLastError();  // so that the check below sees this launch only
-  if (aligned(src, vectorAlignment<Op>(sizeof(In))) &&
-      aligned(dst, vectorAlignment<Op>(sizeof(Out)))) {
-    convertContiguous<Op, kN>
-        <<<blocksFor(ceilDiv(count, kN), limits), kThreads, 0, stream>>>(in, out, count, op);
+  if (aligned(src, unitAlignment(sizeof(In), kN)) && aligned(dst, unitAlignment(sizeof(Out), kN))) {
+    convertContiguous<Op, kN, kUnroll>
+        <<<blocksFor(ceilDiv(count, kN * kUnroll), limits), kThreads, 0, stream>>>(in, out, count,
+                                                                                   op);
   } else {
-    convertContiguous<Op, 1><<<blocksFor(count, limits), kThreads, 0, stream>>>(in, out, count, op);
+    convertContiguous<Op, 1, kUnroll>
+        <<<blocksFor(ceilDiv(count, kUnroll), limits), kThreads, 0, stream>>>(in, out, count, op);
   }
   return launchStatus(what);
 }
@@ -291,11 +321,11 @@ Status runRegion(const void* src, void* dst, const RegionShape& s, Op op, cudaSt
   }
   (void)cudaGetLastError();
   // Vector units when every row starts on a unit boundary on both sides.
-  constexpr int kN = vectorWidth<Op>();
+  constexpr int kN = regionWidth<Op>();
   const bool units = s.count[0] % kN == 0 && s.src_stride[0] % kN == 0 &&
                      s.src_stride[1] % kN == 0 && s.dst_stride[0] % kN == 0 &&
-                     s.dst_stride[1] % kN == 0 && aligned(src, vectorAlignment<Op>(sizeof(In))) &&
-                     aligned(dst, vectorAlignment<Op>(sizeof(Out)));
+                     s.dst_stride[1] % kN == 0 && aligned(src, unitAlignment(sizeof(In), kN)) &&
+                     aligned(dst, unitAlignment(sizeof(Out), kN));
   if (units) {
     const RegionShape u{{s.count[0] / kN, s.count[1], s.count[2]},
                         {s.src_stride[0] / kN, s.src_stride[1] / kN},
@@ -382,7 +412,7 @@ Status checkPair(DType from, DType to, float scale, const std::string& what) {
 
 // Folds unit dimensions and rows or planes that are contiguous on both sides into longer runs,
 // so that as much as possible moves as contiguous or 2-D copies.
-RegionShape normalize(const Region& region) {
+RegionShape normalize(const kernels::RegionDims& region) {
   RegionShape s{{region.count[0], region.count[1], region.count[2]},
                 {region.src_stride[0], region.src_stride[1]},
                 {region.dst_stride[0], region.dst_stride[1]}};
@@ -443,8 +473,8 @@ Status launchConvert(const void* src, DType from, void* dst, DType to, int64_t c
   return result;
 }
 
-Status launchCopyRegion(const void* src, DType from, void* dst, DType to, const Region& region,
-                        float scale, cudaStream_t stream) {
+Status kernels::launchCopyRegionDims(const void* src, DType from, void* dst, DType to,
+                                     const RegionDims& region, float scale, cudaStream_t stream) {
   const std::string what =
       "launchCopyRegion(" + pairName(from, to) + ", " + std::to_string(region.count[0]) + " x " +
       std::to_string(region.count[1]) + " x " + std::to_string(region.count[2]) + " elements)";

@@ -36,9 +36,9 @@ bool deviceCanConvert(DType from, DType to);
 
 // Converts `count` contiguous elements of `src` (dtype `from`) into `dst` (dtype `to`) on
 // `stream`. count == 0 does nothing. UNSUPPORTED when !deviceCanConvert(from, to);
-// INVALID_ARGUMENT for null pointers, count < 0 or a bad scale. Vectorized (32 bytes of source
-// per thread and step) when both pointers are 16-byte aligned (or aligned to the whole unit when
-// it is smaller); element by element otherwise.
+// INVALID_ARGUMENT for null pointers, count < 0 or a bad scale. Vectorized (units of 16 bytes on
+// the wider side, 4 units per thread and step) when both pointers are aligned for such units;
+// element by element otherwise.
 Status launchConvert(const void* src, DType from, void* dst, DType to, int64_t count, float scale,
                      cudaStream_t stream);
 

@@ -146,7 +146,7 @@ const std::string* duplicateName(size_t n, NameAt name_at) {
 }
 
 int32_t appendBuffer(Registration& reg, const std::string& name, DType dtype, MemoryKind memory,
-                     int64_t num_elements, std::vector<Piece>&& pieces) {
+                     int64_t num_elements, PieceList&& pieces) {
   const auto index = static_cast<int32_t>(reg.buffers.size());
   LocalBuffer& b = reg.buffers.emplace_back();
   b.name = name;
@@ -217,7 +217,7 @@ int flatBoxCount(const Dims& shape, const Dims& strides, int64_t b, int64_t e) {
 // Appends the pieces of tensor `tensor` for its flat elements [b, e); element b lands at buffer
 // element `base`.
 void appendFlatPieces(int32_t tensor, const Dims& shape, const Dims& strides, int64_t b, int64_t e,
-                      int64_t base, std::vector<Piece>& out) {
+                      int64_t base, PieceList& out) {
   forEachFlatBox(shape, strides, b, e, [&](const Box& box, int64_t first) {
     Piece& p = out.emplace_back();
     p.tensor = tensor;
@@ -252,7 +252,7 @@ Result<int32_t> appendConcat(Registration& reg, const char* fn, const std::strin
     if (!parts[i].box.empty()) ++non_empty;
   }
   const Dims strides = rowMajorStrides(local);
-  std::vector<Piece> pieces;
+  PieceList pieces;
   pieces.reserve(non_empty);
   int64_t along = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -344,7 +344,7 @@ Result<int32_t> flatParameter(Registration& reg, const char* fn, const std::stri
   forEachHeld([&](size_t i, const Dims& strides, int64_t b, int64_t e, int64_t) {
     count += static_cast<size_t>(flatBoxCount(members[i].shape, strides, b, e));
   });
-  std::vector<Piece> pieces;
+  PieceList pieces;
   pieces.reserve(count);
   forEachHeld([&](size_t i, const Dims& strides, int64_t b, int64_t e, int64_t base) {
     appendFlatPieces(ids[i], members[i].shape, strides, b, e, base, pieces);
@@ -444,7 +444,7 @@ Result<int32_t> addReplicated(Registration& reg, const std::string& tensor, cons
   if (std::string why = shapeProblem(shape, 0); !why.empty()) return invalid(why);
   if (std::string why = kindProblem(dtype, memory); !why.empty()) return invalid(why);
   WSYNC_ASSIGN_OR_RETURN(const int32_t id, declareOne(reg, "addReplicated", tensor, shape));
-  std::vector<Piece> pieces(1);
+  PieceList pieces(1);
   pieces[0].tensor = id;
   pieces[0].box = Box::whole(shape);
   pieces[0].local_strides = rowMajorStrides(shape);
@@ -465,7 +465,7 @@ Result<int32_t> addSplit(Registration& reg, const std::string& tensor, const Dim
   Result<Box> box = splitBox(shape, dim, parts, index, rule);
   if (!box.isOk()) return box.status().withContext(header());
   WSYNC_ASSIGN_OR_RETURN(const int32_t id, declareOne(reg, "addSplit", tensor, shape));
-  std::vector<Piece> pieces;
+  PieceList pieces;
   if (!box->empty()) {
     pieces.resize(1);
     pieces[0].tensor = id;
@@ -491,7 +491,7 @@ Result<int32_t> addFlatRange(Registration& reg, const std::string& tensor, const
   }
   WSYNC_ASSIGN_OR_RETURN(const int32_t id, declareOne(reg, "addFlatRange", tensor, shape));
   const Dims strides = rowMajorStrides(shape);
-  std::vector<Piece> pieces;
+  PieceList pieces;
   pieces.reserve(static_cast<size_t>(flatBoxCount(shape, strides, flat_begin, flat_end)));
   appendFlatPieces(id, shape, strides, flat_begin, flat_end, 0, pieces);
   return appendBuffer(reg, tensor, dtype, memory, flat_end - flat_begin, std::move(pieces));
@@ -685,7 +685,7 @@ Result<int32_t> addStackedExperts(Registration& reg, const std::string& buffer_n
       },
       [&](size_t) -> const Dims& { return expert_shape; }, ids));
   const Dims strides = rowMajorStrides(expert_shape);
-  std::vector<Piece> pieces(n);
+  PieceList pieces(n);
   for (size_t j = 0; j < n; ++j) {
     pieces[j].tensor = ids[j];
     pieces[j].box = Box::whole(expert_shape);
@@ -722,7 +722,7 @@ Result<int32_t> addSeparateExperts(Registration& reg, const std::string& name_te
   const Dims strides = rowMajorStrides(expert_shape);
   const int64_t volume = expert_shape.product();
   for (size_t j = 0; j < n; ++j) {
-    std::vector<Piece> pieces(1);
+    PieceList pieces(1);
     pieces[0].tensor = ids[j];
     pieces[0].box = Box::whole(expert_shape);
     pieces[0].local_strides = strides;

@@ -80,7 +80,11 @@ std::optional<DType> parseDType(std::string_view name) {
 }
 
 bool canConvert(DType from, DType to) {
-  return from == to || (isFloatingPoint(from) && isFloatingPoint(to));
+  if (from == to) return true;
+  const bool fp8_from = from == DType::kFloat8E4M3 || from == DType::kFloat8E5M2;
+  const bool fp8_to = to == DType::kFloat8E4M3 || to == DType::kFloat8E5M2;
+  // One float8 format into the other has no meaningful single scale: not supported.
+  return isFloatingPoint(from) && isFloatingPoint(to) && !(fp8_from && fp8_to);
 }
 
 const char* memoryKindName(MemoryKind m) {

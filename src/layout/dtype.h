@@ -39,8 +39,8 @@ std::optional<DType> parseDType(std::string_view name);
 bool validDType(int value);
 bool isFloatingPoint(DType t);
 // True when the sender can convert `from` into `to`: identical types always; any floating type
-// into any other floating type (float8 targets take an optional per-tensor scale). Integer and
-// bool types convert only to themselves.
+// into any other floating type except float8 into the other float8 format (float8 targets take an
+// optional per-tensor scale). Integer and bool types convert only to themselves.
 bool canConvert(DType from, DType to);
 
 const char* memoryKindName(MemoryKind m);

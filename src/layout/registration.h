@@ -5,7 +5,9 @@
 // with one piece is the common case.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,12 +33,65 @@ struct Piece {
   Dims local_strides;        // per dim of the tensor, in elements; innermost must be 1
 };
 
+// The pieces of a LocalBuffer: the std::vector subset the library uses, storing a single piece
+// inline (most buffers hold exactly one, and a large trainer job registers over a million
+// buffers: no heap block per buffer). Iterators are pointers, invalidated as std::vector's are.
+// At most kMaxSize pieces (growing past it aborts). Not thread-safe (like std::vector).
+class PieceList {
+ public:
+  static constexpr size_t kMaxSize = UINT32_MAX;
+
+  PieceList() noexcept {}
+  explicit PieceList(size_t n) { resize(n); }  // n pieces Piece{}
+  PieceList(std::initializer_list<Piece> pieces);
+  PieceList(const PieceList& other);
+  PieceList(PieceList&& other) noexcept;
+  PieceList& operator=(const PieceList& other);
+  PieceList& operator=(PieceList&& other) noexcept;
+  ~PieceList();
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t capacity() const { return capacity_; }
+  Piece* data() { return onHeap() ? store_.many : &store_.one; }
+  const Piece* data() const { return onHeap() ? store_.many : &store_.one; }
+  Piece* begin() { return data(); }
+  Piece* end() { return data() + size_; }
+  const Piece* begin() const { return data(); }
+  const Piece* end() const { return data() + size_; }
+  Piece& operator[](size_t i) { return data()[i]; }
+  const Piece& operator[](size_t i) const { return data()[i]; }
+  Piece& front() { return data()[0]; }
+  const Piece& front() const { return data()[0]; }
+  Piece& back() { return data()[size_ - 1]; }
+  const Piece& back() const { return data()[size_ - 1]; }
+
+  void reserve(size_t n);
+  void resize(size_t n);  // new pieces are Piece{}
+  void clear() { size_ = 0; }
+  void push_back(const Piece& piece);
+  Piece& emplace_back();  // a Piece{} at the end
+  void shrink_to_fit();
+
+ private:
+  bool onHeap() const { return capacity_ > 1; }
+  void reallocate(size_t capacity);  // capacity >= size_
+
+  union Store {
+    Store() noexcept : many(nullptr) {}
+    Piece one;    // capacity_ == 1
+    Piece* many;  // capacity_ > 1
+  } store_;
+  uint32_t size_ = 0;
+  uint32_t capacity_ = 1;
+};
+
 struct LocalBuffer {
   std::string name;  // unique within the rank; rollouts look buffers up by this name
   DType dtype = DType::kFloat32;
   MemoryKind memory = MemoryKind::kHost;
   int64_t num_elements = 0;  // the buffer's size; every piece must fall inside it
-  std::vector<Piece> pieces;
+  PieceList pieces;
 };
 
 struct Registration {

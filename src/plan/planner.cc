@@ -4,10 +4,14 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <new>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
+
+#include <sys/mman.h>
 
 namespace wsync {
 namespace {
@@ -22,7 +26,12 @@ std::string who(Role role, int32_t rank) {
 }
 
 std::string quoted(std::string_view s) {
-  return "'" + std::string(s) + "'";
+  std::string q;
+  q.reserve(s.size() + 2);
+  q += '\'';
+  q += s;
+  q += '\'';
+  return q;
 }
 
 bool isFloat8(DType t) {
@@ -142,14 +151,6 @@ struct RunDim {
   int64_t dst_stride;
 };
 
-// The shape of the regions of one intersection (Region without its offsets).
-struct RegionShape {
-  int64_t count[3] = {0, 1, 1};
-  int64_t src_stride[2] = {0, 0};
-  int64_t dst_stride[2] = {0, 0};
-  bool oneD() const { return count[1] == 1 && count[2] == 1; }
-};
-
 // Calls emit(src_offset, dst_offset, shape) for the regions that move `box` (inside both pieces)
 // from `src` to `dst`: dims merge while contiguous on both sides; more than 3 dims left -> one
 // region per index of the outer ones, in row-major order.
@@ -205,10 +206,6 @@ void forEachRegion(const Box& box, const Piece& src, const Piece& dst, F&& emit)
   }
 }
 
-bool isOneD(const Region& r) {
-  return r.count[1] == 1 && r.count[2] == 1;
-}
-
 // True when `b` continues `a` (same endpoints, 1-D, contiguous on both sides); then `a` absorbs it.
 bool tryMerge(WriteOp& a, const WriteOp& b) {
   if (a.src_rank != b.src_rank || a.src_buffer != b.src_buffer || a.dst_rank != b.dst_rank ||
@@ -216,14 +213,141 @@ bool tryMerge(WriteOp& a, const WriteOp& b) {
     return false;
   }
   if (a.tensor != b.tensor && (isFloat8(a.src_dtype) || isFloat8(a.dst_dtype))) return false;
-  if (!isOneD(a.region) || !isOneD(b.region)) return false;
-  if (a.region.src_offset + a.region.count[0] != b.region.src_offset ||
-      a.region.dst_offset + a.region.count[0] != b.region.dst_offset) {
-    return false;
-  }
-  a.region.count[0] += b.region.count[0];
+  if (!a.oneD() || !b.oneD()) return false;
+  if (a.src_offset + a.run != b.src_offset || a.dst_offset + a.run != b.dst_offset) return false;
+  a.run += b.run;
   return true;
 }
+
+// Points the strided writes at a new table `to` holding the entries of `from` they use, in the
+// order of first use (so equal plans have equal tables, and a codec round trip is exact).
+void renumberShapes(std::vector<WriteOp>& writes, const std::vector<RegionShape>& from,
+                    std::vector<RegionShape>& to) {
+  to.clear();
+  if (from.empty()) return;
+  std::unordered_map<int64_t, int64_t> renumbered;
+  int64_t last_from = -1;
+  int64_t last_to = -1;
+  for (WriteOp& w : writes) {
+    if (w.oneD()) continue;
+    if (w.shapeIndex() != last_from) {
+      last_from = w.shapeIndex();
+      const auto [it, inserted] = renumbered.emplace(last_from, static_cast<int64_t>(to.size()));
+      if (inserted) to.push_back(from[static_cast<size_t>(last_from)]);
+      last_to = it->second;
+    }
+    w.run = -1 - last_to;
+  }
+}
+
+// Asks the kernel to back [data, data + bytes) with transparent huge pages before it is first
+// touched: first-touching the plan's writes (hundreds of MB for large MoE models) otherwise takes
+// one page fault per 4 KiB. Best effort (ignored where THP is off); Linux only.
+void adviseHugePages(void* data, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  if (bytes < 2 * kHugePage) return;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+// Allocator of the planner's large working arrays. Blocks of kMapBytes and more are mapped and
+// unmapped directly, so that what the planner frees is returned to the system at once: the C heap
+// keeps freed blocks below its adaptive mmap threshold (up to 32 MiB) resident, and the planner's
+// peak memory is its working arrays plus the plan. Each block starts with a header saying how it
+// was obtained.
+template <typename T>
+struct ScratchAllocator {
+  using value_type = T;
+  static constexpr size_t kHeader = 64;  // keeps the alignment of every type the planner stores
+  static constexpr size_t kMapBytes = size_t{1} << 20;
+  static_assert(alignof(T) <= kHeader);
+
+  ScratchAllocator() = default;
+  template <typename U>
+  ScratchAllocator(const ScratchAllocator<U>&) {}  // NOLINT(google-explicit-constructor)
+
+  T* allocate(size_t n) {
+    const size_t bytes = kHeader + n * sizeof(T);
+    void* block = nullptr;
+    uint64_t mapped = 0;
+    if (bytes >= kMapBytes) {
+      block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (block == MAP_FAILED) {
+        block = nullptr;
+      } else {
+        mapped = 1;
+      }
+    }
+    if (block == nullptr) block = ::operator new(bytes);  // throws std::bad_alloc on failure
+    *static_cast<uint64_t*>(block) = mapped;
+    return reinterpret_cast<T*>(static_cast<char*>(block) + kHeader);
+  }
+  void deallocate(T* p, size_t n) {
+    void* block = reinterpret_cast<char*>(p) - kHeader;
+    if (*static_cast<uint64_t*>(block) != 0) {
+      munmap(block, kHeader + n * sizeof(T));
+    } else {
+      ::operator delete(block);
+    }
+  }
+  template <typename U>
+  bool operator==(const ScratchAllocator<U>&) const {
+    return true;
+  }
+};
+
+template <typename T>
+using ScratchVector = std::vector<T, ScratchAllocator<T>>;
+
+// Frees a vector's storage (`v = {}` would only clear it: it assigns an empty initializer list).
+template <typename V>
+void release(V& v) {
+  V().swap(v);
+}
+
+// The balancing choices of the write pieces, in generation order: each the index of the chosen
+// holder among its source's holders, in as few bytes as the largest holder count needs.
+class ChoiceList {
+ public:
+  void assign(size_t n, int32_t max_holders) {
+    width_ = max_holders <= (1 << 8) ? 1 : max_holders <= (1 << 16) ? 2 : 4;
+    bytes_.assign(n * width_, 0);
+  }
+  void set(size_t i, int32_t choice) {
+    const auto v = static_cast<uint32_t>(choice);
+    for (size_t b = 0; b < width_; ++b)
+      bytes_[i * width_ + b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+  int32_t get(size_t i) const {
+    uint32_t v = 0;
+    for (size_t b = 0; b < width_; ++b)
+      v |= static_cast<uint32_t>(bytes_[i * width_ + b]) << (8 * b);
+    return static_cast<int32_t>(v);
+  }
+  void release() { ScratchVector<uint8_t>().swap(bytes_); }
+
+ private:
+  ScratchVector<uint8_t> bytes_;
+  size_t width_ = 4;
+};
+
+// The global ids of the declarations of every rank of one role.
+struct IdMap {
+  ScratchVector<int32_t> ids;   // rank r's at [begin[r], begin[r + 1])
+  ScratchVector<size_t> begin;  // per rank, and the end
+  int32_t* of(size_t rank) { return ids.data() + begin[rank]; }
+  const int32_t* of(size_t rank) const { return ids.data() + begin[rank]; }
+  void release() {
+    ScratchVector<int32_t>().swap(ids);
+    ScratchVector<size_t>().swap(begin);
+  }
+};
 
 // ---- planner state ---------------------------------------------------------------------------
 
@@ -237,8 +361,8 @@ struct PieceRef {
 };
 
 struct TensorInfo {
-  std::string_view name;  // points into a registration (outlives the planner)
-  Dims shape;
+  std::string_view name;  // both point into a registration (which outlives the planner)
+  const Dims* shape;
   Role first_role = Role::kTrainer;  // who declared it first (for mismatch messages)
   int32_t first_rank = 0;            // trainers are declared first: first_role == kTrainer iff some
                                      // trainer declares the tensor
@@ -259,7 +383,6 @@ struct Holder {
 struct Source {
   int32_t holder_begin = 0;
   int32_t holder_count = 0;
-  int32_t priority = 0;         // index of its first holder among the tensor's trainer pieces
   int32_t row_major_count = 0;  // holders laid out row-major over the box (broadcast senders)
   int32_t group_head = -1;      // first group of this box (pass A), chained by group_next_
   int32_t write_cands = -1;     // cands_ index of its holders (pass A, on first use)
@@ -307,19 +430,24 @@ class PlanBuilder {
  public:
   PlanBuilder(const std::vector<Registration>& trainers, const std::vector<Registration>& rollouts,
               const PlannerOptions& options)
-      : trainers_(trainers), rollouts_(rollouts), options_(options) {}
+      : trainers_(trainers), rollouts_(rollouts), options_(options) {
+    for (int t = 0; t < kNumDTypes; ++t)
+      dtype_bytes_[t] = static_cast<int64_t>(dtypeSize(static_cast<DType>(t)));
+  }
 
   Result<Plan> build() {
     WSYNC_RETURN_IF_ERROR(checkRanks());
     WSYNC_RETURN_IF_ERROR(unifyTensors());
-    WSYNC_RETURN_IF_ERROR(bucketTrainerPieces());
+    WSYNC_RETURN_IF_ERROR(checkTrainerPieces());
     WSYNC_RETURN_IF_ERROR(bucketRolloutPieces());
-    trainer_map_ = {};
-    rollout_map_ = {};
+    bucketTrainerPieces();
+    trainer_map_.release();
+    rollout_map_.release();
     WSYNC_RETURN_IF_ERROR(analyze());
     chooseSenders();
     countFlexible();
     emitWrites();
+    releaseScratch();
     finishWrites();
     finishPlan();
     return std::move(plan_);
@@ -388,7 +516,7 @@ class PlanBuilder {
   }
 
   void growSlots(size_t capacity) {
-    std::vector<Slot> old = std::move(slots_);
+    ScratchVector<Slot> old = std::move(slots_);
     slots_.assign(capacity, Slot{});
     slot_mask_ = capacity - 1;
     for (const Slot& s : old) {
@@ -396,18 +524,24 @@ class PlanBuilder {
     }
   }
 
-  // Maps reg's declarations to global ids. `prev` (the previous rank of the same role, or null)
-  // usually declares the same names in the same order: a declaration equal to prev's at the same
-  // position reuses its id without hashing.
-  Status declare(const Registration& reg, std::vector<int32_t>& map, const Registration* prev,
-                 const std::vector<int32_t>* prev_map) {
-    map.resize(reg.tensors.size());
+  // Maps reg's declarations to global ids (map[i] for reg.tensors[i]). `prev` (an earlier rank of
+  // the same role, or null) often declares the same names in the same order: a declaration equal
+  // to prev's at the same position reuses its id without hashing.
+  Status declare(const Registration& reg, int32_t* map, const Registration* prev,
+                 const int32_t* prev_map) {
+    constexpr size_t kAhead = 8;  // names live in separate heap blocks: fetch them early
     for (size_t i = 0; i < reg.tensors.size(); ++i) {
+      if (i + kAhead < reg.tensors.size()) {
+        __builtin_prefetch(reg.tensors[i + kAhead].name.data());
+        if (prev != nullptr && i + kAhead < prev->tensors.size()) {
+          __builtin_prefetch(prev->tensors[i + kAhead].name.data());
+        }
+      }
       const TensorDecl& decl = reg.tensors[i];
       if (prev != nullptr && i < prev->tensors.size()) {
         const TensorDecl& same = prev->tensors[i];
         if (same.name == decl.name && dimsEqual(same.shape, decl.shape)) {
-          map[i] = (*prev_map)[i];
+          map[i] = prev_map[i];
           continue;
         }
       }
@@ -430,15 +564,15 @@ class PlanBuilder {
         id = static_cast<int32_t>(tensors_.size());
         TensorInfo info;
         info.name = decl.name;
-        info.shape = decl.shape;
+        info.shape = &decl.shape;
         info.first_role = reg.role;
         info.first_rank = reg.rank;
         tensors_.push_back(info);
         insertSlot(hash, id);
       } else {
         const TensorInfo& info = tensors_[static_cast<size_t>(id)];
-        if (!dimsEqual(info.shape, decl.shape)) {
-          return mismatch("tensor " + quoted(decl.name) + " has shape " + info.shape.toString() +
+        if (!dimsEqual(*info.shape, decl.shape)) {
+          return mismatch("tensor " + quoted(decl.name) + " has shape " + info.shape->toString() +
                           " on " + who(info.first_role, info.first_rank) + " but " +
                           decl.shape.toString() + " on " + who(reg.role, reg.rank));
         }
@@ -460,24 +594,48 @@ class PlanBuilder {
     slots_.assign(capacity, Slot{});
     slot_mask_ = capacity - 1;
     tensors_.reserve(most * 2);
-    trainer_map_.resize(trainers_.size());
-    rollout_map_.resize(rollouts_.size());
-    for (size_t i = 0; i < trainers_.size(); ++i) {
-      WSYNC_RETURN_IF_ERROR(declare(trainers_[i], trainer_map_[i],
-                                    i > 0 ? &trainers_[i - 1] : nullptr,
-                                    i > 0 ? &trainer_map_[i - 1] : nullptr));
+    WSYNC_RETURN_IF_ERROR(declareAll(trainers_, trainer_map_));
+    WSYNC_RETURN_IF_ERROR(declareAll(rollouts_, rollout_map_));
+    release(slots_);
+    return Status::ok();
+  }
+
+  // Declares every rank's tensors, in rank order. The `prev` of a rank is the latest earlier rank
+  // with the same signature (count and a few names: data-parallel replicas of a rank declare the
+  // same list), else the previous rank.
+  Status declareAll(const std::vector<Registration>& regs, IdMap& map) {
+    map.begin.assign(regs.size() + 1, 0);
+    for (size_t i = 0; i < regs.size(); ++i)
+      map.begin[i + 1] = map.begin[i] + regs[i].tensors.size();
+    map.ids.assign(map.begin.back(), -1);
+    auto signature = [](const Registration& r) {
+      const size_t n = r.tensors.size();
+      uint64_t h = n;
+      if (n > 0) {
+        for (const size_t k : {n / 3, n / 2, (2 * n) / 3, n - 1}) {
+          h = (h * 0x9e3779b97f4a7c15ull) ^ std::hash<std::string_view>{}(r.tensors[k].name);
+        }
+      }
+      return h;
+    };
+    std::unordered_map<uint64_t, size_t> latest;  // signature -> latest rank with it
+    for (size_t i = 0; i < regs.size(); ++i) {
+      const auto [it, inserted] = latest.try_emplace(signature(regs[i]), i);
+      size_t prev = i;  // none
+      if (!inserted) {
+        prev = it->second;
+        it->second = i;
+      } else if (i > 0) {
+        prev = i - 1;
+      }
+      WSYNC_RETURN_IF_ERROR(declare(regs[i], map.of(i), prev < i ? &regs[prev] : nullptr,
+                                    prev < i ? map.of(prev) : nullptr));
     }
-    for (size_t j = 0; j < rollouts_.size(); ++j) {
-      WSYNC_RETURN_IF_ERROR(declare(rollouts_[j], rollout_map_[j],
-                                    j > 0 ? &rollouts_[j - 1] : nullptr,
-                                    j > 0 ? &rollout_map_[j - 1] : nullptr));
-    }
-    slots_ = {};
     return Status::ok();
   }
 
   // Checks one piece; sets *global to its tensor's id.
-  Status checkPiece(const Registration& reg, const std::vector<int32_t>& map, size_t b, size_t p,
+  Status checkPiece(const Registration& reg, const int32_t* map, size_t b, size_t p,
                     int32_t* global) const {
     const LocalBuffer& buf = reg.buffers[b];
     const Piece& piece = buf.pieces[p];
@@ -499,7 +657,7 @@ class PlanBuilder {
                              " tensors)");
     }
     const int32_t id = map[static_cast<size_t>(piece.tensor)];
-    const Dims& shape = tensors_[static_cast<size_t>(id)].shape;
+    const Dims& shape = *tensors_[static_cast<size_t>(id)].shape;
     const int r = shape.rank;
     if (piece.box.offset.rank != r || piece.box.extent.rank != r || piece.local_strides.rank != r) {
       return invalidArgument(where() + ": box offset/extent/strides have ranks " +
@@ -543,48 +701,80 @@ class PlanBuilder {
     return {&piece, rank, static_cast<uint32_t>(buffer << 8) | static_cast<uint32_t>(dtype)};
   }
 
-  Status bucketTrainerPieces() {
-    // One walk over the registrations (validating, in scan order), then a counting sort by tensor.
-    std::vector<int64_t> count(tensors_.size() + 1, 0);
-    std::vector<PieceRef> scan;
-    std::vector<int32_t> scan_id;
+  // Validates every trainer piece, in scan order (rank, buffer, piece), and lists the non-empty
+  // ones (scan_refs_, scan_ids_) with the dtypes each tensor is held in.
+  Status checkTrainerPieces() {
+    size_t buffers = 0;
+    for (const Registration& reg : trainers_)
+      buffers += reg.buffers.size();
+    scan_refs_.reserve(buffers);  // usually one piece per buffer
+    scan_ids_.reserve(buffers);
     for (size_t t = 0; t < trainers_.size(); ++t) {
       const Registration& reg = trainers_[t];
       for (size_t b = 0; b < reg.buffers.size(); ++b) {
         const LocalBuffer& buf = reg.buffers[b];
         for (size_t p = 0; p < buf.pieces.size(); ++p) {
           int32_t id = -1;
-          WSYNC_RETURN_IF_ERROR(checkPiece(reg, trainer_map_[t], b, p, &id));
+          WSYNC_RETURN_IF_ERROR(checkPiece(reg, trainer_map_.of(t), b, p, &id));
           if (boxEmpty(buf.pieces[p].box)) continue;
-          ++count[static_cast<size_t>(id) + 1];
           tensors_[static_cast<size_t>(id)].trainer_dtypes |= dtypeBit(buf.dtype);
-          scan.push_back(makeRef(buf.pieces[p], static_cast<int32_t>(t), b, buf.dtype));
-          scan_id.push_back(id);
+          scan_refs_.push_back(makeRef(buf.pieces[p], static_cast<int32_t>(t), b, buf.dtype));
+          scan_ids_.push_back(id);
         }
       }
-    }
-    for (size_t i = 1; i < count.size(); ++i)
-      count[i] += count[i - 1];
-    trainer_begin_ = count;
-    trainer_refs_.resize(scan.size());
-    for (size_t i = 0; i < scan.size(); ++i) {
-      trainer_refs_[static_cast<size_t>(count[static_cast<size_t>(scan_id[i])]++)] = scan[i];
     }
     return Status::ok();
   }
 
+  // Buckets the listed trainer pieces of the wanted tensors by processing index (the passes read
+  // trainer_refs_ in order), each tensor's sorted by box, ties in scan order. After
+  // bucketRolloutPieces.
+  void bucketTrainerPieces() {
+    trainer_begin_.assign(proc_tensor_.size() + 1, 0);
+    for (const int32_t id : scan_ids_) {
+      const int32_t proc = tensors_[static_cast<size_t>(id)].proc;
+      if (proc >= 0) ++trainer_begin_[static_cast<size_t>(proc) + 1];
+    }
+    for (size_t proc = 0; proc < proc_tensor_.size(); ++proc)
+      trainer_begin_[proc + 1] += trainer_begin_[proc];
+    trainer_refs_.resize(static_cast<size_t>(trainer_begin_.back()));
+    {
+      ScratchVector<int64_t> next(trainer_begin_.begin(), trainer_begin_.end() - 1);
+      for (size_t i = 0; i < scan_refs_.size(); ++i) {
+        const int32_t proc = tensors_[static_cast<size_t>(scan_ids_[i])].proc;
+        if (proc < 0) continue;  // no rollout wants the tensor
+        trainer_refs_[static_cast<size_t>(next[static_cast<size_t>(proc)]++)] = scan_refs_[i];
+      }
+    }
+    release(scan_refs_);
+    release(scan_ids_);
+    auto byBox = [](const PieceRef& a, const PieceRef& b) {
+      return boxLess(a.piece->box, b.piece->box);
+    };
+    for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
+      PieceRef* first = trainer_refs_.data() + trainer_begin_[proc];
+      PieceRef* last = trainer_refs_.data() + trainer_begin_[proc + 1];
+      if (!std::is_sorted(first, last, byBox)) std::stable_sort(first, last, byBox);
+    }
+  }
+
+  // The error for rollout buffer `buf` of `reg`, whose dtype some trainer piece of tensor `id`
+  // cannot convert into: names the first such piece in scan order.
   Status dtypeError(int32_t id, const Registration& reg, const LocalBuffer& buf) const {
     const TensorInfo& info = tensors_[static_cast<size_t>(id)];
-    for (int64_t k = trainer_begin_[static_cast<size_t>(id)];
-         k < trainer_begin_[static_cast<size_t>(id) + 1]; ++k) {
-      const PieceRef& ref = trainer_refs_[static_cast<size_t>(k)];
-      if (canConvert(ref.dtype(), buf.dtype)) continue;
-      const LocalBuffer& src =
-          trainers_[static_cast<size_t>(ref.rank)].buffers[static_cast<size_t>(ref.buffer())];
-      return mismatch("tensor " + quoted(info.name) + ": trainer " + std::to_string(ref.rank) +
-                      " holds it as " + dtypeName(ref.dtype()) + " (buffer " + quoted(src.name) +
-                      "), which cannot convert to " + dtypeName(buf.dtype) + " wanted by " +
-                      who(reg.role, reg.rank) + " (buffer " + quoted(buf.name) + ")");
+    for (size_t t = 0; t < trainers_.size(); ++t) {
+      for (const LocalBuffer& src : trainers_[t].buffers) {
+        if (canConvert(src.dtype, buf.dtype)) continue;
+        for (const Piece& piece : src.pieces) {
+          if (boxEmpty(piece.box) || trainer_map_.of(t)[static_cast<size_t>(piece.tensor)] != id) {
+            continue;
+          }
+          return mismatch("tensor " + quoted(info.name) + ": trainer " + std::to_string(t) +
+                          " holds it as " + dtypeName(src.dtype) + " (buffer " + quoted(src.name) +
+                          "), which cannot convert to " + dtypeName(buf.dtype) + " wanted by " +
+                          who(reg.role, reg.rank) + " (buffer " + quoted(buf.name) + ")");
+        }
+      }
     }
     return internalError("dtype check failed for tensor " + quoted(info.name));
   }
@@ -598,14 +788,14 @@ class PlanBuilder {
         }
       }
     }
-    std::vector<int64_t> count(1, 0);
+    ScratchVector<int64_t> count(1, 0);
     for (size_t j = 0; j < rollouts_.size(); ++j) {
       const Registration& reg = rollouts_[j];
       for (size_t b = 0; b < reg.buffers.size(); ++b) {
         const LocalBuffer& buf = reg.buffers[b];
         for (size_t p = 0; p < buf.pieces.size(); ++p) {
           int32_t id = -1;
-          WSYNC_RETURN_IF_ERROR(checkPiece(reg, rollout_map_[j], b, p, &id));
+          WSYNC_RETURN_IF_ERROR(checkPiece(reg, rollout_map_.of(j), b, p, &id));
           if (boxEmpty(buf.pieces[p].box)) continue;
           TensorInfo& info = tensors_[static_cast<size_t>(id)];
           if (info.first_role != Role::kTrainer) {
@@ -634,7 +824,7 @@ class PlanBuilder {
         const LocalBuffer& buf = reg.buffers[b];
         for (const Piece& piece : buf.pieces) {
           if (boxEmpty(piece.box)) continue;
-          const int32_t id = rollout_map_[j][static_cast<size_t>(piece.tensor)];
+          const int32_t id = rollout_map_.of(j)[static_cast<size_t>(piece.tensor)];
           const size_t proc = static_cast<size_t>(tensors_[static_cast<size_t>(id)].proc);
           rollout_refs_[static_cast<size_t>(count[proc]++)] =
               makeRef(piece, static_cast<int32_t>(j), b, buf.dtype);
@@ -647,37 +837,27 @@ class PlanBuilder {
 
   // ---- per-tensor sources ---------------------------------------------------------------------
 
-  // Builds holders_, sources_ (sorted by box) and resolved_ (disjoint, sorted by offset) for
-  // global tensor `id`; the holders' row_major flags only when `for_groups`.
-  void buildSources(int32_t id, bool for_groups) {
+  // Builds holders_, sources_ (sorted by box) and resolved_ (disjoint, sorted by offset) for the
+  // tensor of processing index `proc`; the holders' row_major flags only when `for_groups`.
+  void buildSources(size_t proc, bool for_groups) {
     holders_.clear();
     sources_.clear();
     resolved_.clear();
-    const int64_t begin = trainer_begin_[static_cast<size_t>(id)];
-    const int64_t end = trainer_begin_[static_cast<size_t>(id) + 1];
+    const int32_t id = proc_tensor_[proc];
+    const int64_t begin = trainer_begin_[proc];
+    const int64_t end = trainer_begin_[proc + 1];
     const int32_t n = static_cast<int32_t>(end - begin);
     if (n == 0) return;
+    // Sorted by box, ties in scan order (bucketTrainerPieces): a source's first holder is the
+    // first in scan order.
     const PieceRef* refs = trainer_refs_.data() + begin;
-    order_.resize(static_cast<size_t>(n));
-    bool sorted = true;
-    for (int32_t i = 0; i < n; ++i) {
-      order_[static_cast<size_t>(i)] = i;
-      if (i > 0 && sorted) sorted = boxCompare(refs[i - 1].piece->box, refs[i].piece->box) <= 0;
-    }
-    if (!sorted) {  // by box, then by rank order (so a source's first holder has its priority)
-      std::sort(order_.begin(), order_.end(), [refs](int32_t a, int32_t b) {
-        const int c = boxCompare(refs[a].piece->box, refs[b].piece->box);
-        return c != 0 ? c < 0 : a < b;
-      });
-    }
     for (int32_t k = 0; k < n; ++k) {
-      const int32_t i = order_[static_cast<size_t>(k)];
-      const PieceRef& ref = refs[i];
+      const PieceRef& ref = refs[k];
+      if (k + 4 < n) __builtin_prefetch(&refs[k + 4].piece->box);
       const bool row_major = for_groups && rowMajorContiguous(*ref.piece);
       if (k == 0 || boxCompare(ref.piece->box, holders_.back().piece->box) != 0) {
         Source s;
         s.holder_begin = k;
-        s.priority = i;
         sources_.push_back(s);
       }
       Source& s = sources_.back();
@@ -693,13 +873,12 @@ class PlanBuilder {
     // Overlaps: sources are sorted by offset along dim 0, so only boxes starting before one's
     // end along dim 0 can overlap it.
     conflicts_.clear();
-    if (tensors_[static_cast<size_t>(id)].shape.rank > 0) {
+    if (tensors_[static_cast<size_t>(id)].shape->rank > 0) {
       for (int32_t a = 0; a < num_sources; ++a) {
         const Box& x = boxOf(a);
         for (int32_t b = a + 1; b < num_sources && boxOf(b).offset[0] < x.end(0); ++b) {
           if (!overlaps(x, boxOf(b))) continue;
-          const bool a_wins =
-              sources_[static_cast<size_t>(a)].priority < sources_[static_cast<size_t>(b)].priority;
+          const bool a_wins = earlier(a, b);
           conflicts_.push_back(a_wins ? std::pair{b, a} : std::pair{a, b});  // (loser, winner)
         }
       }
@@ -711,8 +890,7 @@ class PlanBuilder {
       std::sort(conflicts_.begin(), conflicts_.end(),
                 [this](const std::pair<int32_t, int32_t>& x, const std::pair<int32_t, int32_t>& y) {
                   if (x.first != y.first) return x.first < y.first;
-                  return sources_[static_cast<size_t>(x.second)].priority <
-                         sources_[static_cast<size_t>(y.second)].priority;
+                  return earlier(x.second, y.second);
                 });
       size_t c = 0;
       fragment_pool_.clear();
@@ -748,6 +926,16 @@ class PlanBuilder {
       if (resolved_[k].box->rank() > 0) most = std::max(most, resolved_[k].box->end(0));
       prefix_end0_[k] = most;
     }
+  }
+
+  // True when source a's first holder comes before source b's in scan order (rank, buffer, piece):
+  // a owns what they both hold.
+  bool earlier(int32_t a, int32_t b) const {
+    const Holder& x = holders_[static_cast<size_t>(sources_[static_cast<size_t>(a)].holder_begin)];
+    const Holder& y = holders_[static_cast<size_t>(sources_[static_cast<size_t>(b)].holder_begin)];
+    if (x.rank != y.rank) return x.rank < y.rank;
+    if (x.buffer != y.buffer) return x.buffer < y.buffer;
+    return std::less<const Piece*>()(x.piece, y.piece);  // one buffer's pieces are one array
   }
 
   // The index in sources_ of the source box equal to `box`, or -1.
@@ -822,26 +1010,26 @@ class PlanBuilder {
   }
 
   // The ops moving `box` from holder h into rollout piece `dst`: counted per (src, dst) rank pair
-  // (kStore false) or stored at the pair's next slot of plan_.writes (kStore true). Call
-  // beginPiece() before each piece's first intersection.
-  template <bool kStore>
+  // (kStore false; kRecord: also noted in counted_, pass A) or stored at the pair's next slot of
+  // plan_.writes (kStore true). Call beginPiece() before each piece's first intersection.
+  template <bool kStore, bool kRecord = false>
   void addOps(int32_t id, const Box& box, const Holder& h, const PieceRef& dst) {
     LastOp& last = last_[static_cast<size_t>(h.rank)];
     forEachRegion(
         box, *h.piece, *dst.piece,
         [&](int64_t src_offset, int64_t dst_offset, const RegionShape& shape) {
-          const bool one_d = shape.oneD();
+          const bool one_d = shape.count[1] == 1 && shape.count[2] == 1;
           if (last.stamp == piece_stamp_ && last.src_buffer == h.buffer && one_d && last.one_d &&
               last.src_end == src_offset && last.dst_end == dst_offset) {
             last.src_end += shape.count[0];
             last.dst_end += shape.count[0];
-            if constexpr (kStore) last.op->region.count[0] += shape.count[0];
+            if constexpr (kStore) last.op->run += shape.count[0];
             return;
           }
           int64_t& pair =
               pair_count_[static_cast<size_t>(h.rank) * static_cast<size_t>(num_rollouts_) +
                           static_cast<size_t>(dst.rank)];
-          if constexpr (!kStore)
+          if constexpr (kRecord)
             counted_.push_back(static_cast<size_t>(&pair - pair_count_.data()));
           if constexpr (kStore) {
             WriteOp* slot = plan_.writes.data() + pair;
@@ -858,14 +1046,9 @@ class PlanBuilder {
             w.dst_buffer = dst.buffer();
             w.src_dtype = h.dtype;
             w.dst_dtype = dst.dtype();
-            w.region.src_offset = src_offset;
-            w.region.dst_offset = dst_offset;
-            for (int k = 0; k < 3; ++k)
-              w.region.count[k] = shape.count[k];
-            for (int k = 0; k < 2; ++k) {
-              w.region.src_stride[k] = shape.src_stride[k];
-              w.region.dst_stride[k] = shape.dst_stride[k];
-            }
+            w.src_offset = src_offset;
+            w.dst_offset = dst_offset;
+            w.run = one_d ? shape.count[0] : -1 - shape_index_->index(shape);
             last.op = &w;
           }
           ++pair;
@@ -878,6 +1061,16 @@ class PlanBuilder {
   }
 
   void beginPiece() { ++piece_stamp_; }
+
+  // The rollout pieces are scattered over the registrations: the passes fetch the one they will
+  // reach kLookahead pieces later (its box and strides).
+  static constexpr int64_t kLookahead = 3;
+  void prefetchRollout(int64_t k) const {
+    if (k >= static_cast<int64_t>(rollout_refs_.size())) return;
+    const char* p = reinterpret_cast<const char*>(rollout_refs_[static_cast<size_t>(k)].piece);
+    for (size_t line = 0; line < sizeof(Piece); line += 64)
+      __builtin_prefetch(p + line);
+  }
 
   // Tries to put the piece in a broadcast group; false -> it goes by writes.
   bool joinGroup(int32_t id, const PieceRef& ref) {
@@ -914,11 +1107,10 @@ class PlanBuilder {
     if (source.row_major_count == 1) {
       group.src = {first.rank, first.buffer, first.offset};
       group.src_dtype = first.dtype;
-      load_[static_cast<size_t>(first.rank)] +=
-          group.num_elements * static_cast<int64_t>(dtypeSize(first.dtype));
+      load_[static_cast<size_t>(first.rank)] += group.num_elements * bytesOf(first.dtype);
     } else {
-      items_.push_back({group.num_elements * static_cast<int64_t>(dtypeSize(first.dtype)),
-                        group.num_elements, source.bcast_cands, source.row_major_count, -(g + 1)});
+      items_.push_back({group.num_elements * bytesOf(first.dtype), group.num_elements,
+                        source.bcast_cands, source.row_major_count, -(g + 1)});
     }
     plan_.groups.push_back(std::move(group));
     group_next_.push_back(source.group_head);
@@ -932,8 +1124,9 @@ class PlanBuilder {
     pair_count_.assign(static_cast<size_t>(num_trainers_) * static_cast<size_t>(num_rollouts_), 0);
     for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
       const int32_t id = proc_tensor_[proc];
-      buildSources(id, /*for_groups=*/options_.allow_broadcast);
+      buildSources(proc, /*for_groups=*/options_.allow_broadcast);
       for (int64_t k = rollout_begin_[proc]; k < rollout_begin_[proc + 1]; ++k) {
+        prefetchRollout(k + kLookahead);
         const PieceRef& ref = rollout_refs_[static_cast<size_t>(k)];
         const Piece& piece = *ref.piece;
         if (joinGroup(id, ref)) {
@@ -954,15 +1147,14 @@ class PlanBuilder {
             flexible = true;
             if (s.write_cands < 0) s.write_cands = addCands(s, /*row_major_only=*/false);
             const Holder& first = holders_[static_cast<size_t>(s.holder_begin)];
-            items_.push_back({volume * static_cast<int64_t>(dtypeSize(first.dtype)), volume,
-                              s.write_cands, s.holder_count,
-                              static_cast<int32_t>(write_choice_.size())});
-            write_choice_.push_back(0);
+            items_.push_back({volume * bytesOf(first.dtype), volume, s.write_cands, s.holder_count,
+                              num_write_choices_++});
+            max_write_holders_ = std::max(max_write_holders_, s.holder_count);
             return;
           }
           const Holder& h = holders_[static_cast<size_t>(s.holder_begin)];
-          load_[static_cast<size_t>(h.rank)] += volume * static_cast<int64_t>(dtypeSize(h.dtype));
-          if (!flexible) addOps<false>(id, box, h, ref);
+          load_[static_cast<size_t>(h.rank)] += volume * bytesOf(h.dtype);
+          if (!flexible) addOps<false, /*kRecord=*/true>(id, box, h, ref);
         });
         if (covered != volumeOf(piece.box)) return coverageError(id, ref);
         if (flexible) {
@@ -979,14 +1171,14 @@ class PlanBuilder {
 
   // The order of items_ by decreasing bytes, ties in generation order. Items usually come in a
   // few distinct sizes: a counting sort over them; a comparison sort when there are many.
-  std::vector<uint32_t> itemOrder() const {
+  ScratchVector<uint32_t> itemOrder() const {
     const size_t n = items_.size();
-    std::vector<uint32_t> order(n);
+    ScratchVector<uint32_t> order(n);
     constexpr size_t kMaxDistinct = 4096;
     // Each item's size class in first-seen order (runs of equal sizes skip the hash lookup).
     std::unordered_map<int64_t, uint32_t> seen;  // bytes -> class (iteration order unused)
     std::vector<int64_t> sizes;
-    std::vector<uint32_t> item_class(n);
+    ScratchVector<uint32_t> item_class(n);
     for (size_t i = 0; i < n && sizes.size() <= kMaxDistinct; ++i) {
       const int64_t bytes = items_[i].bytes;
       if (i > 0 && bytes == items_[i - 1].bytes) {
@@ -1027,7 +1219,8 @@ class PlanBuilder {
   }
 
   void chooseSenders() {
-    const std::vector<uint32_t> order = itemOrder();
+    const ScratchVector<uint32_t> order = itemOrder();
+    write_choice_.assign(static_cast<size_t>(num_write_choices_), max_write_holders_);
     for (const uint32_t index : order) {
       const Item& item = items_[index];
       int32_t best = item.cand_begin;
@@ -1039,19 +1232,18 @@ class PlanBuilder {
         if (lx < ly || (lx == ly && x.rank < y.rank)) best = c;
       }
       const Cand& chosen = cands_[static_cast<size_t>(best)];
-      load_[static_cast<size_t>(chosen.rank)] +=
-          item.elements * static_cast<int64_t>(dtypeSize(chosen.dtype));
+      load_[static_cast<size_t>(chosen.rank)] += item.elements * bytesOf(chosen.dtype);
       if (item.target >= 0) {
-        write_choice_[static_cast<size_t>(item.target)] = best - item.cand_begin;
+        write_choice_.set(static_cast<size_t>(item.target), best - item.cand_begin);
       } else {
         BroadcastGroup& group = plan_.groups[static_cast<size_t>(-(item.target + 1))];
         group.src = {chosen.rank, chosen.buffer, chosen.offset};
         group.src_dtype = chosen.dtype;
       }
     }
-    items_ = {};
-    cands_ = {};
-    group_next_ = {};
+    release(items_);
+    release(cands_);
+    release(group_next_);
   }
 
   // ---- passes B and C: the ops of write pieces, with the choices made -------------------------
@@ -1064,7 +1256,7 @@ class PlanBuilder {
     forEachIntersection(ref.piece->box, [&](int32_t r, const Box& box) {
       const Source& s = sources_[static_cast<size_t>(resolved_[static_cast<size_t>(r)].source)];
       int32_t h = s.holder_begin;
-      if (s.holder_count > 1) h += write_choice_[(*cursor)++];
+      if (s.holder_count > 1) h += write_choice_.get((*cursor)++);
       addOps<kStore>(id, box, holders_[static_cast<size_t>(h)], ref);
     });
   }
@@ -1081,9 +1273,10 @@ class PlanBuilder {
       }
       if (!any) continue;
       const int32_t id = proc_tensor_[proc];
-      buildSources(id, /*for_groups=*/false);
+      buildSources(proc, /*for_groups=*/false);
       for (int64_t k = begin; k < end; ++k) {
         if (piece_mode_[static_cast<size_t>(k)] != kFlexWriteMode) continue;
+        prefetchRollout(k + kLookahead);
         pieceOps<false>(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
       }
     }
@@ -1097,7 +1290,11 @@ class PlanBuilder {
       c = total;  // now the next free slot of the pair
       total += n;
     }
+    plan_.writes.reserve(static_cast<size_t>(total));  // allocated, not yet touched
+    adviseHugePages(plan_.writes.data(), static_cast<size_t>(total) * sizeof(WriteOp));
     plan_.writes.resize(static_cast<size_t>(total));
+    RegionShapeIndex shape_index(plan_.shapes);
+    shape_index_ = &shape_index;
     size_t cursor = 0;
     for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
       const int64_t begin = rollout_begin_[proc];
@@ -1108,12 +1305,35 @@ class PlanBuilder {
       }
       if (!any) continue;
       const int32_t id = proc_tensor_[proc];
-      buildSources(id, /*for_groups=*/false);
+      buildSources(proc, /*for_groups=*/false);
       for (int64_t k = begin; k < end; ++k) {
         if (piece_mode_[static_cast<size_t>(k)] < kWriteMode) continue;
+        prefetchRollout(k + kLookahead);
         pieceOps<true>(id, rollout_refs_[static_cast<size_t>(k)], &cursor);
       }
     }
+    shape_index_ = nullptr;
+  }
+
+  // Frees what the passes needed, before the plan's remaining parts are allocated.
+  void releaseScratch() {
+    release(trainer_begin_);
+    release(trainer_refs_);
+    release(rollout_begin_);
+    release(rollout_refs_);
+    release(piece_mode_);
+    write_choice_.release();
+    release(holders_);
+    release(sources_);
+    release(resolved_);
+    release(fragment_pool_);
+    release(fragment_source_);
+    release(prefix_end0_);
+    release(conflicts_);
+    release(fragments_);
+    release(scratch_);
+    release(last_);
+    release(counted_);
   }
 
   // Sorts each (src_rank, dst_rank) range by (dst_buffer, dst_offset) where needed, merges ops
@@ -1122,7 +1342,7 @@ class PlanBuilder {
     std::vector<WriteOp>& writes = plan_.writes;
     auto less = [](const WriteOp& a, const WriteOp& b) {
       if (a.dst_buffer != b.dst_buffer) return a.dst_buffer < b.dst_buffer;
-      return a.region.dst_offset < b.region.dst_offset;
+      return a.dst_offset < b.dst_offset;
     };
     size_t begin = 0;
     size_t out = 0;
@@ -1134,16 +1354,20 @@ class PlanBuilder {
       if (end - begin > 1 && !std::is_sorted(first, last, less)) std::sort(first, last, less);
       const size_t range_out = out;
       for (size_t i = begin; i < end; ++i) {
-        bytes +=
-            writes[i].region.numElements() * static_cast<int64_t>(dtypeSize(writes[i].dst_dtype));
+        const WriteOp& w = writes[i];
+        bytes += (w.oneD() ? w.run : plan_.numElements(w)) * bytesOf(w.dst_dtype);
         if (out > range_out && tryMerge(writes[out - 1], writes[i])) continue;
         if (out != i) writes[out] = writes[i];
         ++out;
       }
       begin = end;
     }
-    pair_count_ = {};
+    release(pair_count_);
     writes.resize(out);
+    if (!plan_.shapes.empty()) {
+      std::vector<RegionShape> emitted = std::move(plan_.shapes);
+      renumberShapes(writes, emitted, plan_.shapes);
+    }
     if (writes.capacity() - writes.size() > writes.size() / 8) writes.shrink_to_fit();
     plan_.stats.write_bytes = bytes;
   }
@@ -1151,7 +1375,7 @@ class PlanBuilder {
   void finishPlan() {
     plan_.tensors.reserve(tensors_.size());
     for (const TensorInfo& t : tensors_)
-      plan_.tensors.push_back({std::string(t.name), t.shape});
+      plan_.tensors.push_back({std::string(t.name), *t.shape});
     PlanStats& stats = plan_.stats;
     stats.trainer_ranks = num_trainers_;
     stats.rollout_ranks = num_rollouts_;
@@ -1163,8 +1387,8 @@ class PlanBuilder {
     stats.replicas =
         static_cast<int32_t>(std::unique(replicas.begin(), replicas.end()) - replicas.begin());
     for (const BroadcastGroup& g : plan_.groups) {
-      stats.broadcast_bytes += g.num_elements * static_cast<int64_t>(dtypeSize(g.dst_dtype)) *
-                               static_cast<int64_t>(g.dst.size());
+      stats.broadcast_bytes +=
+          g.num_elements * bytesOf(g.dst_dtype) * static_cast<int64_t>(g.dst.size());
     }
     stats.bytes_total = stats.broadcast_bytes + stats.write_bytes;
     stats.bytes_per_sender = std::move(load_);
@@ -1173,27 +1397,31 @@ class PlanBuilder {
   const std::vector<Registration>& trainers_;
   const std::vector<Registration>& rollouts_;
   const PlannerOptions options_;
+  int64_t dtype_bytes_[kNumDTypes] = {};  // dtypeSize of each (valid) DType
+
+  int64_t bytesOf(DType t) const { return dtype_bytes_[static_cast<size_t>(t)]; }
   int32_t num_trainers_ = 0;
   int32_t num_rollouts_ = 0;
 
   // Unified tensors and the name index (freed after unification).
-  std::vector<TensorInfo> tensors_;
-  std::vector<Slot> slots_;
+  ScratchVector<TensorInfo> tensors_;
+  ScratchVector<Slot> slots_;
   size_t slot_mask_ = 0;
-  std::vector<std::vector<int32_t>> trainer_map_;  // local tensor index -> global, per rank
-  std::vector<std::vector<int32_t>> rollout_map_;
+  IdMap trainer_map_;  // local tensor index -> global id, per rank
+  IdMap rollout_map_;
 
-  // Pieces bucketed per tensor: trainers by global id, rollouts by processing index.
-  std::vector<int64_t> trainer_begin_;
-  std::vector<PieceRef> trainer_refs_;
-  std::vector<int32_t> proc_tensor_;  // processing index -> global id
-  std::vector<int64_t> rollout_begin_;
-  std::vector<PieceRef> rollout_refs_;
-  std::vector<uint8_t> piece_mode_;  // PieceMode per rollout_refs_ entry
+  // Non-empty pieces of the wanted tensors, bucketed by processing index (each in scan order).
+  ScratchVector<PieceRef> scan_refs_;     // trainer pieces in scan order (until bucketing)
+  ScratchVector<int32_t> scan_ids_;       // their global ids
+  ScratchVector<int64_t> trainer_begin_;  // per processing index
+  ScratchVector<PieceRef> trainer_refs_;
+  ScratchVector<int32_t> proc_tensor_;  // processing index -> global id
+  ScratchVector<int64_t> rollout_begin_;
+  ScratchVector<PieceRef> rollout_refs_;
+  ScratchVector<uint8_t> piece_mode_;  // PieceMode per rollout_refs_ entry
 
   // Scratch of the tensor being processed.
   std::vector<Holder> holders_;
-  std::vector<int32_t> order_;
   std::vector<Source> sources_;
   std::vector<Resolved> resolved_;
   std::vector<Box> fragment_pool_;  // resolved parts of source boxes that lost an overlap
@@ -1205,16 +1433,19 @@ class PlanBuilder {
 
   // Balancing.
   std::vector<int64_t> load_;  // bytes per trainer rank
-  std::vector<Cand> cands_;
-  std::vector<Item> items_;
-  std::vector<int32_t> write_choice_;  // per flexible write intersection, in generation order
-  std::vector<int32_t> group_next_;    // per group: the next group of the same source box
+  ScratchVector<Cand> cands_;
+  ScratchVector<Item> items_;
+  ChoiceList write_choice_;  // per flexible write intersection, in generation order
+  int32_t num_write_choices_ = 0;
+  int32_t max_write_holders_ = 1;      // the most holders of a source with write choices
+  ScratchVector<int32_t> group_next_;  // per group: the next group of the same source box
 
   // Ops.
-  std::vector<LastOp> last_;     // per trainer rank
-  std::vector<size_t> counted_;  // pair_count_ entries counted for the current piece (pass A)
+  std::vector<LastOp> last_;       // per trainer rank
+  ScratchVector<size_t> counted_;  // pair_count_ entries counted for the current piece (pass A)
   uint64_t piece_stamp_ = 0;
-  std::vector<int64_t> pair_count_;  // per (src_rank, dst_rank): op count, then slot cursor
+  ScratchVector<int64_t> pair_count_;        // per (src_rank, dst_rank): op count, then slot cursor
+  RegionShapeIndex* shape_index_ = nullptr;  // plan_.shapes' index (emit pass only)
 
   Plan plan_;
 };
@@ -1304,6 +1535,7 @@ RankPlan rankView(const Plan& plan, Role role, int32_t rank) {
     }
     w.tensor = last_local;
   }
+  renumberShapes(view.writes, plan.shapes, view.shapes);
   return view;
 }
 

@@ -34,6 +34,10 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   const size_t slot_bytes = std::max<uint64_t>(offset, kBufferAlignment);
   for (int32_t s = 0; s < options_.num_slots; ++s) {
     WSYNC_ASSIGN_OR_RETURN(auto slot_memory, transport_->allocateExposed(slot_bytes));
+    if (memory == MemoryKind::kHost) {
+      // Fault the pages in now, once, rather than in the first version written into the slot.
+      std::memset(slot_memory->data(), 0, slot_memory->size());
+    }
     msg.slot_descriptors.push_back(slot_memory->descriptor());
     slots_.push_back(std::move(slot_memory));
   }

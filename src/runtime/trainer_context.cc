@@ -83,11 +83,11 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     if (op.converts()) {
       if (!convertible(op.src_dtype, op.dst_dtype)) {
         return Status(WSYNC_ERR_UNSUPPORTED,
-                      "tensor '" + plan_.tensors[static_cast<size_t>(op.tensor)].name + "': " +
-                          memoryKindName(memory_) + " memory cannot convert " +
+                      "tensor '" + plan_.tensors[static_cast<size_t>(op.tensor)].name +
+                          "': " + memoryKindName(memory_) + " memory cannot convert " +
                           dtypeName(op.src_dtype) + " to " + dtypeName(op.dst_dtype));
       }
-      staging += static_cast<size_t>(op.region.numElements()) * dtypeSize(op.dst_dtype);
+      staging += static_cast<size_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
     }
   }
   for (const BroadcastGroup& g : plan_.groups) {
@@ -103,7 +103,8 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     }
   }
   if (onDevice()) {
-    WSYNC_ASSIGN_OR_RETURN(device_convert_staging_, DeviceBuffer::allocate(staging, options_.cuda_device));
+    WSYNC_ASSIGN_OR_RETURN(device_convert_staging_,
+                           DeviceBuffer::allocate(staging, options_.cuda_device));
   } else {
     convert_staging_.resize(staging);
   }
@@ -115,14 +116,17 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     }
     const auto kind = static_cast<TransportKind>(p.transport);
     if (onDevice() && kind == TransportKind::kUcx) {
-      return Status(WSYNC_ERR_UNSUPPORTED,
-                    "rollout " + std::to_string(p.rank) +
-                        " wants host memory but this trainer holds device memory: device-to-host "
-                        "writes are not supported yet (register the rollout's buffers as device memory)");
+      return Status(
+          WSYNC_ERR_UNSUPPORTED,
+          "rollout " + std::to_string(p.rank) +
+              " wants host memory but this trainer holds device memory: device-to-host "
+              "writes are not supported yet (register the rollout's buffers as device memory)");
     }
     std::unique_ptr<WriteTransport>& transport = transports_[static_cast<size_t>(kind)];
     if (!transport) {
-      WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, options_.cuda_device));
+      // A host-memory trainer reaches device slots through the GPU it shares the node with.
+      const int device = options_.cuda_device >= 0 ? options_.cuda_device : 0;
+      WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, device));
       if (kind == TransportKind::kUcx) {  // register every source once
         auto add = [&](const void* base, size_t bytes) -> Status {
           if (bytes == 0) return Status::ok();
@@ -135,14 +139,16 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
         } else {
           for (size_t i = 0; i < registration_.buffers.size(); ++i) {
             const LocalBuffer& b = registration_.buffers[i];
-            WSYNC_RETURN_IF_ERROR(add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
+            WSYNC_RETURN_IF_ERROR(
+                add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
           }
         }
         WSYNC_RETURN_IF_ERROR(add(convert_staging_.data(), convert_staging_.size()));
       }
     }
     Status s = transport->connect(p.rank, p.transport_address);
-    if (!s.isOk()) return s.withContext("rollout " + std::to_string(p.rank) + " (" + transportName(kind) + ")");
+    if (!s.isOk())
+      return s.withContext("rollout " + std::to_string(p.rank) + " (" + transportName(kind) + ")");
     Peer peer;
     peer.transport = transport.get();
     for (const auto& descriptor : p.slot_descriptors) {
@@ -161,7 +167,8 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     }
   }
   if (!assignment.comms.empty()) {
-    if (onDevice()) return internalError("broadcast groups on device memory need NCCL, not wired yet");
+    if (onDevice())
+      return internalError("broadcast groups on device memory need NCCL, not wired yet");
     WSYNC_ASSIGN_OR_RETURN(broadcaster_,
                            HostBroadcaster::create(assignment.comms, job_.world_rank));
   }
@@ -175,7 +182,7 @@ Status TrainerContext::startRunning() {
 
 // ---- publish ---------------------------------------------------------------------------------
 Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version,
-                                                                 CudaStreamHandle stream) {
+                                                                CudaStreamHandle stream) {
   if (!committed()) return invalidUsage("publish before commit");
   if (failedOrAborted()) return failure();
   std::unique_lock lock(queue_mu_);
@@ -202,9 +209,9 @@ Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version
       WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
       for (size_t i = 0; i < registration_.buffers.size(); ++i) {
         const LocalBuffer& b = registration_.buffers[i];
-        WSYNC_RETURN_IF_ERROR(copyAsync(device_snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
-                                        static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype),
-                                        stream_.get()));
+        WSYNC_RETURN_IF_ERROR(
+            copyAsync(device_snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
+                      static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype), stream_.get()));
       }
       WSYNC_RETURN_IF_ERROR(streamWaitFor(stream, stream_.get()));
     } else {
@@ -308,14 +315,16 @@ Status TrainerContext::convertIntoStaging(const GoMsg& go) {
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
     if (!op.converts() || slotFor(go, replica_of_rollout_, op.dst_rank) < 0) continue;
-    Region packed = op.region;  // the source region, written contiguously into staging
+    Region packed = plan_.region(op);  // the source region, written contiguously into staging
     packed.dst_offset = 0;
     packed.dst_stride[0] = packed.count[0];
     packed.dst_stride[1] = packed.count[0] * packed.count[1];
-    const uint8_t* src = sourceOf(op.src_buffer) + static_cast<size_t>(op.region.src_offset) * dtypeSize(op.src_dtype);
+    const uint8_t* src =
+        sourceOf(op.src_buffer) + static_cast<size_t>(op.src_offset) * dtypeSize(op.src_dtype);
     packed.src_offset = 0;
-    WSYNC_RETURN_IF_ERROR(convertRegionAsync(src, op.src_dtype, stagingAt(write_staging_offsets_[i]),
-                                             op.dst_dtype, packed, stream_.get()));
+    WSYNC_RETURN_IF_ERROR(convertRegionAsync(src, op.src_dtype,
+                                             stagingAt(write_staging_offsets_[i]), op.dst_dtype,
+                                             packed, stream_.get()));
   }
   return streamSync(stream_.get(), options_.timeout);
 }
@@ -335,9 +344,9 @@ Status TrainerContext::transfer(const GoMsg& go) {
       data = stagingAt(group_staging_offsets_[i]);
       WSYNC_RETURN_IF_ERROR(convertHost(src, g.src_dtype, data, g.dst_dtype, g.num_elements));
     }
-    WSYNC_RETURN_IF_ERROR(broadcaster_->post(
-        group_comm_[i], job_.world_rank, data,
-        static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype)));
+    WSYNC_RETURN_IF_ERROR(
+        broadcaster_->post(group_comm_[i], job_.world_rank, data,
+                           static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype)));
   }
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
@@ -350,7 +359,7 @@ Status TrainerContext::transfer(const GoMsg& go) {
                            std::to_string(op.dst_rank) + " is unknown");
     }
     const RemoteMemoryId remote = peer.slot_memory[static_cast<size_t>(slot)];
-    const Region& r = op.region;
+    const Region r = plan_.region(op);
     const size_t ssz = dtypeSize(op.src_dtype);
     const size_t dsz = dtypeSize(op.dst_dtype);
     const uint64_t dst_base = peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] +
@@ -365,9 +374,9 @@ Status TrainerContext::transfer(const GoMsg& go) {
                           static_cast<size_t>(plane * r.count[1]) * row_bytes;
         if (!onDevice()) {  // host: convert this plane's rows now (device: done above)
           for (int64_t row = 0; row < r.count[1]; ++row) {
-            WSYNC_RETURN_IF_ERROR(convertHost(src + static_cast<size_t>(row) * src_pitch,
-                                              op.src_dtype, staged + static_cast<size_t>(row) * row_bytes,
-                                              op.dst_dtype, r.count[0]));
+            WSYNC_RETURN_IF_ERROR(convertHost(
+                src + static_cast<size_t>(row) * src_pitch, op.src_dtype,
+                staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype, r.count[0]));
           }
         }
         src = staged;

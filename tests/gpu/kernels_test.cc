@@ -494,6 +494,10 @@ TEST_F(KernelsTest, EveryPairMatchesTheHostReference) {
         checkConvert(from, to, scale, input, 0, 0);
         checkConvert(from, to, scale, input, 1, 0);
         checkConvert(from, to, scale, input, 0, 3);
+        for (size_t n : {1, 3, 17, 67, 1031, 12345}) {  // short and odd counts: the tails
+          const std::vector<uint8_t> head(input.begin(), input.begin() + n * dtypeSize(from));
+          checkConvert(from, to, scale, head, 0, 0);
+        }
       }
       ++pairs;
     }

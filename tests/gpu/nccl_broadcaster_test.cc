@@ -34,7 +34,7 @@ int visibleGpus() {
   return n;
 }
 
-// This rank's index and the rank count on its node.
+// This rank's index and the rank count on its node. Collective over MPI_COMM_WORLD.
 std::pair<int, int> nodeLocalRank() {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -46,6 +46,7 @@ std::pair<int, int> nodeLocalRank() {
   return {rank, size};
 }
 
+// Collective over MPI_COMM_WORLD (MPI_Comm_split_type): every rank calls it.
 int myDevice() {
   const int n = visibleGpus();
   return n > 0 ? nodeLocalRank().first % n : 0;
@@ -65,10 +66,10 @@ std::string gpuSkipReason() {
          std::to_string(local_ranks) + " ranks on its node)";
 }
 
-#define WSYNC_SKIP_WITHOUT_GPUS()                   \
-  do {                                              \
-    const std::string reason_ = gpuSkipReason();    \
-    if (!reason_.empty()) GTEST_SKIP() << reason_;  \
+#define WSYNC_SKIP_WITHOUT_GPUS()                  \
+  do {                                             \
+    const std::string reason_ = gpuSkipReason();   \
+    if (!reason_.empty()) GTEST_SKIP() << reason_; \
   } while (0)
 
 // Rank 0 makes the id, every rank gets it.
@@ -165,7 +166,8 @@ struct Transfer {
 std::vector<BroadcastComm> memberSets(int n) {
   std::vector<BroadcastComm> comms;
   BroadcastComm all{10, {}};
-  for (int r = 0; r < n; ++r) all.world_ranks.push_back(r);
+  for (int r = 0; r < n; ++r)
+    all.world_ranks.push_back(r);
   comms.push_back(all);
   comms.push_back({11, {0, 1}});
   if (n >= 4) {
@@ -220,14 +222,13 @@ TEST(NcclBroadcasterArgs, MissingDeviceIsAClearError) {
   // One past the last visible device (device 0 on a machine without a usable GPU).
   NcclBroadcasterOptions options;
   options.device = visibleGpus();
-  auto r = NcclBroadcaster::create(std::vector<uint8_t>(NCCL_UNIQUE_ID_BYTES, 0), 0, 1, {},
-                                   options);
+  auto r =
+      NcclBroadcaster::create(std::vector<uint8_t>(NCCL_UNIQUE_ID_BYTES, 0), 0, 1, {}, options);
   ASSERT_FALSE(r.isOk());
   EXPECT_TRUE(r.status().code() == WSYNC_ERR_INVALID_ARGUMENT ||
               r.status().code() == WSYNC_ERR_SYSTEM)
       << r.status().toString();
-  EXPECT_NE(r.status().message().find("CUDA device"), std::string::npos)
-      << r.status().toString();
+  EXPECT_NE(r.status().message().find("CUDA device"), std::string::npos) << r.status().toString();
 }
 
 TEST(NcclBroadcasterArgs, UniqueIdsAreNcclSizedAndDistinct) {
@@ -267,7 +268,8 @@ TEST(NcclBroadcasterOneRank, LifeCycleOnOneGpu) {
     buffers.push_back(std::make_unique<DeviceBuffer>(sizes[k] + kGuardBytes));
     ASSERT_NE(buffers.back()->get(), nullptr);
     std::vector<uint8_t> host(sizes[k] + kGuardBytes, kGuardByte);
-    for (size_t i = 0; i < sizes[k]; ++i) host[i] = patternByte(0, 5, k, i);
+    for (size_t i = 0; i < sizes[k]; ++i)
+      host[i] = patternByte(0, 5, k, i);
     ASSERT_EQ(cudaMemcpy(buffers[k]->get(), host.data(), host.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
     expected.push_back(std::move(host));
@@ -305,9 +307,23 @@ TEST(NcclBroadcaster, BroadcastsBucketedAndDirectAcrossMemberSets) {
   ASSERT_EQ(cudaSetDevice(b->device()), cudaSuccess);
 
   // Small ones pack (several per bucket), ones >= 64 KiB go alone, a zero-byte one moves nothing.
-  const std::vector<size_t> sizes = {1,     3,      17,    1000,          4096,  65535, 65536,
-                                     65537, 300000, 5,     2,             0,     40000, 40000,
-                                     24000, 1,      (size_t{1} << 20) + 3};
+  const std::vector<size_t> sizes = {1,
+                                     3,
+                                     17,
+                                     1000,
+                                     4096,
+                                     65535,
+                                     65536,
+                                     65537,
+                                     300000,
+                                     5,
+                                     2,
+                                     0,
+                                     40000,
+                                     40000,
+                                     24000,
+                                     1,
+                                     (size_t{1} << 20) + 3};
   std::vector<Transfer> transfers;
   for (const BroadcastComm& c : comms) {
     if (!isMember(c, me)) continue;
@@ -315,7 +331,8 @@ TEST(NcclBroadcaster, BroadcastsBucketedAndDirectAcrossMemberSets) {
       Transfer t;
       t.comm = c.id;
       t.k = k;
-      t.root = c.world_ranks[k % c.world_ranks.size()];
+      // Runs of four with the same root (packable), the root moving between runs.
+      t.root = c.world_ranks[(k / 4) % c.world_ranks.size()];
       t.bytes = sizes[k];
       t.buffer = std::make_unique<DeviceBuffer>(t.bytes + kGuardBytes);
       ASSERT_NE(t.buffer->get(), nullptr);
@@ -336,7 +353,6 @@ TEST(NcclBroadcaster, BroadcastsBucketedAndDirectAcrossMemberSets) {
 
   Stream stream;
   for (int version = 0; version < 3; ++version) {
-    SCOPED_TRACE("version " + std::to_string(version) + ", world rank " + std::to_string(me));
     for (const Transfer& t : transfers) {
       std::vector<uint8_t> host(t.bytes + kGuardBytes, kGuardByte);
       for (size_t i = 0; i < t.bytes; ++i) {
@@ -385,7 +401,8 @@ TEST(NcclBroadcaster, RejectsBadPostsAndMisuse) {
   const int me = worldRank();
   const int n = worldSize();
   std::vector<BroadcastComm> comms = {{20, {}}, {21, {0}}};
-  for (int r = 0; r < n; ++r) comms[0].world_ranks.push_back(r);
+  for (int r = 0; r < n; ++r)
+    comms[0].world_ranks.push_back(r);
   NcclBroadcasterOptions options;
   options.timeout = std::chrono::seconds(60);
   auto b = makeOrFail(comms, options);
@@ -414,7 +431,8 @@ TEST(NcclBroadcaster, RejectsBadPostsAndMisuse) {
 
   // A real broadcast; a second launch before the wait is misuse and changes nothing.
   std::vector<uint8_t> pattern(4096);
-  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t i = 0; i < pattern.size(); ++i)
+    pattern[i] = static_cast<uint8_t>(i * 7 + 3);
   std::vector<uint8_t> init = me == n - 1 ? pattern : std::vector<uint8_t>(4096, kStaleByte);
   ASSERT_EQ(cudaMemcpy(buf.get(), init.data(), init.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_TRUE(b->post(20, n - 1, buf.get(), 4096).isOk());
@@ -438,17 +456,17 @@ TEST(NcclBroadcasterTimeout, InitTimesOutWhenARankNeverJoins) {
   if (worldSize() < 2) GTEST_SKIP() << "needs a second rank that never joins";
   const std::vector<uint8_t> id = sharedUniqueId();
   ASSERT_FALSE(id.empty());
+  const int device = myDevice();  // collective: before the rank-0-only part
   if (worldRank() == 0) {
     NcclBroadcasterOptions options;
-    options.device = myDevice();
+    options.device = device;
     options.timeout = std::chrono::seconds(3);
     const auto start = std::chrono::steady_clock::now();
     auto r = NcclBroadcaster::create(id, 0, worldSize(), {}, options);
     const auto took = std::chrono::steady_clock::now() - start;
     ASSERT_FALSE(r.isOk());
     EXPECT_EQ(r.status().code(), WSYNC_ERR_TIMEOUT) << r.status().toString();
-    EXPECT_NE(r.status().message().find("NCCL rank 0"), std::string::npos)
-        << r.status().toString();
+    EXPECT_NE(r.status().message().find("NCCL rank 0"), std::string::npos) << r.status().toString();
     EXPECT_LT(took, std::chrono::seconds(30));
   }
   MPI_Barrier(MPI_COMM_WORLD);  // the others never call create

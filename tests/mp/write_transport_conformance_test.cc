@@ -9,6 +9,13 @@
 // Device backends (CUDA IPC) expose device memory: the suite fills and reads it with cudaMemset /
 // cudaMemcpy, writes from a device copy of the source, and skips (both ranks together) when this
 // machine has no usable CUDA device.
+// MPI's C API only: wsync links libmpi, not the C++ bindings' libmpi_cxx.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -904,8 +911,7 @@ TEST(UcxTransport, WriteWaitsBoundedForRoom) {
 }
 
 #ifdef WSYNC_HAVE_CUDA
-// ---- CUDA IPC specifics
-// --------------------------------------------------------------------------
+// ---- CUDA IPC specifics ------------------------------------------------------------------------
 
 // Skips on both ranks unless both have CUDA device 0.
 #define SKIP_WITHOUT_CUDA_DEVICE()                                                           \

@@ -144,13 +144,13 @@ bool regionInside(int64_t offset, const int64_t count[3], const int64_t stride[2
   return lo >= 0 && hi < n;
 }
 
-std::string describe(const WriteOp& op) {
+std::string describe(const WriteOp& op, const Region& r) {
   return "write op (tensor " + std::to_string(op.tensor) + ", trainer " +
          std::to_string(op.src_rank) + " buffer " + std::to_string(op.src_buffer) + " @" +
-         std::to_string(op.region.src_offset) + " -> rollout " + std::to_string(op.dst_rank) +
-         " buffer " + std::to_string(op.dst_buffer) + " @" + std::to_string(op.region.dst_offset) +
-         ", counts [" + std::to_string(op.region.count[0]) + ", " +
-         std::to_string(op.region.count[1]) + ", " + std::to_string(op.region.count[2]) + "])";
+         std::to_string(r.src_offset) + " -> rollout " + std::to_string(op.dst_rank) + " buffer " +
+         std::to_string(op.dst_buffer) + " @" + std::to_string(r.dst_offset) + ", counts [" +
+         std::to_string(r.count[0]) + ", " + std::to_string(r.count[1]) + ", " +
+         std::to_string(r.count[2]) + "])";
 }
 
 }  // namespace
@@ -295,12 +295,17 @@ Status ReferenceExecutor::execute(const Plan& plan) {
   for (const WriteOp& op : plan.writes) {
     const LocalBuffer* src = trainerBuffer(op.src_rank, op.src_buffer);
     const LocalBuffer* dst = rolloutBuffer(op.dst_rank, op.dst_buffer);
-    const Region& r = op.region;
+    if (!op.oneD() && op.shapeIndex() >= static_cast<int64_t>(plan.shapes.size())) {
+      return invalidArgument("bad write op (tensor " + std::to_string(op.tensor) + "): shape " +
+                             std::to_string(op.shapeIndex()) + " of " +
+                             std::to_string(plan.shapes.size()));
+    }
+    const Region r = plan.region(op);
     if (src == nullptr || dst == nullptr || src->dtype != op.src_dtype ||
         dst->dtype != op.dst_dtype ||
         !regionInside(r.src_offset, r.count, r.src_stride, src->num_elements) ||
         !regionInside(r.dst_offset, r.count, r.dst_stride, dst->num_elements)) {
-      return invalidArgument("bad " + describe(op));
+      return invalidArgument("bad " + describe(op, r));
     }
     const uint8_t* s =
         trainer_bytes_[static_cast<size_t>(op.src_rank)][static_cast<size_t>(op.src_buffer)].data();
@@ -453,8 +458,16 @@ Status comparePlans(const Plan& a, const Plan& b) {
       c.same(f + ".dst_buffer", x.dst_buffer, y.dst_buffer);
       c.same(f + ".src_dtype", x.src_dtype, y.src_dtype);
       c.same(f + ".dst_dtype", x.dst_dtype, y.dst_dtype);
-      const Region& p = x.region;
-      const Region& q = y.region;
+      const auto inside = [](const Plan& plan, const WriteOp& w) {
+        return w.oneD() || w.shapeIndex() < static_cast<int64_t>(plan.shapes.size());
+      };
+      if (!inside(a, x) || !inside(b, y)) {
+        c.same(f + " shape inside the first plan's table", inside(a, x), true);
+        c.same(f + " shape inside the second plan's table", inside(b, y), true);
+        continue;
+      }
+      const Region p = a.region(x);
+      const Region q = b.region(y);
       c.same(f + ".region.src_offset", p.src_offset, q.src_offset);
       c.same(f + ".region.dst_offset", p.dst_offset, q.dst_offset);
       for (int k = 0; k < 3; ++k) {
@@ -465,6 +478,21 @@ Status comparePlans(const Plan& a, const Plan& b) {
                q.src_stride[k]);
         c.same(f + ".region.dst_stride[" + std::to_string(k) + "]", p.dst_stride[k],
                q.dst_stride[k]);
+      }
+    }
+  }
+  if (c.same("shapes.size", a.shapes.size(), b.shapes.size())) {
+    for (size_t i = 0; i < a.shapes.size() && c.diff().empty(); ++i) {
+      const RegionShape& x = a.shapes[i];
+      const RegionShape& y = b.shapes[i];
+      const std::string f = "shapes[" + std::to_string(i) + "]";
+      for (int k = 0; k < 3; ++k) {
+        c.same(f + ".count[" + std::to_string(k) + "]", x.count[k], y.count[k]);
+      }
+      for (int k = 0; k < 2; ++k) {
+        const std::string n = "[" + std::to_string(k) + "]";
+        c.same(f + ".src_stride" + n, x.src_stride[k], y.src_stride[k]);
+        c.same(f + ".dst_stride" + n, x.dst_stride[k], y.dst_stride[k]);
       }
     }
   }

@@ -349,7 +349,7 @@ TEST(AddFlatRange, CutsAcrossRowsIn3DExactBoxes) {
   // [2, 3, 4] (strides 12, 4, 1), elements [5, 21): the tail of row (0, 1), the rest of plane 0,
   // rows 0-1 of plane 1, the head of row (1, 2).
   ASSERT_TRUE(addFlatRange(reg, "w", {2, 3, 4}, DType::kFloat32, 5, 21).isOk());
-  const std::vector<Piece>& p = reg.buffers[0].pieces;
+  const PieceList& p = reg.buffers[0].pieces;
   ASSERT_EQ(p.size(), 4u);
   EXPECT_EQ(p[0].box, (Box{{0, 1, 1}, {1, 1, 3}}));  // 5..7
   EXPECT_EQ(p[0].local_offset, 0);

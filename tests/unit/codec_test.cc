@@ -158,8 +158,13 @@ std::string diffGroups(const std::vector<BroadcastGroup>& a, const std::vector<B
   return "";
 }
 
-std::string diffWrites(const std::vector<WriteOp>& a, const std::vector<WriteOp>& b) {
+// Writes with their shapes tables: the regions must match, and so must the tables (the encoder
+// writes regions expanded; the decoder shares equal shapes in order of first use, as the
+// generators below and the planner do).
+std::string diffWrites(const std::vector<WriteOp>& a, const std::vector<RegionShape>& a_shapes,
+                       const std::vector<WriteOp>& b, const std::vector<RegionShape>& b_shapes) {
   WSYNC_DIFF_FIELD("writes.size", a.size(), b.size());
+  WSYNC_DIFF_FIELD("shapes.size", a_shapes.size(), b_shapes.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const WriteOp& x = a[i];
     const WriteOp& y = b[i];
@@ -171,16 +176,17 @@ std::string diffWrites(const std::vector<WriteOp>& a, const std::vector<WriteOp>
     WSYNC_DIFF_FIELD(p + ".dst_buffer", x.dst_buffer, y.dst_buffer);
     WSYNC_DIFF_FIELD(p + ".src_dtype", int(x.src_dtype), int(y.src_dtype));
     WSYNC_DIFF_FIELD(p + ".dst_dtype", int(x.dst_dtype), int(y.dst_dtype));
-    WSYNC_DIFF_FIELD(p + ".region.src_offset", x.region.src_offset, y.region.src_offset);
-    WSYNC_DIFF_FIELD(p + ".region.dst_offset", x.region.dst_offset, y.region.dst_offset);
+    WSYNC_DIFF_FIELD(p + ".run", x.run, y.run);
+    const Region xr = regionOf(x, a_shapes);
+    const Region yr = regionOf(y, b_shapes);
+    WSYNC_DIFF_FIELD(p + ".region.src_offset", xr.src_offset, yr.src_offset);
+    WSYNC_DIFF_FIELD(p + ".region.dst_offset", xr.dst_offset, yr.dst_offset);
     for (size_t k = 0; k < 3; ++k) {
-      WSYNC_DIFF_FIELD(at(p + ".region.count", k), x.region.count[k], y.region.count[k]);
+      WSYNC_DIFF_FIELD(at(p + ".region.count", k), xr.count[k], yr.count[k]);
     }
     for (size_t k = 0; k < 2; ++k) {
-      WSYNC_DIFF_FIELD(at(p + ".region.src_stride", k), x.region.src_stride[k],
-                       y.region.src_stride[k]);
-      WSYNC_DIFF_FIELD(at(p + ".region.dst_stride", k), x.region.dst_stride[k],
-                       y.region.dst_stride[k]);
+      WSYNC_DIFF_FIELD(at(p + ".region.src_stride", k), xr.src_stride[k], yr.src_stride[k]);
+      WSYNC_DIFF_FIELD(at(p + ".region.dst_stride", k), xr.dst_stride[k], yr.dst_stride[k]);
     }
   }
   return "";
@@ -200,7 +206,7 @@ std::string diffStats(const PlanStats& a, const PlanStats& b) {
 std::string diff(const Plan& a, const Plan& b) {
   std::string d = diffTensors(a.tensors, b.tensors);
   if (d.empty()) d = diffGroups(a.groups, b.groups);
-  if (d.empty()) d = diffWrites(a.writes, b.writes);
+  if (d.empty()) d = diffWrites(a.writes, a.shapes, b.writes, b.shapes);
   if (d.empty()) d = diffStats(a.stats, b.stats);
   return d;
 }
@@ -211,7 +217,7 @@ std::string diff(const RankPlan& a, const RankPlan& b) {
   WSYNC_DIFF_FIELD("peers", a.peers, b.peers);
   std::string d = diffTensors(a.tensors, b.tensors);
   if (d.empty()) d = diffGroups(a.groups, b.groups);
-  if (d.empty()) d = diffWrites(a.writes, b.writes);
+  if (d.empty()) d = diffWrites(a.writes, a.shapes, b.writes, b.shapes);
   if (d.empty()) d = diffStats(a.stats, b.stats);
   return d;
 }
@@ -325,7 +331,9 @@ class Gen {
     return gs;
   }
   // Writes that look like a planner's (runs sharing ranks and buffers) mixed with arbitrary ones.
-  std::vector<WriteOp> writes(size_t num_tensors, size_t n) {
+  // Strided shapes go to `shapes`, shared in order of first use.
+  std::vector<WriteOp> writes(size_t num_tensors, size_t n, std::vector<RegionShape>& shapes) {
+    RegionShapeIndex shape_index(shapes);
     std::vector<WriteOp> ws;
     ws.reserve(n);
     WriteOp op;
@@ -340,8 +348,7 @@ class Gen {
         op.src_dtype = dtype();
         op.dst_dtype = dtype();
       }
-      Region& r = op.region;
-      r = Region();
+      Region r;
       r.src_offset = coin(0.05) ? magnitude() : uniform(0, int64_t{1} << 32);
       r.dst_offset = coin(0.05) ? magnitude() : uniform(0, int64_t{1} << 32);
       r.count[0] = uniform(0, 1 << 16);
@@ -356,6 +363,7 @@ class Gen {
         r.src_stride[1] = uniform(0, int64_t{1} << 30);
         r.dst_stride[1] = uniform(-(int64_t{1} << 30), int64_t{1} << 30);
       }
+      shape_index.setRegion(op, r);
       ws.push_back(op);
     }
     return ws;
@@ -376,7 +384,7 @@ class Gen {
     Plan p;
     p.tensors = tensors(static_cast<int>(uniform(0, 8)));
     p.groups = groups(p.tensors, static_cast<int>(uniform(0, 6)));
-    p.writes = writes(p.tensors.size(), num_writes);
+    p.writes = writes(p.tensors.size(), num_writes, p.shapes);
     p.stats = stats();
     return p;
   }
@@ -386,7 +394,7 @@ class Gen {
     p.rank = static_cast<int32_t>(uniform(0, 4095));
     p.tensors = tensors(static_cast<int>(uniform(0, 8)));
     p.groups = groups(p.tensors, static_cast<int>(uniform(0, 6)));
-    p.writes = writes(p.tensors.size(), num_writes);
+    p.writes = writes(p.tensors.size(), num_writes, p.shapes);
     for (int i = 0, n = static_cast<int>(uniform(0, 10)); i < n; ++i) {
       p.peers.push_back(static_cast<int32_t>(uniform(0, INT32_MAX)));
     }
@@ -434,10 +442,10 @@ Plan smallPlan() {
   a.src_buffer = 0;
   a.dst_rank = 1;
   a.dst_buffer = 2;
-  a.region = {0, 128, {8, 4, 1}, {16, 0}, {8, 0}};
+  setRegion(a, {0, 128, {8, 4, 1}, {16, 0}, {8, 0}}, p.shapes);
   WriteOp b = a;
   b.src_rank = 1;
-  b.region = {300, 136, {8, 4, 2}, {16, 64}, {8, 32}};
+  setRegion(b, {300, 136, {8, 4, 2}, {16, 64}, {8, 32}}, p.shapes);
   p.writes = {a, b};
   p.stats = {2, 2, 1, 1024, 64, 960, {512, 512}};
   return p;
@@ -451,6 +459,7 @@ RankPlan smallRankPlan() {
   r.tensors = p.tensors;
   r.groups = p.groups;
   r.writes = p.writes;
+  r.shapes = p.shapes;
   r.peers = {1};
   r.stats = p.stats;
   return r;
@@ -529,9 +538,9 @@ TEST(Codec, PlannerLikeWritesAreCompact) {
     op.src_buffer = 0;
     op.dst_rank = 3;
     op.dst_buffer = 1;
-    op.region.src_offset = i * 1000;
-    op.region.dst_offset = i * 1000 + 7;
-    op.region.count[0] = 1000;
+    op.src_offset = i * 1000;
+    op.dst_offset = i * 1000 + 7;
+    op.run = 1000;
     rp.writes.push_back(op);
   }
   const std::vector<uint8_t> bytes = encodeRankPlan(rp);
@@ -853,7 +862,7 @@ TEST(Codec, InvalidValuesAreRejectedByName) {
   plan.writes[0].dst_buffer = -1;
   expectRejected(plan, encodePlan, decodePlan, "writes[0].dst_buffer: value 18446744073709551615");
   plan = smallPlan();
-  plan.writes[1].region.count[1] = INT64_MAX;
+  plan.shapes[static_cast<size_t>(plan.writes[1].shapeIndex())].count[1] = INT64_MAX;
   expectRejected(plan, encodePlan, decodePlan, "writes[1].region.count: element count overflows");
   plan = smallPlan();
   plan.stats.bytes_per_sender[1] = -1;
@@ -923,7 +932,7 @@ TEST(Codec, LargeRankPlanRoundTripIsFast) {
   RankPlan rp = gen.rankPlan(0);
   rp.tensors = gen.tensors(1000);
   rp.groups = gen.groups(rp.tensors, 100);
-  rp.writes = gen.writes(rp.tensors.size(), 1'000'000);
+  rp.writes = gen.writes(rp.tensors.size(), 1'000'000, rp.shapes);
   // CPU time of this thread, so that other work on a shared machine does not count.
   const auto now = [] {
     timespec t{};

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "common/status.h"
 #include "common/wire.h"
 #include "layout/box.h"
@@ -31,6 +33,8 @@ TEST(DType, Conversions) {
   EXPECT_TRUE(canConvert(DType::kInt64, DType::kInt64));
   EXPECT_FALSE(canConvert(DType::kInt32, DType::kFloat32));
   EXPECT_FALSE(canConvert(DType::kBool, DType::kUInt8));
+  EXPECT_FALSE(canConvert(DType::kFloat8E4M3, DType::kFloat8E5M2));
+  EXPECT_TRUE(canConvert(DType::kFloat8E5M2, DType::kFloat32));
 }
 
 TEST(Box, IntersectOverlapContain) {
@@ -57,6 +61,104 @@ TEST(Registration, DeclareTensorIsIdempotentAndChecksShape) {
   EXPECT_EQ(r.declareTensor("w", {3, 2}), -1);
   r.tensors.push_back({"u", {1}});  // direct edits keep the index right
   EXPECT_EQ(r.declareTensor("u", {1}), 2);
+}
+
+// A piece whose fields all depend on `k`, to tell pieces apart.
+Piece pieceNo(int32_t k) {
+  return {k, Box{{k, 0}, {1, k + 1}}, 10 * k, Dims{k + 1, 1}};
+}
+
+void expectPiece(const Piece& p, int32_t k) {
+  EXPECT_EQ(p.tensor, k);
+  EXPECT_EQ(p.box, (Box{{k, 0}, {1, k + 1}}));
+  EXPECT_EQ(p.local_offset, 10 * k);
+  EXPECT_EQ(p.local_strides, (Dims{k + 1, 1}));
+}
+
+TEST(PieceList, OnePieceLivesInsideTheBuffer) {
+  LocalBuffer buf;
+  EXPECT_TRUE(buf.pieces.empty());
+  buf.pieces.push_back(pieceNo(3));
+  ASSERT_EQ(buf.pieces.size(), 1u);
+  EXPECT_EQ(buf.pieces.capacity(), 1u);
+  const auto* begin = reinterpret_cast<const char*>(&buf);
+  const auto* piece = reinterpret_cast<const char*>(buf.pieces.data());
+  EXPECT_GE(piece, begin);  // no heap block of its own
+  EXPECT_LE(piece + sizeof(Piece), begin + sizeof(LocalBuffer));
+  expectPiece(buf.pieces[0], 3);
+  expectPiece(buf.pieces.front(), 3);
+  expectPiece(buf.pieces.back(), 3);
+}
+
+TEST(PieceList, GrowsCopiesAndMovesLikeAVector) {
+  PieceList list;
+  for (int32_t k = 0; k < 20; ++k) {
+    list.push_back(pieceNo(k));
+    ASSERT_EQ(list.size(), static_cast<size_t>(k) + 1);
+    ASSERT_GE(list.capacity(), list.size());
+  }
+  int32_t k = 0;
+  for (const Piece& p : list)
+    expectPiece(p, k++);
+  EXPECT_EQ(k, 20);
+
+  PieceList copy = list;  // deep
+  copy[0].tensor = 99;
+  EXPECT_EQ(list[0].tensor, 0);
+  expectPiece(copy[19], 19);
+
+  PieceList moved = std::move(copy);
+  EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  ASSERT_EQ(moved.size(), 20u);
+  EXPECT_EQ(moved[0].tensor, 99);
+
+  PieceList one{pieceNo(7)};
+  PieceList moved_one = std::move(one);
+  ASSERT_EQ(moved_one.size(), 1u);
+  expectPiece(moved_one[0], 7);
+  moved = moved_one;  // heap -> inline by assignment
+  ASSERT_EQ(moved.size(), 1u);
+  expectPiece(moved[0], 7);
+  moved_one = list;  // inline -> heap
+  ASSERT_EQ(moved_one.size(), 20u);
+  expectPiece(moved_one[12], 12);
+  const PieceList& alias = moved_one;
+  moved_one = alias;  // self-assignment keeps the pieces
+  ASSERT_EQ(moved_one.size(), 20u);
+  expectPiece(moved_one[19], 19);
+}
+
+TEST(PieceList, PushBackOfItsOwnElementWhileGrowing) {
+  PieceList list{pieceNo(1)};
+  list.push_back(list[0]);  // reallocates: the argument must be read before
+  list.push_back(list[1]);
+  ASSERT_EQ(list.size(), 3u);
+  for (const Piece& p : list)
+    expectPiece(p, 1);
+}
+
+TEST(PieceList, ResizeEmplaceClearAndShrink) {
+  PieceList list(3);
+  ASSERT_EQ(list.size(), 3u);
+  for (const Piece& p : list) {
+    EXPECT_EQ(p.tensor, -1);  // Piece{}
+    EXPECT_EQ(p.local_offset, 0);
+  }
+  Piece& added = list.emplace_back();
+  added.tensor = 5;
+  ASSERT_EQ(list.size(), 4u);
+  EXPECT_EQ(list.back().tensor, 5);
+  list.resize(1);
+  list.shrink_to_fit();  // back to the inline piece
+  EXPECT_EQ(list.capacity(), 1u);
+  EXPECT_EQ(list[0].tensor, -1);
+  list.clear();
+  EXPECT_TRUE(list.empty());
+  EXPECT_EQ(list.begin(), list.end());
+  list.reserve(8);
+  EXPECT_EQ(list.capacity(), 8u);
+  list.shrink_to_fit();  // empty: back inline
+  EXPECT_EQ(list.capacity(), 1u);
 }
 
 TEST(Wire, RoundTripAndTruncation) {

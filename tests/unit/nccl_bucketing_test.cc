@@ -42,7 +42,9 @@ void checkInvariants(const std::vector<PostedBroadcast>& posts, size_t bucket_by
       EXPECT_EQ(p.root, b.root) << "bucket " << k << " item " << j;
       EXPECT_EQ(it.bytes, p.bytes);
       EXPECT_GT(it.bytes, 0u);
-      if (j > 0) EXPECT_GT(it.post, b.items[j - 1].post) << "post order in bucket " << k;
+      if (j > 0) {
+        EXPECT_GT(it.post, b.items[j - 1].post) << "post order in bucket " << k;
+      }
       EXPECT_GE(it.offset, end) << "overlap in bucket " << k;
       EXPECT_EQ(it.offset % kNcclBucketItemAlign, 0u);
       end = it.offset + it.bytes;
@@ -50,7 +52,8 @@ void checkInvariants(const std::vector<PostedBroadcast>& posts, size_t bucket_by
     EXPECT_EQ(b.bytes, end) << "bucket " << k;
     if (b.packed) {
       EXPECT_LE(b.bytes, bucket_bytes) << "bucket " << k;
-      for (const BucketItem& it : b.items) EXPECT_LT(it.bytes, bucket_bytes);
+      for (const BucketItem& it : b.items)
+        EXPECT_LT(it.bytes, bucket_bytes);
       EXPECT_EQ(b.staging_offset % kNcclStagingAlign, 0u);
       EXPECT_GE(b.staging_offset, staging_end) << "staging overlap at bucket " << k;
       staging_end = b.staging_offset + b.bytes;
@@ -74,8 +77,8 @@ void checkInvariants(const std::vector<PostedBroadcast>& posts, size_t bucket_by
   }
   EXPECT_EQ(plan.staging_bytes, staging_end);
   for (size_t i = 0; i < posts.size(); ++i) {
-    EXPECT_EQ(seen[i], posts[i].bytes > 0 ? 1 : 0) << "post " << i << " (" << posts[i].bytes
-                                                   << " bytes)";
+    EXPECT_EQ(seen[i], posts[i].bytes > 0 ? 1 : 0)
+        << "post " << i << " (" << posts[i].bytes << " bytes)";
   }
 }
 
@@ -91,7 +94,8 @@ Shape commShape(const std::vector<PostedBroadcast>& posts, const BucketPlan& pla
   for (const Bucket& b : plan.buckets) {
     if (b.comm != comm) continue;
     std::vector<std::array<size_t, 3>> items;
-    for (const BucketItem& it : b.items) items.push_back({seq.at(it.post), it.offset, it.bytes});
+    for (const BucketItem& it : b.items)
+      items.push_back({seq.at(it.post), it.offset, it.bytes});
     shape.emplace_back(b.root, b.packed, b.bytes, items);
   }
   return shape;
@@ -99,9 +103,9 @@ Shape commShape(const std::vector<PostedBroadcast>& posts, const BucketPlan& pla
 
 TEST(NcclBucketing, SmallPostsShareABucketBigOnesGoAlone) {
   const size_t kBucket = 1024;
-  const std::vector<PostedBroadcast> posts = {
-      post(0, 0, 10), post(0, 0, 20), post(0, 0, 2000), post(0, 0, 30), post(0, 0, 1024),
-      post(0, 0, 1023), post(0, 0, 1)};
+  const std::vector<PostedBroadcast> posts = {post(0, 0, 10), post(0, 0, 20),   post(0, 0, 2000),
+                                              post(0, 0, 30), post(0, 0, 1024), post(0, 0, 1023),
+                                              post(0, 0, 1)};
   const BucketPlan plan = planBuckets(posts, kBucket);
   checkInvariants(posts, kBucket, plan);
   ASSERT_EQ(plan.buckets.size(), 6u);
@@ -195,7 +199,7 @@ TEST(NcclBucketing, RandomizedMembersAgree) {
       const int32_t roots = 1 + static_cast<int32_t>(rng() % 3);
       for (size_t i = 0; i < n; ++i) {
         const size_t kind = rng() % 10;
-        const size_t bytes = kind == 0   ? 0
+        const size_t bytes = kind == 0  ? 0
                              : kind < 7 ? 1 + rng() % (bucket_bytes / 2 + 1)
                                         : bucket_bytes - 1 + rng() % (2 * bucket_bytes);
         s.emplace_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(roots)), bytes);
@@ -226,14 +230,16 @@ TEST(NcclBucketing, RandomizedMembersAgree) {
       const BucketPlan again = planBuckets(posts, bucket_bytes);
       ASSERT_EQ(again.buckets.size(), plan.buckets.size());
       EXPECT_EQ(again.staging_bytes, plan.staging_bytes);
-      for (int32_t c : mine) EXPECT_EQ(commShape(posts, plan, c), commShape(posts, again, c));
+      for (int32_t c : mine)
+        EXPECT_EQ(commShape(posts, plan, c), commShape(posts, again, c));
       ranks.emplace_back(std::move(posts), std::move(plan));
     }
     for (int32_t c = 0; c < comms; ++c) {
       std::set<Shape> shapes;
       for (const auto& [posts, plan] : ranks) {
         bool member = false;
-        for (const PostedBroadcast& p : posts) member |= p.comm == c;
+        for (const PostedBroadcast& p : posts)
+          member |= p.comm == c;
         if (member) shapes.insert(commShape(posts, plan, c));
       }
       EXPECT_LE(shapes.size(), 1u) << "trial " << trial << ": members disagree on comm " << c;

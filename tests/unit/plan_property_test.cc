@@ -539,11 +539,11 @@ void checkInvariants(const Case& c, const Plan& plan) {
   // Writes sorted by (src_rank, dst_rank, dst_buffer, dst_offset), each non-empty.
   for (size_t i = 0; i < plan.writes.size(); ++i) {
     const WriteOp& w = plan.writes[i];
-    ASSERT_GT(w.region.numElements(), 0) << "writes[" << i << "]";
+    ASSERT_GT(plan.numElements(w), 0) << "writes[" << i << "]";
     if (i == 0) continue;
     const WriteOp& p = plan.writes[i - 1];
     const auto key = [](const WriteOp& x) {
-      return std::make_tuple(x.src_rank, x.dst_rank, x.dst_buffer, x.region.dst_offset);
+      return std::make_tuple(x.src_rank, x.dst_rank, x.dst_buffer, x.dst_offset);
     };
     ASSERT_LT(key(p), key(w)) << "writes[" << i << "] out of order";
   }
@@ -586,7 +586,7 @@ void checkInvariants(const Case& c, const Plan& plan) {
   }
   for (const WriteOp& w : plan.writes) {
     sent[static_cast<size_t>(w.src_rank)] +=
-        w.region.numElements() * static_cast<int64_t>(dtypeSize(w.src_dtype));
+        plan.numElements(w) * static_cast<int64_t>(dtypeSize(w.src_dtype));
   }
   EXPECT_EQ(s.bytes_per_sender, sent);
   if (c.fully_replicated && !sent.empty()) {
@@ -605,15 +605,20 @@ void checkInvariants(const Case& c, const Plan& plan) {
     EXPECT_LE(*hi - *lo, largest) << "senders unbalanced";
   }
 
-  // Rank views: every write in exactly one view per role, groups where the rank takes part,
-  // tensor indices mapping to the same names.
+  // Rank views: every write in exactly one view per role (with the same region), groups where
+  // the rank takes part, tensor indices mapping to the same names.
   size_t trainer_writes = 0;
   for (int32_t t = 0; t < static_cast<int32_t>(c.trainers.size()); ++t) {
     const RankPlan v = rankView(plan, Role::kTrainer, t);
+    const size_t first = trainer_writes;  // a trainer's writes are one range of plan.writes
     trainer_writes += v.writes.size();
-    for (const WriteOp& w : v.writes) {
+    ASSERT_LE(trainer_writes, plan.writes.size());
+    for (size_t i = 0; i < v.writes.size(); ++i) {
+      const WriteOp& w = v.writes[i];
       ASSERT_EQ(w.src_rank, t);
       ASSERT_LT(static_cast<size_t>(w.tensor), v.tensors.size());
+      ASSERT_EQ(v.region(w), plan.region(plan.writes[first + i]))
+          << "trainer " << t << " write " << i;
     }
     for (const BroadcastGroup& g : v.groups)
       ASSERT_EQ(g.src.rank, t);
@@ -630,7 +635,7 @@ void checkInvariants(const Case& c, const Plan& plan) {
     for (size_t i = 0; i < expected.size(); ++i) {
       ASSERT_EQ(v.tensors[static_cast<size_t>(v.writes[i].tensor)].name,
                 plan.tensors[static_cast<size_t>(expected[i]->tensor)].name);
-      ASSERT_EQ(v.writes[i].region.dst_offset, expected[i]->region.dst_offset);
+      ASSERT_EQ(v.region(v.writes[i]), plan.region(*expected[i]));
     }
     size_t groups = 0;
     for (const BroadcastGroup& g : plan.groups) {

@@ -228,7 +228,7 @@ TEST(PlannerOverlap, LowestRankOwnsTheOverlap) {
         low_rank_first ? std::vector<int64_t>{24 * 4, 8 * 4} : std::vector<int64_t>{16 * 4, 16 * 4};
     EXPECT_EQ(plan.stats.bytes_per_sender, expected_bytes);
     EXPECT_EQ(plan.writes[0].src_rank, 0);
-    EXPECT_EQ(plan.writes[0].region.numElements(), expected_bytes[0] / 4);
+    EXPECT_EQ(plan.numElements(plan.writes[0]), expected_bytes[0] / 4);
   }
 }
 
@@ -333,10 +333,11 @@ TEST(PlannerBroadcast, OnlyRowMajorLayoutsOnBothSidesBroadcast) {
   ASSERT_EQ(plan.writes.size(), 3u);
   // Sorted by (src_rank, dst_rank, dst_buffer, dst_offset).
   EXPECT_EQ(plan.writes[0].src_rank, 0);  // padded rows [0:2] -> rollout 0 "a"
-  EXPECT_EQ(plan.writes[0].region.count[0], 8);
-  EXPECT_EQ(plan.writes[0].region.count[1], 2);
-  EXPECT_EQ(plan.writes[0].region.src_stride[0], 10);
-  EXPECT_EQ(plan.writes[0].region.dst_stride[0], 8);
+  const Region padded = plan.region(plan.writes[0]);
+  EXPECT_EQ(padded.count[0], 8);
+  EXPECT_EQ(padded.count[1], 2);
+  EXPECT_EQ(padded.src_stride[0], 10);
+  EXPECT_EQ(padded.dst_stride[0], 8);
   EXPECT_EQ(plan.writes[1].src_rank, 1);  // rows [2:4] -> rollout 0 "b" (padded)
   EXPECT_EQ(plan.writes[1].dst_rank, 0);
   EXPECT_EQ(plan.writes[1].dst_buffer, 1);
@@ -355,7 +356,7 @@ TEST(PlannerBroadcast, ScalarTensorsWork) {
   EXPECT_EQ(plan.groups[0].num_elements, 1);
   const Plan writes = planAndVerify(trainers, rollouts, {.allow_broadcast = false});
   ASSERT_EQ(writes.writes.size(), 2u);
-  EXPECT_EQ(writes.writes[0].region.numElements(), 1);
+  EXPECT_EQ(writes.numElements(writes.writes[0]), 1);
 }
 
 // ---- regions and merging ---------------------------------------------------------------------
@@ -368,7 +369,7 @@ TEST(PlannerRegions, ColumnSplitIsOneTwoDimensionalOp) {
   addBox(rollouts[1], "w", kShape, box2(0, 4, 4, 8), DType::kFloat32);
   const Plan plan = planAndVerify(trainers, rollouts);
   ASSERT_EQ(plan.writes.size(), 2u);
-  const Region& r = plan.writes[1].region;
+  const Region r = plan.region(plan.writes[1]);
   EXPECT_EQ(plan.writes[1].dst_rank, 1);
   EXPECT_EQ(r.src_offset, 4);
   EXPECT_EQ(r.dst_offset, 0);
@@ -381,6 +382,90 @@ TEST(PlannerRegions, ColumnSplitIsOneTwoDimensionalOp) {
   EXPECT_EQ(r.dst_stride[1], 0);
 }
 
+TEST(PlannerRegions, StridedOpsShareOneShapeEntry) {
+  // Four rollouts each want a column block of the same width: four 2-D ops of one shape.
+  std::vector<Registration> trainers{makeTrainer(0)};
+  addBox(trainers[0], "w", kShape, Box::whole(kShape), DType::kFloat32);
+  std::vector<Registration> rollouts;
+  for (int j = 0; j < 4; ++j) {
+    rollouts.push_back(makeRollout(j, 0));
+    addBox(rollouts.back(), "w", kShape, box2(0, 4, 2 * j, 2 * j + 2), DType::kFloat32);
+  }
+  const Plan plan = planAndVerify(trainers, rollouts);
+  ASSERT_EQ(plan.writes.size(), 4u);
+  ASSERT_EQ(plan.shapes.size(), 1u);
+  EXPECT_EQ(plan.shapes[0], (RegionShape{{2, 4, 1}, {8, 0}, {2, 0}}));
+  for (size_t j = 0; j < 4; ++j) {
+    const WriteOp& w = plan.writes[j];
+    EXPECT_FALSE(w.oneD());
+    EXPECT_EQ(w.shapeIndex(), 0);
+    EXPECT_EQ(w.src_offset, 2 * static_cast<int64_t>(j));
+    EXPECT_EQ(plan.numElements(w), 8);
+  }
+  // A rank's view carries the shapes its writes use, renumbered from 0.
+  const RankPlan view = rankView(plan, Role::kRollout, 2);
+  ASSERT_EQ(view.writes.size(), 1u);
+  ASSERT_EQ(view.shapes.size(), 1u);
+  EXPECT_EQ(view.region(view.writes[0]), plan.region(plan.writes[2]));
+}
+
+// ---- compact write ops -----------------------------------------------------------------------
+
+TEST(WriteOpRegion, OneRunIsInlineAndStridedShapesGoToTheTable) {
+  std::vector<RegionShape> shapes;
+  WriteOp run;
+  setRegion(run, Region{7, 9, {100, 1, 1}, {0, 0}, {0, 0}}, shapes);
+  EXPECT_TRUE(run.oneD());
+  EXPECT_EQ(run.run, 100);
+  EXPECT_TRUE(shapes.empty());
+  EXPECT_EQ(regionOf(run, shapes), (Region{7, 9, {100, 1, 1}, {0, 0}, {0, 0}}));
+  EXPECT_EQ(numElementsOf(run, shapes), 100);
+
+  // Count 1 with a stride is not a single run in the encoding sense: kept exactly.
+  const Region odd{0, 0, {4, 1, 1}, {5, 0}, {0, 0}};
+  WriteOp w;
+  setRegion(w, odd, shapes);
+  EXPECT_FALSE(w.oneD());
+  EXPECT_EQ(regionOf(w, shapes), odd);
+
+  const Region planes{1, 2, {3, 4, 5}, {10, 100}, {3, 12}};
+  setRegion(w, planes, shapes);
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(w.shapeIndex(), 1);
+  EXPECT_EQ(regionOf(w, shapes), planes);
+  EXPECT_EQ(numElementsOf(w, shapes), 60);
+}
+
+TEST(WriteOpRegion, ShapeIndexSharesEqualShapesAndIndexesExistingOnes) {
+  std::vector<RegionShape> shapes;
+  const Region a{0, 0, {3, 4, 1}, {10, 0}, {3, 0}};
+  const Region b{5, 6, {3, 4, 2}, {10, 40}, {3, 12}};
+  WriteOp first;
+  setRegion(first, a, shapes);  // an entry made before the index
+  RegionShapeIndex index(shapes);
+  WriteOp x;
+  index.setRegion(x, a);
+  EXPECT_EQ(x.shapeIndex(), 0);  // found, not appended
+  WriteOp y;
+  index.setRegion(y, b);
+  EXPECT_EQ(y.shapeIndex(), 1);
+  for (int i = 0; i < 1000; ++i) {  // many distinct shapes: the index grows
+    WriteOp z;
+    index.setRegion(z, Region{0, 0, {i + 1, 2, 1}, {i + 7, 0}, {i + 1, 0}});
+    ASSERT_EQ(z.shapeIndex(), 2 + i);
+  }
+  WriteOp again;
+  index.setRegion(again, b);
+  EXPECT_EQ(again.shapeIndex(), 1);
+  index.setRegion(again, Region{0, 0, {501, 2, 1}, {507, 0}, {501, 0}});
+  EXPECT_EQ(again.shapeIndex(), 502);
+  EXPECT_EQ(shapes.size(), 1002u);
+  WriteOp run;
+  index.setRegion(run, Region{4, 4, {8, 1, 1}, {0, 0}, {0, 0}});
+  EXPECT_TRUE(run.oneD());
+  EXPECT_EQ(shapes.size(), 1002u);
+}
+
 TEST(PlannerRegions, DimsContiguousOnBothSidesMerge) {
   // [2, 3, 4, 5] held whole; the rollout wants [:, :, 1:3, :] row-major over its box: the inner
   // two dims merge into runs of 10; the outer two merge into one strided dim of 6 rows.
@@ -391,7 +476,7 @@ TEST(PlannerRegions, DimsContiguousOnBothSidesMerge) {
   addBox(rollouts[0], "w", shape, Box{{0, 0, 1, 0}, {2, 3, 2, 5}}, DType::kFloat32);
   const Plan plan = planAndVerify(trainers, rollouts);
   ASSERT_EQ(plan.writes.size(), 1u);
-  const Region& r = plan.writes[0].region;
+  const Region r = plan.region(plan.writes[0]);
   EXPECT_EQ(r.src_offset, 5);
   EXPECT_EQ(r.count[0], 10);
   EXPECT_EQ(r.count[1], 6);
@@ -409,7 +494,7 @@ TEST(PlannerRegions, MoreThanThreeDimsLoopOverTheOuterOnes) {
   const Plan plan = planAndVerify(trainers, rollouts);
   ASSERT_EQ(plan.writes.size(), 2u);
   for (int i = 0; i < 2; ++i) {
-    const Region& r = plan.writes[static_cast<size_t>(i)].region;
+    const Region r = plan.region(plan.writes[static_cast<size_t>(i)]);
     EXPECT_EQ(r.src_offset, 60 * i);
     EXPECT_EQ(r.dst_offset, 8 * i);
     EXPECT_EQ(r.count[0], 2);
@@ -447,12 +532,13 @@ TEST(PlannerRegions, AdjacentOpsMergeIntoOne) {
   const Plan plan = planAndVerify(trainers, rollouts);
   ASSERT_EQ(plan.writes.size(), 2u);
   EXPECT_EQ(plan.writes[0].src_rank, 0);
-  EXPECT_EQ(plan.writes[0].region.count[0], 13);
-  EXPECT_EQ(plan.writes[0].region.dst_offset, 0);
+  EXPECT_TRUE(plan.writes[0].oneD());
+  EXPECT_EQ(plan.writes[0].run, 13);
+  EXPECT_EQ(plan.writes[0].dst_offset, 0);
   EXPECT_EQ(plan.writes[1].src_rank, 1);
-  EXPECT_EQ(plan.writes[1].region.count[0], 19);
-  EXPECT_EQ(plan.writes[1].region.src_offset, 0);
-  EXPECT_EQ(plan.writes[1].region.dst_offset, 13);
+  EXPECT_EQ(plan.writes[1].run, 19);
+  EXPECT_EQ(plan.writes[1].src_offset, 0);
+  EXPECT_EQ(plan.writes[1].dst_offset, 13);
   EXPECT_EQ(plan.stats.write_bytes, 32 * 2);
   EXPECT_EQ(plan.stats.bytes_per_sender, (std::vector<int64_t>{13 * 4, 19 * 4}));
 }
@@ -483,7 +569,8 @@ TEST(PlannerRegions, OpsMergeAcrossTensorsOfAFusedBuffer) {
   }
   const Plan plan = planAndVerify(trainers, rollouts, {.allow_broadcast = false});
   ASSERT_EQ(plan.writes.size(), 1u);
-  EXPECT_EQ(plan.writes[0].region.count[0], 12);
+  EXPECT_TRUE(plan.writes[0].oneD());
+  EXPECT_EQ(plan.writes[0].run, 12);
   EXPECT_EQ(plan.tensors[static_cast<size_t>(plan.writes[0].tensor)].name, "q");
 }
 
@@ -585,8 +672,8 @@ TEST(ReferenceExecutor, DetectsWrongOffsetsMissingAndDoubleWrites) {
   ASSERT_EQ(good.writes.size(), 2u);
 
   Plan bad = good;
-  bad.writes[1].region.src_offset = 1;  // reads the wrong elements
-  bad.writes[1].region.count[0] = 18;
+  bad.writes[1].src_offset = 1;  // reads the wrong elements
+  bad.writes[1].run = 18;
   Status s = executeAndVerify(trainers, rollouts, bad);
   EXPECT_EQ(s.code(), WSYNC_ERR_MISMATCH) << s.toString();
   EXPECT_NE(s.message().find("tensor 'w'"), std::string::npos) << s.message();
@@ -602,7 +689,7 @@ TEST(ReferenceExecutor, DetectsWrongOffsetsMissingAndDoubleWrites) {
   EXPECT_NE(s.message().find("written 2 time(s)"), std::string::npos) << s.message();
 
   bad = good;
-  bad.writes[0].region.count[0] = 100;  // outside both buffers
+  bad.writes[0].run = 100;  // outside both buffers
   s = executeAndVerify(trainers, rollouts, bad);
   EXPECT_EQ(s.code(), WSYNC_ERR_INVALID_ARGUMENT) << s.toString();
 

@@ -236,8 +236,7 @@ Result<CudaIpcProcessInfo> decodeCudaIpcAddress(const std::vector<uint8_t>& addr
   return info;
 }
 
-// ---- the transport
-// -------------------------------------------------------------------------------
+// ---- the transport ------------------------------------------------------------------------------
 
 void CudaIpcTransport::StreamDeleter::operator()(cudaStream_t stream) const {
   (void)cudaCheck(cudaStreamDestroy(stream), "cudaStreamDestroy");

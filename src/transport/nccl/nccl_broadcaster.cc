@@ -30,7 +30,8 @@ Status ncclFailure(const std::string& what, ncclResult_t r) {
 
 std::string ranksText(const std::vector<int32_t>& ranks) {
   std::string s = "{";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? "," : "") + std::to_string(ranks[i]);
   return s + "}";
 }
 
@@ -95,8 +96,8 @@ Status validateComms(const std::vector<BroadcastComm>& comms, int nccl_world) {
   for (size_t i = 0; i < comms.size(); ++i) {
     const BroadcastComm& c = comms[i];
     const std::string name = "broadcast communicator " + std::to_string(c.id) + " (entry " +
-                             std::to_string(i) + ", NCCL world ranks " +
-                             ranksText(c.world_ranks) + ")";
+                             std::to_string(i) + ", NCCL world ranks " + ranksText(c.world_ranks) +
+                             ")";
     if (!seen.emplace(c.id, i).second) {
       return invalidArgument(name + " repeats the id of entry " + std::to_string(seen[c.id]));
     }
@@ -150,8 +151,8 @@ Result<std::unique_ptr<NcclBroadcaster>> NcclBroadcaster::create(
   int device_count = 0;
   const cudaError_t count_err = cudaGetDeviceCount(&device_count);
   if (count_err != cudaSuccess) {
-    return systemError(who + ": no usable CUDA device (cudaGetDeviceCount: " +
-                       cudaText(count_err) + ")");
+    return systemError(who + ": no usable CUDA device (cudaGetDeviceCount: " + cudaText(count_err) +
+                       ")");
   }
   if (options.device < 0 || options.device >= device_count) {
     return invalidArgument(who + ": CUDA device " + std::to_string(options.device) +
@@ -191,8 +192,7 @@ Result<std::unique_ptr<NcclBroadcaster>> NcclBroadcaster::create(
   b->comms_.reserve(all_comms.size());
   for (size_t i = 0; i < all_comms.size(); ++i) {
     const BroadcastComm& c = all_comms[i];
-    const bool member =
-        std::binary_search(c.world_ranks.begin(), c.world_ranks.end(), nccl_rank);
+    const bool member = std::binary_search(c.world_ranks.begin(), c.world_ranks.end(), nccl_rank);
     b->comms_.push_back({c.id, c.world_ranks, nullptr});
     b->comm_index_.emplace(c.id, i);
     const std::string what = who + ": ncclCommSplit for broadcast communicator " +
@@ -252,8 +252,10 @@ NcclBroadcaster::~NcclBroadcaster() {
       }
     }
     if (ok) {
-      for (ncclComm_t comm : all) ncclCommDestroy(comm);
-      for (Comm& c : comms_) c.handle = nullptr;
+      for (ncclComm_t comm : all)
+        ncclCommDestroy(comm);
+      for (Comm& c : comms_)
+        c.handle = nullptr;
       world_comm_ = nullptr;
     }
   }
@@ -282,15 +284,14 @@ Status NcclBroadcaster::failAndAbort(Status status) {
 Status NcclBroadcaster::post(int32_t comm_id, int32_t root, void* data, size_t bytes) {
   const std::string what = "NCCL broadcast of " + std::to_string(bytes) +
                            " bytes on communicator " + std::to_string(comm_id) + " from rank " +
-                           std::to_string(root) + " (this NCCL rank " + std::to_string(rank_) +
-                           ")";
+                           std::to_string(root) + " (this NCCL rank " + std::to_string(rank_) + ")";
   if (aborted_) return invalidUsage(what + ": the broadcaster was aborted after a failure");
   const auto it = comm_index_.find(comm_id);
   if (it == comm_index_.end()) return invalidArgument(what + ": no such communicator");
   const Comm& c = comms_[it->second];
   if (c.handle == nullptr) {
-    return invalidUsage(what + ": this rank is not a member (members " +
-                        ranksText(c.world_ranks) + ")");
+    return invalidUsage(what + ": this rank is not a member (members " + ranksText(c.world_ranks) +
+                        ")");
   }
   if (!std::binary_search(c.world_ranks.begin(), c.world_ranks.end(), root)) {
     return invalidArgument(what + ": the root is not a member (members " +
@@ -334,8 +335,8 @@ Status NcclBroadcaster::ensureStaging(size_t bytes) {
 }
 
 Status NcclBroadcaster::launch(cudaStream_t stream) {
-  const std::string who = "NCCL rank " + std::to_string(rank_) + " (CUDA device " +
-                          std::to_string(device_) + ")";
+  const std::string who =
+      "NCCL rank " + std::to_string(rank_) + " (CUDA device " + std::to_string(device_) + ")";
   if (aborted_) return invalidUsage(who + ": launch after the broadcaster was aborted");
   if (in_flight_) return invalidUsage(who + ": launch before the previous launch was waited for");
   std::vector<PostedBroadcast> posts;
@@ -375,7 +376,8 @@ Status NcclBroadcaster::launch(cudaStream_t stream) {
   for (size_t begin = 0; begin < plan.buckets.size();) {
     const int32_t ci = plan.buckets[begin].comm;
     size_t end = begin;
-    while (end < plan.buckets.size() && plan.buckets[end].comm == ci) ++end;
+    while (end < plan.buckets.size() && plan.buckets[end].comm == ci)
+      ++end;
     const Comm& c = comms_[static_cast<size_t>(ci)];
     const std::string what = who + ": broadcasts on communicator " + std::to_string(c.id) +
                              " (NCCL world ranks " + ranksText(c.world_ranks) + ")";
@@ -404,10 +406,10 @@ Status NcclBroadcaster::launch(cudaStream_t stream) {
     if (r == ncclSuccess || r == ncclInProgress) r = pollComm(c.handle, options_.timeout);
     if (r == ncclSuccess) r = first_error;
     if (r == ncclInProgress) {
-      return failAndAbort(timeoutError(
-          what + " were not handed to the stream within " +
-          std::to_string(options_.timeout.count()) +
-          " ms (NCCL connects peers on first use: did every member launch them?)"));
+      return failAndAbort(
+          timeoutError(what + " were not handed to the stream within " +
+                       std::to_string(options_.timeout.count()) +
+                       " ms (NCCL connects peers on first use: did every member launch them?)"));
     }
     if (r != ncclSuccess) return failAndAbort(ncclFailure(what, r));
 
@@ -437,8 +439,8 @@ Status NcclBroadcaster::launch(cudaStream_t stream) {
 }
 
 Status NcclBroadcaster::wait(cudaStream_t stream, std::chrono::milliseconds timeout) {
-  const std::string who = "NCCL rank " + std::to_string(rank_) + " (CUDA device " +
-                          std::to_string(device_) + ")";
+  const std::string who =
+      "NCCL rank " + std::to_string(rank_) + " (CUDA device " + std::to_string(device_) + ")";
   if (aborted_) return invalidUsage(who + ": wait after the broadcaster was aborted");
   if (!in_flight_) return Status::ok();
   if (stream != launched_stream_) {

@@ -1,0 +1,50 @@
+#include "coordinator/broadcast_comms.h"
+
+#include <algorithm>
+#include <map>
+
+namespace wsync {
+
+BroadcastCommMap mapBroadcastComms(const Plan& plan, const std::vector<int32_t>& trainer_world,
+                                   const std::vector<int32_t>& rollout_world) {
+  BroadcastCommMap map;
+  std::map<std::vector<int32_t>, int32_t> ids;
+  map.group_comm.reserve(plan.groups.size());
+  for (const BroadcastGroup& group : plan.groups) {
+    std::vector<int32_t> members{trainer_world[static_cast<size_t>(group.src.rank)]};
+    for (const BufferSpan& d : group.dst)
+      members.push_back(rollout_world[static_cast<size_t>(d.rank)]);
+    std::sort(members.begin(), members.end());
+    auto [it, inserted] = ids.emplace(members, static_cast<int32_t>(map.comms.size()));
+    if (inserted) map.comms.push_back({it->second, members});
+    map.group_comm.push_back(it->second);
+  }
+  return map;
+}
+
+void rankBroadcastComms(const Plan& plan, const BroadcastCommMap& map, Role role, int32_t rank,
+                        std::vector<BroadcastComm>* comms, std::vector<int32_t>* group_comm) {
+  comms->clear();
+  group_comm->clear();
+  std::vector<int32_t> global_of_group;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const BroadcastGroup& group = plan.groups[g];
+    const bool member = role == Role::kTrainer
+                            ? group.src.rank == rank
+                            : std::any_of(group.dst.begin(), group.dst.end(),
+                                          [&](const BufferSpan& d) { return d.rank == rank; });
+    if (member) global_of_group.push_back(map.group_comm[g]);
+  }
+  std::vector<int32_t> ids = global_of_group;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::map<int32_t, int32_t> local;
+  for (int32_t id : ids) {
+    local[id] = static_cast<int32_t>(comms->size());
+    comms->push_back(map.comms[static_cast<size_t>(id)]);
+  }
+  for (int32_t id : global_of_group)
+    group_comm->push_back(local[id]);
+}
+
+}  // namespace wsync

@@ -1,0 +1,67 @@
+// Plan -> broadcast communicators: the mapping MPI (host) and NCCL (device) groups both use.
+#include <gtest/gtest.h>
+
+#include "coordinator/broadcast_comms.h"
+
+namespace wsync {
+namespace {
+
+BroadcastGroup group(int32_t src, std::vector<int32_t> dst, int32_t replica) {
+  BroadcastGroup g;
+  g.src.rank = src;
+  for (int32_t d : dst)
+    g.dst.push_back({d, 0, 0});
+  g.replica = replica;
+  return g;
+}
+
+TEST(BroadcastComms, OneCommunicatorPerMemberSetInPlanOrder) {
+  Plan plan;
+  // trainers 0,1 are world ranks 0,1; rollouts 0..3 are world ranks 2..5 (2 replicas of 2).
+  plan.groups = {group(1, {2, 3}, 1), group(0, {0, 1}, 0), group(1, {2, 3}, 1),
+                 group(1, {0, 1}, 0)};
+  const BroadcastCommMap map = mapBroadcastComms(plan, {0, 1}, {2, 3, 4, 5});
+  ASSERT_EQ(map.comms.size(), 3u);
+  EXPECT_EQ(map.comms[0].world_ranks, (std::vector<int32_t>{1, 4, 5}));
+  EXPECT_EQ(map.comms[1].world_ranks, (std::vector<int32_t>{0, 2, 3}));
+  EXPECT_EQ(map.comms[2].world_ranks, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(map.group_comm, (std::vector<int32_t>{0, 1, 0, 2}));
+  for (size_t i = 0; i < map.comms.size(); ++i)
+    EXPECT_EQ(map.comms[i].id, static_cast<int32_t>(i));
+}
+
+TEST(BroadcastComms, EachRankGetsItsCommunicatorsAndGroupIndices) {
+  Plan plan;
+  plan.groups = {group(1, {2, 3}, 1), group(0, {0, 1}, 0), group(1, {2, 3}, 1),
+                 group(1, {0, 1}, 0)};
+  const BroadcastCommMap map = mapBroadcastComms(plan, {0, 1}, {2, 3, 4, 5});
+  std::vector<BroadcastComm> comms;
+  std::vector<int32_t> group_comm;
+  // Trainer 1 sends groups 0, 2 (comm 0) and 3 (comm 2).
+  rankBroadcastComms(plan, map, Role::kTrainer, 1, &comms, &group_comm);
+  ASSERT_EQ(comms.size(), 2u);
+  EXPECT_EQ(comms[0].id, 0);
+  EXPECT_EQ(comms[1].id, 2);
+  EXPECT_EQ(group_comm, (std::vector<int32_t>{0, 0, 1}));
+  // Rollout 0 (world 2) receives groups 1 (comm 1) and 3 (comm 2), in increasing id.
+  rankBroadcastComms(plan, map, Role::kRollout, 0, &comms, &group_comm);
+  ASSERT_EQ(comms.size(), 2u);
+  EXPECT_EQ(comms[0].id, 1);
+  EXPECT_EQ(comms[1].id, 2);
+  EXPECT_EQ(group_comm, (std::vector<int32_t>{0, 1}));
+  // Rollout 3 is in comm 0 only; trainer 0 in comm 1 only.
+  rankBroadcastComms(plan, map, Role::kRollout, 3, &comms, &group_comm);
+  EXPECT_EQ(group_comm, (std::vector<int32_t>{0, 0}));
+  rankBroadcastComms(plan, map, Role::kTrainer, 0, &comms, &group_comm);
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].world_ranks, (std::vector<int32_t>{0, 2, 3}));
+}
+
+TEST(BroadcastComms, NoGroupsNoCommunicators) {
+  const BroadcastCommMap map = mapBroadcastComms(Plan{}, {0}, {1});
+  EXPECT_TRUE(map.comms.empty());
+  EXPECT_TRUE(map.group_comm.empty());
+}
+
+}  // namespace
+}  // namespace wsync

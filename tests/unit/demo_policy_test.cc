@@ -1,0 +1,100 @@
+// The demo policy's Llama-3-8B preset: real names, shapes and parameter count, and layouts that
+// cover every element (the device-memory sync benchmark relies on both).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trainer_integration/demo_policy.h"
+
+namespace {
+
+using wsync_demo::BufferSpec;
+using wsync_demo::TensorSpec;
+
+std::map<std::string, std::vector<int64_t>> shapesByName(const std::vector<TensorSpec>& tensors) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const TensorSpec& t : tensors)
+    out[t.name] = t.shape;
+  return out;
+}
+
+// Elements of every tensor covered by the pieces of `layout`, by tensor index.
+std::vector<int64_t> coveredElements(size_t num_tensors, const std::vector<BufferSpec>& layout) {
+  std::vector<int64_t> covered(num_tensors, 0);
+  for (const BufferSpec& b : layout) {
+    for (const auto& p : b.pieces) {
+      int64_t n = 1;
+      for (int64_t e : p.extent)
+        n *= e;
+      covered[static_cast<size_t>(p.tensor)] += n;
+    }
+  }
+  return covered;
+}
+
+TEST(DemoPolicy, Llama3_8bHasTheRealTensorsAndParameterCount) {
+  const auto tensors = wsync_demo::policyTensors(wsync_demo::llama3_8b());
+  EXPECT_EQ(tensors.size(), 291u);
+  EXPECT_EQ(wsync_demo::totalElements(tensors), int64_t{8030261248});
+  const auto shapes = shapesByName(tensors);
+  EXPECT_EQ(shapes.size(), tensors.size()) << "duplicate tensor names";
+  using Shape = std::vector<int64_t>;
+  EXPECT_EQ(shapes.at("model.embed_tokens.weight"), (Shape{128256, 4096}));
+  EXPECT_EQ(shapes.at("lm_head.weight"), (Shape{128256, 4096}));
+  EXPECT_EQ(shapes.at("model.norm.weight"), (Shape{4096}));
+  EXPECT_EQ(shapes.at("model.layers.31.input_layernorm.weight"), (Shape{4096}));
+  EXPECT_EQ(shapes.at("model.layers.31.post_attention_layernorm.weight"), (Shape{4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.self_attn.q_proj.weight"), (Shape{4096, 4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.self_attn.k_proj.weight"), (Shape{1024, 4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.self_attn.v_proj.weight"), (Shape{1024, 4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.self_attn.o_proj.weight"), (Shape{4096, 4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.gate_proj.weight"), (Shape{14336, 4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.up_proj.weight"), (Shape{14336, 4096}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.down_proj.weight"), (Shape{4096, 14336}));
+  EXPECT_EQ(shapes.count("model.layers.32.input_layernorm.weight"), 0u);
+}
+
+TEST(DemoPolicy, DefaultShapeKeepsTheSmallPolicy) {
+  const auto tensors = wsync_demo::policyTensors(wsync_demo::PolicyShape{});
+  EXPECT_EQ(tensors.size(), 34u);  // embed, 4 layers of 8, final norm
+  const auto shapes = shapesByName(tensors);
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u);
+  EXPECT_EQ(shapes.count("model.layers.0.post_attention_layernorm.weight"), 0u);
+  EXPECT_EQ(tensors.back().name, "model.norm.weight");
+}
+
+TEST(DemoPolicy, Llama3_8bLayoutsCoverEveryElement) {
+  const auto tensors = wsync_demo::policyTensors(wsync_demo::llama3_8b());
+  // Trainers: Shard(0) over 2 ranks, every element exactly once.
+  std::vector<int64_t> trainers(tensors.size(), 0);
+  for (int r = 0; r < 2; ++r) {
+    const auto c = coveredElements(tensors.size(), wsync_demo::trainerLayout(tensors, 2, r));
+    for (size_t t = 0; t < tensors.size(); ++t)
+      trainers[t] += c[t];
+  }
+  // Rollouts: TP 2 in each layout, every element once (replicated norms: once per rank).
+  for (auto layout : {wsync_demo::RolloutLayout::kMixed, wsync_demo::RolloutLayout::kMatch,
+                      wsync_demo::RolloutLayout::kDiffer}) {
+    std::vector<int64_t> rollouts(tensors.size(), 0);
+    for (int r = 0; r < 2; ++r) {
+      const auto c =
+          coveredElements(tensors.size(), wsync_demo::rolloutLayout(tensors, layout, 2, r));
+      for (size_t t = 0; t < tensors.size(); ++t)
+        rollouts[t] += c[t];
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      int64_t n = 1;
+      for (int64_t d : tensors[t].shape)
+        n *= d;
+      EXPECT_EQ(trainers[t], n) << tensors[t].name;
+      const bool replicated =
+          tensors[t].shape.size() == 1 && layout != wsync_demo::RolloutLayout::kMatch;
+      EXPECT_EQ(rollouts[t], replicated ? 2 * n : n)
+          << tensors[t].name << " in layout " << static_cast<int>(layout);
+    }
+  }
+}
+
+}  // namespace

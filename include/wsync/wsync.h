@@ -69,7 +69,11 @@ typedef struct wsync_lease_s* wsync_lease_t;     /**< a reader's hold on one rea
 /** A CUDA stream (the same type as cudaStream_t); NULL is the legacy default stream. */
 typedef struct CUstream_st* wsync_cuda_stream_t;
 
-typedef enum { WSYNC_ROLE_TRAINER = 0, WSYNC_ROLE_ROLLOUT = 1 } wsync_role_t;
+typedef enum {
+  WSYNC_ROLE_TRAINER = 0,
+  WSYNC_ROLE_ROLLOUT = 1,
+  WSYNC_ROLE_FORCE_INT32_ = 0x7fffffff
+} wsync_role_t;
 
 typedef enum {
   /** Under mpirun: MPI_COMM_WORLD holds every trainer and rollout (and optionally one
@@ -79,7 +83,8 @@ typedef enum {
   WSYNC_BOOTSTRAP_MPI = 0,
   /** No MPI: rank, counts and coordinator address come from the config (a separately launched
    *  wsync-coordinator). Matching layouts then also travel by one-sided writes. */
-  WSYNC_BOOTSTRAP_EXPLICIT = 1
+  WSYNC_BOOTSTRAP_EXPLICIT = 1,
+  WSYNC_BOOTSTRAP_FORCE_INT32_ = 0x7fffffff
 } wsync_bootstrap_t;
 
 /** Context configuration. Initialize with WSYNC_CONFIG_INITIALIZER, then set fields: fields added

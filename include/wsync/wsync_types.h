@@ -23,7 +23,8 @@ typedef enum {
   WSYNC_ERR_PROTOCOL = 9,         /**< a malformed, truncated or unauthenticated message */
   WSYNC_ERR_UNSUPPORTED = 10,     /**< valid, but not supported by this build or machine */
   WSYNC_ERR_ABORTED = 11,         /**< the context was aborted */
-  WSYNC_ERR_INTERNAL = 12         /**< a bug in wsync; the message says where */
+  WSYNC_ERR_INTERNAL = 12,        /**< a bug in wsync; the message says where */
+  WSYNC_STATUS_FORCE_INT32_ = 0x7fffffff
 } wsync_status_t;
 
 /** Element types. Sizes: float32 4, bfloat16/float16 2, float8 1, intN N/8, uint8 1, bool 1. */
@@ -39,13 +40,16 @@ typedef enum {
   WSYNC_DTYPE_INT64 = 8,
   WSYNC_DTYPE_UINT8 = 9,
   WSYNC_DTYPE_BOOL = 10,
-  WSYNC_DTYPE_COUNT_ = 11 /**< number of dtypes; not a dtype */
+  WSYNC_DTYPE_COUNT_ = 11,              /**< number of dtypes; not a dtype */
+  WSYNC_DTYPE_FORCE_INT32_ = 0x7fffffff /**< keeps the type 32-bit; any int a caller passes is
+                                             then a value of it (and rejected when invalid) */
 } wsync_dtype_t;
 
 /** Where a buffer lives. */
 typedef enum {
   WSYNC_MEMORY_HOST = 0,
-  WSYNC_MEMORY_DEVICE = 1 /**< CUDA device memory */
+  WSYNC_MEMORY_DEVICE = 1, /**< CUDA device memory */
+  WSYNC_MEMORY_FORCE_INT32_ = 0x7fffffff
 } wsync_memory_kind_t;
 
 /** A short, static, human-readable name for a status ("WSYNC_ERR_TIMEOUT", ...). */

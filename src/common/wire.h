@@ -34,6 +34,7 @@ class ByteWriter {
     bytes(s.data(), s.size());
   }
   void bytes(const void* p, size_t n) {
+    if (n == 0) return;
     const auto* b = static_cast<const uint8_t*>(p);
     buf_.insert(buf_.end(), b, b + n);
   }
@@ -99,6 +100,7 @@ class ByteReader {
   }
   bool bytes(void* out, size_t n) {
     if (!need(n)) return false;
+    if (n == 0) return true;  // `out` may be null (an empty vector's data())
     std::memcpy(out, p_, n);
     p_ += n;
     return true;

@@ -1122,6 +1122,7 @@ class PlanBuilder {
     load_.assign(static_cast<size_t>(num_trainers_), 0);
     last_.assign(static_cast<size_t>(num_trainers_), LastOp{});
     pair_count_.assign(static_cast<size_t>(num_trainers_) * static_cast<size_t>(num_rollouts_), 0);
+    if (options_.allow_broadcast) plan_.groups.reserve(rollout_refs_.size());  // at most one each
     for (size_t proc = 0; proc < proc_tensor_.size(); ++proc) {
       const int32_t id = proc_tensor_[proc];
       buildSources(proc, /*for_groups=*/options_.allow_broadcast);
@@ -1373,6 +1374,9 @@ class PlanBuilder {
   }
 
   void finishPlan() {
+    if (plan_.groups.capacity() - plan_.groups.size() > plan_.groups.size() / 8) {
+      plan_.groups.shrink_to_fit();
+    }
     plan_.tensors.reserve(tensors_.size());
     for (const TensorInfo& t : tensors_)
       plan_.tensors.push_back({std::string(t.name), *t.shape});

@@ -93,7 +93,8 @@ Result<int32_t> Context::registerBuffer(LocalBuffer buffer, void* data) {
   if (buffer.memory == MemoryKind::kDevice) {
     if (!deviceUsable(options_.cuda_device)) {
       return Status(WSYNC_ERR_UNSUPPORTED,
-                    where + ": device memory needs a CUDA build and a usable config.cuda_device (got " +
+                    where +
+                        ": device memory needs a CUDA build and a usable config.cuda_device (got " +
                         std::to_string(options_.cuda_device) + ")");
     }
     if (data != nullptr) {

@@ -31,7 +31,8 @@ bool deviceUsable(int device) {
 
 Result<std::string> deviceIdentity(int device) {
   cudaDeviceProp prop{};
-  WSYNC_RETURN_IF_ERROR(cudaStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  WSYNC_RETURN_IF_ERROR(
+      cudaStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   std::string id = std::string(host) + "/GPU-";
@@ -60,7 +61,9 @@ Status checkDevicePointer(const void* p, int device, const std::string& what) {
   return Status::ok();
 }
 
-Status setDevice(int device) { return cudaStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"); }
+Status setDevice(int device) {
+  return cudaStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+}
 
 Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
   WSYNC_RETURN_IF_ERROR(setDevice(device));
@@ -83,7 +86,8 @@ DeviceBuffer::~DeviceBuffer() {
 Result<DeviceStream> DeviceStream::create(int device) {
   WSYNC_RETURN_IF_ERROR(setDevice(device));
   DeviceStream s;
-  WSYNC_RETURN_IF_ERROR(cudaStatus(cudaStreamCreateWithFlags(&s.stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  WSYNC_RETURN_IF_ERROR(
+      cudaStatus(cudaStreamCreateWithFlags(&s.stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   s.device_ = device;
   return s;
 }
@@ -96,7 +100,8 @@ DeviceStream::~DeviceStream() {
 
 Status streamWaitFor(CudaStreamHandle waiter, CudaStreamHandle producer) {
   cudaEvent_t ev = nullptr;
-  WSYNC_RETURN_IF_ERROR(cudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
+  WSYNC_RETURN_IF_ERROR(
+      cudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
   Status s = cudaStatus(cudaEventRecord(ev, producer), "cudaEventRecord");
   if (s.isOk()) s = cudaStatus(cudaStreamWaitEvent(waiter, ev, 0), "cudaStreamWaitEvent");
   cudaEventDestroy(ev);  // safe: destruction is deferred until the event completes
@@ -110,7 +115,8 @@ Status streamSync(CudaStreamHandle stream, std::chrono::milliseconds timeout) {
     if (e == cudaSuccess) return Status::ok();
     if (e != cudaErrorNotReady) return cudaStatus(e, "device work failed");
     if (std::chrono::steady_clock::now() >= deadline) {
-      return timeoutError("device work did not finish within " + std::to_string(timeout.count()) + " ms");
+      return timeoutError("device work did not finish within " + std::to_string(timeout.count()) +
+                          " ms");
     }
     std::this_thread::yield();
   }
@@ -126,31 +132,59 @@ Status convertRegionAsync(const void* src, DType from, void* dst, DType to, cons
   return launchCopyRegion(src, from, dst, to, region, 1.0f, stream);
 }
 
-bool deviceCanConvertTypes(DType from, DType to) { return deviceCanConvert(from, to); }
+bool deviceCanConvertTypes(DType from, DType to) {
+  return deviceCanConvert(from, to);
+}
 
 #else  // no CUDA in this build
 
 namespace {
-Status noCuda() { return Status(WSYNC_ERR_UNSUPPORTED, "this build of wsync has no CUDA"); }
+Status noCuda() {
+  return Status(WSYNC_ERR_UNSUPPORTED, "this build of wsync has no CUDA");
+}
 }  // namespace
-bool deviceUsable(int) { return false; }
-Result<std::string> deviceIdentity(int) { return noCuda(); }
-Status checkDevicePointer(const void*, int, const std::string&) { return noCuda(); }
-Status setDevice(int) { return noCuda(); }
-Result<DeviceBuffer> DeviceBuffer::allocate(size_t, int) { return noCuda(); }
+bool deviceUsable(int) {
+  return false;
+}
+Result<std::string> deviceIdentity(int) {
+  return noCuda();
+}
+Status checkDevicePointer(const void*, int, const std::string&) {
+  return noCuda();
+}
+Status setDevice(int) {
+  return noCuda();
+}
+Result<DeviceBuffer> DeviceBuffer::allocate(size_t, int) {
+  return noCuda();
+}
 DeviceBuffer::~DeviceBuffer() = default;
-Result<DeviceStream> DeviceStream::create(int) { return noCuda(); }
+Result<DeviceStream> DeviceStream::create(int) {
+  return noCuda();
+}
 DeviceStream::~DeviceStream() = default;
-Status streamWaitFor(CudaStreamHandle, CudaStreamHandle) { return noCuda(); }
-Status streamSync(CudaStreamHandle, std::chrono::milliseconds) { return noCuda(); }
-Status copyAsync(void*, const void*, size_t, CudaStreamHandle) { return noCuda(); }
-Status convertRegionAsync(const void*, DType, void*, DType, const Region&, CudaStreamHandle) { return noCuda(); }
-bool deviceCanConvertTypes(DType, DType) { return false; }
+Status streamWaitFor(CudaStreamHandle, CudaStreamHandle) {
+  return noCuda();
+}
+Status streamSync(CudaStreamHandle, std::chrono::milliseconds) {
+  return noCuda();
+}
+Status copyAsync(void*, const void*, size_t, CudaStreamHandle) {
+  return noCuda();
+}
+Status convertRegionAsync(const void*, DType, void*, DType, const Region&, CudaStreamHandle) {
+  return noCuda();
+}
+bool deviceCanConvertTypes(DType, DType) {
+  return false;
+}
 
 #endif
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), device_(o.device_) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      device_(o.device_) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     DeviceBuffer old(std::move(*this));
@@ -160,7 +194,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   }
   return *this;
 }
-DeviceStream::DeviceStream(DeviceStream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)), device_(o.device_) {}
+DeviceStream::DeviceStream(DeviceStream&& o) noexcept
+    : stream_(std::exchange(o.stream_, nullptr)), device_(o.device_) {}
 DeviceStream& DeviceStream::operator=(DeviceStream&& o) noexcept {
   if (this != &o) {
     DeviceStream old(std::move(*this));

@@ -41,6 +41,7 @@ bool hostCanConvert(DType from, DType to) {
 }
 
 Status convertHost(const void* src, DType from, void* dst, DType to, int64_t count) {
+  if (count <= 0) return Status::ok();
   if (from == to) {
     std::memcpy(dst, src, static_cast<size_t>(count) * dtypeSize(from));
     return Status::ok();

@@ -97,7 +97,8 @@ Result<uint64_t> RolloutContext::copyFlip(uint64_t version, CudaStreamHandle str
   }
   for (int32_t i = 0; i < numBuffers(); ++i) {
     void* live = buffer_data_[static_cast<size_t>(i)];
-    if (live == nullptr) continue;
+    if (live == nullptr || registration_.buffers[static_cast<size_t>(i)].num_elements == 0)
+      continue;
     const LocalBuffer& b = registration_.buffers[static_cast<size_t>(i)];
     const size_t bytes = static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype);
     if (device) {

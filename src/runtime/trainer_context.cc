@@ -217,6 +217,7 @@ Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version
     } else {
       for (size_t i = 0; i < registration_.buffers.size(); ++i) {
         const LocalBuffer& b = registration_.buffers[i];
+        if (b.num_elements == 0) continue;  // an empty buffer may have no data pointer
         std::memcpy(snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
                     static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype));
       }

@@ -105,8 +105,11 @@ class Result {
   } while (0)
 
 // `lhs = value of expr` (a Result<T>), or returns its Status from the enclosing function.
+// `lhs` may be a declaration, so it cannot be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define WSYNC_ASSIGN_OR_RETURN(lhs, expr)                   \
   auto WSYNC_CONCAT_(wsync_result_, __LINE__) = (expr);     \
   if (!WSYNC_CONCAT_(wsync_result_, __LINE__).isOk())       \
     return WSYNC_CONCAT_(wsync_result_, __LINE__).status(); \
   lhs = std::move(WSYNC_CONCAT_(wsync_result_, __LINE__)).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -372,7 +372,7 @@ Result<std::unique_ptr<FrameChannel>> FrameChannel::connect(const std::string& h
 Status FrameChannel::handshake(SteadyClock::time_point deadline) {
   using namespace control_wire;
   const std::string who = "the server " + peer_;
-  auto fail = [&](Status st) {
+  auto fail = [&](const Status& st) {
     if (st.code() == WSYNC_ERR_TIMEOUT) {
       return timeoutError(who + " did not complete the handshake in time");
     }

@@ -141,7 +141,7 @@ class Coordinator::Impl {
     if (opt_.log) opt_.log("[wsync coordinator] " + line);
   }
 
-  void finish(Status status) {
+  void finish(const Status& status) {
     if (phase_ == Phase::kDone || phase_ == Phase::kFailed) return;
     phase_ = status.isOk() ? Phase::kDone : Phase::kFailed;
     {

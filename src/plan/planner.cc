@@ -362,7 +362,7 @@ struct PieceRef {
 
 struct TensorInfo {
   std::string_view name;  // both point into a registration (which outlives the planner)
-  const Dims* shape;
+  const Dims* shape = nullptr;
   Role first_role = Role::kTrainer;  // who declared it first (for mismatch messages)
   int32_t first_rank = 0;            // trainers are declared first: first_role == kTrainer iff some
                                      // trainer declares the tensor

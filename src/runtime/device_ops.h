@@ -33,7 +33,7 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
+  ~DeviceBuffer();  // NOLINT(performance-trivially-destructible): cudaFree with CUDA
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 
@@ -52,7 +52,7 @@ class DeviceStream {
   DeviceStream& operator=(DeviceStream&& o) noexcept;
   DeviceStream(const DeviceStream&) = delete;
   DeviceStream& operator=(const DeviceStream&) = delete;
-  ~DeviceStream();
+  ~DeviceStream();  // NOLINT(performance-trivially-destructible): cudaStreamDestroy
   CudaStreamHandle get() const { return stream_; }
 
  private:

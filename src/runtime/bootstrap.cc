@@ -219,8 +219,8 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
                                                             control, options.timeout));
   WSYNC_RETURN_IF_ERROR(
       job.channel->send(static_cast<uint16_t>(MessageType::kHello), encode(hello)));
-  WSYNC_ASSIGN_OR_RETURN(Frame welcome,
-                         expectFrame(*job.channel, MessageType::kWelcome, options.timeout));
+  WSYNC_ASSIGN_OR_RETURN(Frame welcome, expectFrame(*job.channel, MessageType::kWelcome,
+                                                    options.timeout + kCoordinatorReplyGrace));
   WSYNC_RETURN_IF_ERROR(decode(welcome.payload, job.welcome));
   return job;
 }

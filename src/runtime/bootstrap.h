@@ -43,6 +43,10 @@ Status ensureMpiInitialized();
 // has joined). TIMEOUT names what did not arrive.
 Result<JobConnection> joinJob(const BootstrapOptions& options);
 
+// Replies the coordinator itself bounds by the job's timeout are awaited this much longer, so its
+// error (which names the missing rank) arrives before the rank's own wait gives up.
+inline constexpr std::chrono::milliseconds kCoordinatorReplyGrace{5000};
+
 // Waits for a frame of type `expected`; an Error frame becomes its status; anything else is a
 // protocol error. Used while the calling thread owns the channel (create, commit).
 Result<Frame> expectFrame(FrameChannel& channel, MessageType expected,

@@ -175,7 +175,8 @@ Status Context::commit() {
   }
   reg.registration = encodeRegistration(registration_);
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kRegister, encode(reg)));
-  Result<Frame> frame = expectFrame(*job_.channel, MessageType::kPlanAssignment, options_.timeout);
+  Result<Frame> frame = expectFrame(*job_.channel, MessageType::kPlanAssignment,
+                                    options_.timeout + kCoordinatorReplyGrace);
   if (!frame.isOk()) return fail(frame.status());
   PlanAssignmentMsg assignment;
   WSYNC_RETURN_IF_ERROR(decode(frame->payload, assignment));
@@ -191,7 +192,8 @@ Status Context::commit() {
     return fail(s);
   }
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kCommitDone, encode(VersionMsg{0})));
-  frame = expectFrame(*job_.channel, MessageType::kCommitOk, options_.timeout);
+  frame =
+      expectFrame(*job_.channel, MessageType::kCommitOk, options_.timeout + kCoordinatorReplyGrace);
   if (!frame.isOk()) return fail(frame.status());
   WSYNC_RETURN_IF_ERROR(startRunning());
   committed_ = true;

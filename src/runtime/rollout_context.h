@@ -10,9 +10,9 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
-#include "transport/write_transport.h"
 #include "store/slot_store.h"
 #include "transport/mpi/host_broadcast.h"
+#include "transport/write_transport.h"
 
 namespace wsync {
 
@@ -49,7 +49,7 @@ class RolloutContext final : public Context {
   void stopReceiver();
 
   std::unique_ptr<WriteTransport> transport_;  // exposes the slots to the trainers
-  DeviceStream flip_stream_;                    // copy flips without a caller stream
+  DeviceStream flip_stream_;                   // copy flips without a caller stream
   std::unique_ptr<SlotStore> store_;
   std::vector<std::unique_ptr<ExposedMemory>> slots_;
   std::vector<uint64_t> buffer_byte_offsets_;

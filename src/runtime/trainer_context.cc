@@ -259,8 +259,8 @@ void TrainerContext::publisherLoop() {
 Status TrainerContext::publishOne(uint64_t version) {
   const std::string what = "version " + std::to_string(version);
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame go_frame,
-                         expectFrame(*job_.channel, MessageType::kGo, options_.timeout));
+  WSYNC_ASSIGN_OR_RETURN(Frame go_frame, expectFrame(*job_.channel, MessageType::kGo,
+                                                     options_.timeout + kCoordinatorReplyGrace));
   GoMsg go;
   WSYNC_RETURN_IF_ERROR(decode(go_frame.payload, go));
   if (go.version != version) {
@@ -282,8 +282,8 @@ Status TrainerContext::publishOne(uint64_t version) {
   }
   queue_cv_.notify_all();
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kSent, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame delivered,
-                         expectFrame(*job_.channel, MessageType::kDelivered, options_.timeout));
+  WSYNC_ASSIGN_OR_RETURN(Frame delivered, expectFrame(*job_.channel, MessageType::kDelivered,
+                                                      options_.timeout + kCoordinatorReplyGrace));
   VersionMsg d;
   WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
   if (d.version != version)

@@ -43,10 +43,11 @@ class TrainerContext final : public Context {
 
   // Queues version `version` (strictly increasing). Snapshot mode copies the buffers first (waiting
   // for the previous version's transfer to leave the staging buffer). Device memory: the version is
-  // what `stream` (null: the legacy default stream) has produced when publish is called; in snapshot
-  // mode, work the caller enqueues on `stream` afterwards starts after the snapshot copy, and
-  // publish returns without waiting for the device.
-  Result<std::shared_ptr<PublishRequest>> publish(uint64_t version, CudaStreamHandle stream = nullptr);
+  // what `stream` (null: the legacy default stream) has produced when publish is called; in
+  // snapshot mode, work the caller enqueues on `stream` afterwards starts after the snapshot copy,
+  // and publish returns without waiting for the device.
+  Result<std::shared_ptr<PublishRequest>> publish(uint64_t version,
+                                                  CudaStreamHandle stream = nullptr);
 
   void abort() override;
   Status finalize() override;
@@ -71,7 +72,7 @@ class TrainerContext final : public Context {
   std::unique_ptr<HostBroadcaster> broadcaster_;
 
   MemoryKind memory_ = MemoryKind::kHost;  // of every buffer of this rank
-  DeviceStream stream_;                     // device memory: snapshot copies and conversions
+  DeviceStream stream_;                    // device memory: snapshot copies and conversions
   std::unique_ptr<WriteTransport> transports_[kNumTransportKinds];
 
   struct Peer {

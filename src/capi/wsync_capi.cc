@@ -265,8 +265,8 @@ wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_reques
   return wsync_publish_on_stream(ctx, version, nullptr, request);
 }
 
-wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
-                                       wsync_request_t* request) {
+wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version,
+                                       wsync_cuda_stream_t stream, wsync_request_t* request) {
   if (ctx == nullptr || request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
     wsync::TrainerContext* trainer = asTrainer(ctx);
@@ -365,9 +365,11 @@ wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda
   if (ctx == nullptr || flipped == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
     wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("copy_flip on a trainer context"));
+    if (rollout == nullptr)
+      return record(ctx, wsync::invalidUsage("copy_flip on a trainer context"));
     if (!rollout->committed()) return record(ctx, wsync::invalidUsage("copy_flip before commit"));
-    auto v = rollout->copyFlip(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version, stream);
+    auto v = rollout->copyFlip(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version,
+                               stream);
     if (!v.isOk()) return record(ctx, v.status());
     *flipped = *v;
     return WSYNC_SUCCESS;

@@ -9,13 +9,17 @@ namespace wsync {
 
 const char* transportName(TransportKind kind) {
   switch (kind) {
-    case TransportKind::kUcx: return "ucx";
-    case TransportKind::kCudaIpc: return "cuda_ipc";
+    case TransportKind::kUcx:
+      return "ucx";
+    case TransportKind::kCudaIpc:
+      return "cuda_ipc";
   }
   return "unknown";
 }
 
-bool validTransportKind(uint8_t value) { return value < kNumTransportKinds; }
+bool validTransportKind(uint8_t value) {
+  return value < kNumTransportKinds;
+}
 
 TransportKind transportFor(MemoryKind memory) {
   return memory == MemoryKind::kDevice ? TransportKind::kCudaIpc : TransportKind::kUcx;
@@ -23,7 +27,8 @@ TransportKind transportFor(MemoryKind memory) {
 
 Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int cuda_device) {
   switch (kind) {
-    case TransportKind::kUcx: return createUcxTransport();
+    case TransportKind::kUcx:
+      return createUcxTransport();
     case TransportKind::kCudaIpc: {
 #ifdef WSYNC_HAVE_CUDA
       CudaIpcTransportOptions options;
@@ -31,7 +36,8 @@ Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int 
       return createCudaIpcTransport(options);
 #else
       (void)cuda_device;
-      return Status(WSYNC_ERR_UNSUPPORTED, "this build of wsync has no CUDA (device memory needs it)");
+      return Status(WSYNC_ERR_UNSUPPORTED,
+                    "this build of wsync has no CUDA (device memory needs it)");
 #endif
     }
   }

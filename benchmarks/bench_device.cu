@@ -252,6 +252,53 @@ bool timeDeviceCopy(void* dst, const void* src, size_t chunk, uint64_t total, in
   return ok;
 }
 
+bool timePinnedCopies(size_t bytes, int repeats, double* h2d_seconds, double* d2h_seconds,
+                      std::string* error) {
+  constexpr size_t kChunk = size_t{64} << 20;
+  void* host = nullptr;
+  void* device = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool ok =
+      check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc", error) &&
+      check(cudaMalloc(&device, bytes), "cudaMalloc", error) &&
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate", error) &&
+      check(cudaEventCreate(&start), "cudaEventCreate", error) &&
+      check(cudaEventCreate(&stop), "cudaEventCreate", error);
+  if (ok) std::memset(host, 1, bytes);
+  double best[2] = {std::numeric_limits<double>::infinity(),
+                    std::numeric_limits<double>::infinity()};
+  for (int direction = 0; ok && direction < 2; ++direction) {
+    const cudaMemcpyKind kind = direction == 0 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    for (int round = 0; ok && round <= repeats; ++round) {  // round 0 is not timed
+      ok = check(cudaEventRecord(start, stream), "cudaEventRecord", error);
+      for (size_t done = 0; ok && done < bytes; done += kChunk) {
+        const size_t n = std::min(kChunk, bytes - done);
+        char* h = static_cast<char*>(host) + done;
+        char* d = static_cast<char*>(device) + done;
+        ok = check(direction == 0 ? cudaMemcpyAsync(d, h, n, kind, stream)
+                                  : cudaMemcpyAsync(h, d, n, kind, stream),
+                   "cudaMemcpyAsync pinned", error);
+      }
+      ok = ok && check(cudaEventRecord(stop, stream), "cudaEventRecord", error) &&
+           check(cudaEventSynchronize(stop), "the timed pinned copy", error);
+      float ms = 0;
+      ok = ok && check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime", error);
+      if (ok && round > 0) best[direction] = std::min(best[direction], ms / 1e3);
+    }
+  }
+  if (stop) cudaEventDestroy(stop);
+  if (start) cudaEventDestroy(start);
+  if (stream) cudaStreamDestroy(stream);
+  if (device) cudaFree(device);
+  if (host) cudaFreeHost(host);
+  if (ok) {
+    *h2d_seconds = best[0];
+    *d2h_seconds = best[1];
+  }
+  return ok;
+}
+
 bool fillExpected(const std::vector<PatternPiece>& pieces, wsync_dtype_t dtype, uint64_t version,
                   const DeviceStream& stream, std::string* error) {
   if (!supported(dtype, error)) return false;

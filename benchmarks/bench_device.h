@@ -71,6 +71,12 @@ class DeviceStream {
 bool timeDeviceCopy(void* dst, const void* src, size_t chunk, uint64_t total, int repeats,
                     double* best_seconds, std::string* error);
 
+// Best-of-`repeats` seconds (after one untimed round) of copying `bytes` from pinned host memory
+// to the device (`h2d_seconds`) and back (`d2h_seconds`), each direction alone, in chunks of
+// 64 MiB, timed with CUDA events: the PCIe bound of transfers staged through host memory.
+bool timePinnedCopies(size_t bytes, int repeats, double* h2d_seconds, double* d2h_seconds,
+                      std::string* error);
+
 // A box of a rank-1 or rank-2 tensor inside a device buffer: element (r, c) of the box, r < rows,
 // c < cols, sits at buffer element local_offset + r * local_row_stride + c and is element
 // flat_base + r * global_row_stride + c (row-major) of tensor `tensor`. Rank 1: rows = 1.

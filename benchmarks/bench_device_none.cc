@@ -55,6 +55,10 @@ bool timeDeviceCopy(void*, const void*, size_t, uint64_t, int, double*, std::str
   return noCuda(error);
 }
 
+bool timePinnedCopies(size_t, int, double*, double*, std::string* error) {
+  return noCuda(error);
+}
+
 bool fillExpected(const std::vector<PatternPiece>&, wsync_dtype_t, uint64_t, const DeviceStream&,
                   std::string* error) {
   return noCuda(error);

@@ -160,7 +160,8 @@ struct Options {
   int cuda_device = 0;
   bool snapshot = false;   // device: trainers publish in snapshot mode
   bool copy_flip = false;  // device: rollouts register live buffers and time wsync_copy_flip
-  int flip_iters = 5;      // timed copy flips per rollout rank (after one untimed)
+  std::string device_transport = "cuda_ipc";  // device: the rollouts' slots (cuda_ipc | staged)
+  int flip_iters = 5;  // timed copy flips per rollout rank (after one untimed)
   std::string layout_name = "differ";
   wsync_demo::RolloutLayout layout = wsync_demo::RolloutLayout::kDiffer;
   std::string dtype_name = "float32";
@@ -581,6 +582,7 @@ std::vector<double> runBaseline(const Options& opt, const Roles& roles, const Co
 constexpr int kNoDevice = 77;            // exit status without a usable GPU (ctest's skip code)
 constexpr size_t kArenaAlignment = 256;  // bytes; every buffer starts aligned in its arena
 constexpr int kReferenceRepeats = 3;     // device copy references: best of this many
+constexpr size_t kPinnedReferenceBytes = size_t{1} << 30;  // pinned host <-> device reference
 
 [[noreturn]] void dieDevice(const Roles& roles, const std::string& what) {
   std::fprintf(stderr, "[world rank %d] %s\n", roles.world_rank, what.c_str());
@@ -796,6 +798,7 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
 
   // ---- device copy references, on rank 0 while every other rank sleeps in the barrier ----
   double copy_delivered_s = 0, copy_slot_s = 0, copy_params_s = 0;
+  double pinned_h2d_s = 0, pinned_d2h_s = 0;  // kPinnedReferenceBytes each way
   size_t used_max = 0, device_total = 0;
   if (root) {
     const size_t ref = static_cast<size_t>(std::max(params_bytes, slot_bytes));
@@ -814,6 +817,10 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
         !wsync_bench::deviceMemoryInfo(&free_bytes, &device_total, &error)) {
       dieDevice(roles, "device copy reference: " + error);
     }
+    if (!wsync_bench::timePinnedCopies(kPinnedReferenceBytes, kReferenceRepeats, &pinned_h2d_s,
+                                       &pinned_d2h_s, &error)) {
+      dieDevice(roles, "pinned host copy reference: " + error);
+    }
     used_max = device_total - free_bytes;
     std::printf("[bench] device copy (cudaMemcpy D2D, one process, best of %d): %" PRIu64
                 " bytes delivered per version in %.6f s = %.1f GB/s; one slot (%" PRIu64
@@ -821,6 +828,12 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
                 kReferenceRepeats, delivered, copy_delivered_s,
                 static_cast<double>(delivered) / copy_delivered_s / 1e9, slot_bytes, copy_slot_s,
                 params_bytes, copy_params_s);
+    std::printf(
+        "[bench] pinned host copies (%zu bytes, best of %d): host to device %.1f GB/s, "
+        "device to host %.1f GB/s\n",
+        kPinnedReferenceBytes, kReferenceRepeats,
+        static_cast<double>(kPinnedReferenceBytes) / pinned_h2d_s / 1e9,
+        static_cast<double>(kPinnedReferenceBytes) / pinned_d2h_s / 1e9);
     std::fflush(stdout);
   }
   mark("reference");
@@ -1064,6 +1077,11 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
   const double wgbps = static_cast<double>(plan.bytes_per_version) / ws / 1e9;
   const double copy_gbps = static_cast<double>(delivered) / copy_delivered_s / 1e9;
   const double ratio = wgbps / copy_gbps;
+  const double h2d_gbps = static_cast<double>(kPinnedReferenceBytes) / pinned_h2d_s / 1e9;
+  const double d2h_gbps = static_cast<double>(kPinnedReferenceBytes) / pinned_d2h_s / 1e9;
+  // Staged transfers cross PCIe twice (device to host, host to device), in both directions at
+  // once at best: the slower direction bounds them.
+  const double pinned_gbps = std::min(h2d_gbps, d2h_gbps);
   const double ratio_target = opt.layout == wsync_demo::RolloutLayout::kMatch ? 0.85 : 0.7;
   const double flip_p99 = quantile(all_acquire, 0.99);
   const bool have_flips = !all_flips.empty();
@@ -1097,6 +1115,8 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
       ", \"cuda_device\": %d, \"snapshot\": %s, \"copy_flip\": %s, \"iters\": %d, \"warmup\": %d, "
       "\"wsync_seconds\": %.6f, \"wsync_seconds_min\": %.6f, \"wsync_seconds_max\": %.6f, "
       "\"wsync_gbps\": %.3f, \"device_copy_gbps\": %.3f, \"ratio_to_device_copy\": %.4f, "
+      "\"device_transport\": \"%s\", \"pinned_h2d_gbps\": %.2f, \"pinned_d2h_gbps\": %.2f, "
+      "\"ratio_to_pinned\": %.4f, "
       "\"ratio_target\": %.2f, \"flip_us_p50\": %.2f, \"flip_us_p99\": %.2f, \"flip_us_max\": "
       "%.2f, \"flip_samples\": %zu, \"flip_failures\": %" PRId64
       ", \"copy_flip_seconds\": %s, \"copy_flip_seconds_max\": %s, \"copy_flip_samples\": %zu, "
@@ -1114,9 +1134,9 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
       opt.snapshot ? "true" : "false", opt.copy_flip ? "true" : "false", opt.iters, opt.warmup, ws,
       *std::min_element(wsync_seconds.begin(), wsync_seconds.end()),
       *std::max_element(wsync_seconds.begin(), wsync_seconds.end()), wgbps, copy_gbps, ratio,
-      ratio_target, quantile(all_acquire, 0.5), flip_p99,
-      all_acquire.empty() ? 0.0 : all_acquire.back(), all_acquire.size(), all_acquire_failures,
-      jsonNumber(have_flips, copy_flip_s, 6).c_str(),
+      opt.device_transport.c_str(), h2d_gbps, d2h_gbps, wgbps / pinned_gbps, ratio_target,
+      quantile(all_acquire, 0.5), flip_p99, all_acquire.empty() ? 0.0 : all_acquire.back(),
+      all_acquire.size(), all_acquire_failures, jsonNumber(have_flips, copy_flip_s, 6).c_str(),
       jsonNumber(have_flips, have_flips ? all_flips.back() : 0, 6).c_str(), all_flips.size(),
       slot_bytes, copy_slot_s, jsonNumber(have_flips, copy_flip_s / copy_slot_s, 3).c_str(),
       jsonNumber(true, publish_max[0], 6).c_str(),
@@ -1160,6 +1180,10 @@ int run(int argc, char** argv, Clock::time_point process_start) {
       cxxopts::value<int>()->default_value("0"))(
       "snapshot", "device memory: trainers publish in snapshot mode (time publish blocks)")(
       "copy-flip", "device memory: rollouts register live buffers and time wsync_copy_flip")(
+      "device-transport",
+      "device memory: the rollouts' slots: cuda_ipc (within a node) | staged (UCX through pinned "
+      "host memory, the cross-node path, here forced on one node)",
+      cxxopts::value<std::string>()->default_value("cuda_ipc"))(
       "flip-iters", "timed copy flips per rollout rank (after one untimed)",
       cxxopts::value<int>()->default_value("5"))(
       "trainers", "trainer ranks (the first ones of the world); 0 = half the world",
@@ -1190,6 +1214,9 @@ int run(int argc, char** argv, Clock::time_point process_start) {
   opt.cuda_device = args["cuda-device"].as<int>();
   opt.snapshot = args.count("snapshot") > 0;
   opt.copy_flip = args.count("copy-flip") > 0;
+  opt.device_transport = args["device-transport"].as<std::string>();
+  // Read by the rollouts' contexts (transport_registry.h: WSYNC_DEVICE_TRANSPORT).
+  setenv("WSYNC_DEVICE_TRANSPORT", opt.device_transport.c_str(), 1);
   opt.flip_iters = args["flip-iters"].as<int>();
   opt.bytes = args["bytes"].as<int64_t>();
   opt.layout_name = args["layout"].as<std::string>();

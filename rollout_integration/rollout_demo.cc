@@ -60,7 +60,9 @@ int run(int argc, char** argv) {
                                          "auto | host | device (auto: device when a GPU is usable)",
                                          cxxopts::value<std::string>()->default_value("auto"))(
       "copy-flip", "read through copy flips into live parameters instead of leases on the slots")(
-      "h,help", "this help");
+      "skip-without-gpu",
+      "exit 77 (skipped) without a usable GPU, as the device trainers of the job do")("h,help",
+                                                                                      "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -95,8 +97,9 @@ int run(int argc, char** argv) {
   const std::string memory = args["memory"].as<std::string>();
   const bool on_device = memory == "device" || (memory == "auto" && wsync_demo::deviceCount() > 0);
   const int device = on_device ? index % std::max(1, wsync_demo::deviceCount()) : -1;
-  if (memory == "device" && wsync_demo::deviceCount() == 0) {
-    std::fprintf(stderr, "[%s] --memory device: no usable CUDA device; skipping\n", "rollout");
+  if ((memory == "device" || args.count("skip-without-gpu") > 0) &&
+      wsync_demo::deviceCount() == 0) {
+    std::fprintf(stderr, "[%s] no usable CUDA device; skipping\n", "rollout");
     return kSkipped;
   }
   if (on_device && !wsync_demo::selectDevice(device)) {

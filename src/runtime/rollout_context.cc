@@ -1,5 +1,6 @@
 #include "runtime/rollout_context.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "transport/transport_registry.h"
@@ -16,7 +17,7 @@ RolloutContext::~RolloutContext() {
 
 Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   const MemoryKind memory = memoryKind();
-  const TransportKind kind = transportFor(memory);
+  WSYNC_ASSIGN_OR_RETURN(const TransportKind kind, targetTransportFor(memory));
   WSYNC_ASSIGN_OR_RETURN(transport_, createTransport(kind, options_.cuda_device));
   msg.transport = static_cast<uint8_t>(kind);
   msg.transport_address = transport_->localAddress();
@@ -55,7 +56,37 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     WSYNC_ASSIGN_OR_RETURN(broadcaster_,
                            HostBroadcaster::create(assignment.comms, job_.world_rank));
   }
+  if (!slots_.empty() && slots_.front()->needsLanding()) landing_ranges_ = writtenRanges();
   return Status::ok();
+}
+
+std::vector<ByteRange> RolloutContext::writtenRanges() const {
+  std::vector<ByteRange> ranges;
+  for (const WriteOp& op : plan_.writes) {
+    const Region r = plan_.region(op);
+    const uint64_t dsz = dtypeSize(op.dst_dtype);
+    const uint64_t base = buffer_byte_offsets_[static_cast<size_t>(op.dst_buffer)];
+    for (int64_t plane = 0; plane < r.count[2]; ++plane) {
+      for (int64_t row = 0; row < r.count[1]; ++row) {
+        const int64_t first = r.dst_offset + plane * r.dst_stride[1] + row * r.dst_stride[0];
+        ranges.push_back(
+            {base + static_cast<uint64_t>(first) * dsz, static_cast<uint64_t>(r.count[0]) * dsz});
+      }
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : ranges) {
+    if (r.bytes == 0) continue;
+    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().bytes) {
+      ByteRange& last = merged.back();
+      last.bytes = std::max(last.bytes, r.offset + r.bytes - last.offset);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
 }
 
 Status RolloutContext::startRunning() {
@@ -168,6 +199,14 @@ Status RolloutContext::handle(const Frame& frame) {
     case MessageType::kReady: {
       SlotMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      if (!landing_ranges_.empty()) {
+        if (m.slot < 0 || static_cast<size_t>(m.slot) >= slots_.size()) {
+          return protocolError("Ready for unknown slot " + std::to_string(m.slot));
+        }
+        Status landed =
+            slots_[static_cast<size_t>(m.slot)]->land(landing_ranges_, options_.timeout);
+        if (!landed.isOk()) return landed.withContext("version " + std::to_string(m.version));
+      }
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       return Status::ok();

@@ -45,6 +45,8 @@ class RolloutContext final : public Context {
 
   void receiverLoop();
   Status handle(const Frame& frame);
+  // The merged byte ranges of the slot that this rank's incoming writes fill (plan order free).
+  std::vector<ByteRange> writtenRanges() const;
   Status receiveBroadcasts(const GoMsg& go);
   void stopReceiver();
 
@@ -53,6 +55,9 @@ class RolloutContext final : public Context {
   std::unique_ptr<SlotStore> store_;
   std::vector<std::unique_ptr<ExposedMemory>> slots_;
   std::vector<uint64_t> buffer_byte_offsets_;
+  // Staged slots (ExposedMemory::needsLanding): the slot bytes this rank's writes fill, merged;
+  // moved into the slot's device memory when the version is ready, before readers see it.
+  std::vector<ByteRange> landing_ranges_;
   RankPlan plan_;
   std::vector<int32_t> group_comm_;
   std::unique_ptr<HostBroadcaster> broadcaster_;

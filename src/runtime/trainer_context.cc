@@ -114,14 +114,8 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     if (p.rank < 0 || p.rank >= numRollouts() || !validTransportKind(p.transport)) {
       return protocolError("plan assignment names an unknown rollout or transport");
     }
-    const auto kind = static_cast<TransportKind>(p.transport);
-    if (onDevice() && kind == TransportKind::kUcx) {
-      return Status(
-          WSYNC_ERR_UNSUPPORTED,
-          "rollout " + std::to_string(p.rank) +
-              " wants host memory but this trainer holds device memory: device-to-host "
-              "writes are not supported yet (register the rollout's buffers as device memory)");
-    }
+    // The rollout's slots decide the target kind; this trainer's memory decides how to reach it.
+    const auto kind = writerTransportFor(static_cast<TransportKind>(p.transport), memory_);
     std::unique_ptr<WriteTransport>& transport = transports_[static_cast<size_t>(kind)];
     if (!transport) {
       // A host-memory trainer reaches device slots through the GPU it shares the node with.

@@ -1,8 +1,12 @@
 #include "transport/transport_registry.h"
 
+#include <cstdlib>
+#include <string>
 #include "transport/ucx/ucx_transport.h"
+
 #ifdef WSYNC_HAVE_CUDA
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "transport/ucx_staged/staged_ucx_transport.h"
 #endif
 
 namespace wsync {
@@ -13,6 +17,8 @@ const char* transportName(TransportKind kind) {
       return "ucx";
     case TransportKind::kCudaIpc:
       return "cuda_ipc";
+    case TransportKind::kUcxStaged:
+      return "ucx_staged";
   }
   return "unknown";
 }
@@ -21,8 +27,20 @@ bool validTransportKind(uint8_t value) {
   return value < kNumTransportKinds;
 }
 
-TransportKind transportFor(MemoryKind memory) {
-  return memory == MemoryKind::kDevice ? TransportKind::kCudaIpc : TransportKind::kUcx;
+Result<TransportKind> targetTransportFor(MemoryKind memory) {
+  if (memory != MemoryKind::kDevice) return TransportKind::kUcx;
+  const char* chosen = std::getenv("WSYNC_DEVICE_TRANSPORT");
+  const std::string value = chosen != nullptr ? chosen : "";
+  if (value.empty() || value == "cuda_ipc") return TransportKind::kCudaIpc;
+  if (value == "staged") return TransportKind::kUcxStaged;
+  return invalidArgument("WSYNC_DEVICE_TRANSPORT='" + value +
+                         "': expected 'cuda_ipc' (within a node) or 'staged' (UCX through pinned "
+                         "host memory, any node)");
+}
+
+TransportKind writerTransportFor(TransportKind target, MemoryKind source) {
+  if (target == TransportKind::kCudaIpc) return TransportKind::kCudaIpc;
+  return source == MemoryKind::kDevice ? TransportKind::kUcxStaged : TransportKind::kUcx;
 }
 
 Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int cuda_device) {
@@ -38,6 +56,17 @@ Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int 
       (void)cuda_device;
       return Status(WSYNC_ERR_UNSUPPORTED,
                     "this build of wsync has no CUDA (device memory needs it)");
+#endif
+    }
+    case TransportKind::kUcxStaged: {
+#ifdef WSYNC_HAVE_CUDA
+      StagedUcxTransportOptions options;
+      options.device = cuda_device;
+      return createStagedUcxTransport(options);
+#else
+      (void)cuda_device;
+      return Status(WSYNC_ERR_UNSUPPORTED,
+                    "this build of wsync has no CUDA (staged device transfers need it)");
 #endif
     }
   }

@@ -15,14 +15,24 @@ namespace wsync {
 enum class TransportKind : uint8_t {
   kUcx = 0,      // host memory, any node (shared memory within a node, the network across)
   kCudaIpc = 1,  // device memory within a node (CUDA IPC, copy engines)
+  // Device memory behind a pinned host landing area, reached with UCX from any node; writers from
+  // device memory stage through pinned host chunks (transport/ucx_staged/).
+  kUcxStaged = 2,
 };
-inline constexpr int kNumTransportKinds = 2;
+inline constexpr int kNumTransportKinds = 3;
 
 const char* transportName(TransportKind kind);
 bool validTransportKind(uint8_t value);
 
-// The backend that holds `memory` for a target (rollout slots).
-TransportKind transportFor(MemoryKind memory);
+// The backend that holds a target's (a rollout's slots) `memory`. Host memory: UCX. Device memory:
+// CUDA IPC, or staged UCX when the environment variable WSYNC_DEVICE_TRANSPORT says "staged"
+// ("cuda_ipc" or unset: CUDA IPC). INVALID_ARGUMENT naming the value when it is anything else.
+Result<TransportKind> targetTransportFor(MemoryKind memory);
+
+// The backend a writer whose sources are `source` memory uses to reach a target of kind `target`:
+// CUDA IPC targets through CUDA IPC; UCX-described targets (host slots, staged landing areas)
+// through UCX from host memory and through staged UCX from device memory.
+TransportKind writerTransportFor(TransportKind target, MemoryKind source);
 
 // Creates a backend; UNSUPPORTED when this build or machine does not have it (CUDA IPC without
 // CUDA or without a device). `cuda_device` is used by device backends.

@@ -1,7 +1,7 @@
 // WriteTransport: one-sided writes from this process into memory that other processes exposed.
 // Backends: UCX (host memory: shared memory within a node, the network across nodes; see
-// transport/ucx/ucx_transport.h). A CUDA IPC backend for device memory comes later behind the
-// same interface.
+// transport/ucx/ucx_transport.h), CUDA IPC (device memory within a node) and staged UCX (device
+// memory across nodes through pinned host memory).
 //
 // Typical use (plan time, once):
 //   target: mem = allocateExposed(n) or expose(p, n); send localAddress() and mem->descriptor()
@@ -19,6 +19,13 @@
 
 namespace wsync {
 
+// [offset, offset + bytes) of some memory.
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  bool operator==(const ByteRange&) const = default;
+};
+
 // Memory this process lets peers write into. descriptor() is the bytes a peer passes to
 // WriteTransport::attach(): the backend's name, base address, size and remote key. Owned by the
 // caller; it must outlive every write into it (the caller learns that writers are done out of
@@ -29,6 +36,20 @@ class ExposedMemory {
   virtual void* data() const = 0;
   virtual size_t size() const = 0;  // bytes peers may write, as asked for
   virtual const std::vector<uint8_t>& descriptor() const = 0;
+
+  // True for backends whose writes land in a staging area rather than in data() (the staged UCX
+  // backend: device memory behind a pinned host landing area). Their written bytes reach data()
+  // only through land(), which the owner calls once it learned (out of band) that the writers
+  // flushed, and before anything reads those bytes.
+  virtual bool needsLanding() const { return false; }
+  // Moves `ranges` (byte offsets into this memory; in bounds, not overlapping) from the landing
+  // area into data(), waiting up to `timeout` (TIMEOUT then). A no-op where needsLanding() is
+  // false.
+  virtual Status land(const std::vector<ByteRange>& ranges, std::chrono::milliseconds timeout) {
+    (void)ranges;
+    (void)timeout;
+    return Status::ok();
+  }
 };
 
 // Local memory registered as a write source, so posting writes from it costs no registration.
@@ -84,6 +105,10 @@ class WriteTransport {
   // Makes memory that `peer` (connected) exposed writable from here; `descriptor` is its
   // ExposedMemory::descriptor(). A descriptor from another backend or a malformed one is an error.
   virtual Result<RemoteMemoryId> attach(int32_t peer, const std::vector<uint8_t>& descriptor) = 0;
+
+  // The size of attached memory `remote` (its ExposedMemory::size()); INVALID_ARGUMENT for an id
+  // attach() did not return.
+  virtual Result<uint64_t> attachedSize(RemoteMemoryId remote) const = 0;
 
   // Posts a write of `bytes` from `src` to [remote_offset, remote_offset + bytes) of `remote`.
   // Non-blocking, except that it waits (bounded by the backend's post timeout) while too many

@@ -33,5 +33,9 @@ run e2e_device_copy_flip $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --me
   : -np 2 "$bin/wsync-rollout-demo" --replicas 1 --versions 50 --memory device --copy-flip --dtype float16 $small
 run e2e_device_snapshot $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --memory device --snapshot --quiet $small \
   : -np 2 "$bin/wsync-rollout-demo" --replicas 2 --versions 50 --memory device $small
+run e2e_staged_differ_100 env WSYNC_DEVICE_TRANSPORT=staged $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $small \
+  : -np 4 "$bin/wsync-rollout-demo" --replicas 2 --versions 100 --memory device --layout differ $small
+run e2e_device_to_host $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --memory device --quiet $small \
+  : -np 4 "$bin/wsync-rollout-demo" --replicas 2 --versions 50 --memory host --layout mixed --dtype bfloat16 $small
 grep -E "^\[rollout|^\[trainer\] done|PASSED|FAILED|SKIPPED|OK \]" "$log" | sort | uniq -c | sort -rn | head -60
 exit $failed

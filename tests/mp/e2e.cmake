@@ -81,4 +81,17 @@ if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
   wsync_add_gpu_e2e_test(wsync_gpu_e2e_snapshot 2 2
     --versions 50 --memory device --snapshot --quiet ${small_policy}
     -- --replicas 2 --versions 50 --memory device ${small_policy})
+  # The cross-node path, forced on one node: device slots behind UCX landing areas, device sources
+  # staged through pinned chunks (WSYNC_DEVICE_TRANSPORT=staged).
+  wsync_add_gpu_e2e_test(wsync_gpu_e2e_staged_differ_100 2 4
+    --versions 100 --memory device --quiet ${small_policy}
+    -- --replicas 2 --versions 100 --memory device --layout differ ${small_policy})
+  set_tests_properties(wsync_gpu_e2e_staged_differ_100 PROPERTIES
+    ENVIRONMENT "WSYNC_DEVICE_TRANSPORT=staged")
+  # Device trainers -> host rollouts: device-to-host writes through pinned chunks and UCX, with the
+  # float32 -> bfloat16 conversion on the trainers' GPU.
+  wsync_add_gpu_e2e_test(wsync_gpu_e2e_device_to_host 2 4
+    --versions 50 --memory device --quiet ${small_policy}
+    -- --replicas 2 --versions 50 --memory host --skip-without-gpu --layout mixed --dtype bfloat16
+    ${small_policy})
 endif()

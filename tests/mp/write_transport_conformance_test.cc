@@ -6,10 +6,10 @@
 // Collective discipline: both ranks run the same tests in the same order, and every MPI call in a
 // test is reached by both ranks whatever failed; a test gives up only at bothOk(), together.
 // Add a backend by adding a factory to backends().
-// Device backends (CUDA IPC) expose device memory: the suite fills and reads it with cudaMemset /
-// cudaMemcpy, writes from a device copy of the source, and skips (both ranks together) when this
-// machine has no usable CUDA device.
-// MPI's C API only: wsync links libmpi, not the C++ bindings' libmpi_cxx.
+// Device backends (CUDA IPC, staged UCX) expose device memory: the suite fills and reads it with
+// cudaMemset / cudaMemcpy, writes from a device copy of the source, and skips (both ranks together)
+// when this machine has no usable CUDA device. MPI's C API only: wsync links libmpi, not the C++
+// bindings' libmpi_cxx.
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
@@ -43,6 +43,7 @@
 #include "common/cuda_check.h"
 #include "kernels/convert_kernels.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "transport/ucx_staged/staged_ucx_transport.h"
 #endif
 
 namespace wsync {
@@ -159,6 +160,20 @@ Status postAll(WriteTransport& t, RemoteMemoryId remote, const uint8_t* source,
   return Status::ok();
 }
 
+// Lands the bytes `ops` wrote into `memory` when its backend stages writes (needsLanding), as a
+// target does once it learned its writers flushed.
+void landWritten(ExposedMemory& memory, const std::vector<WriteOp>& ops) {
+  if (!memory.needsLanding()) return;
+  std::vector<ByteRange> ranges;
+  for (const WriteOp& op : ops) {
+    for (size_t row = 0; row < op.rows; ++row) {
+      if (op.row_bytes > 0) ranges.push_back({op.dst + row * op.dst_pitch, op.row_bytes});
+    }
+  }
+  const Status s = memory.land(ranges, kFlushTimeout);
+  EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
 // Checks `got` equals `want`, reporting how many bytes differ and where the first does.
 void expectBytes(const uint8_t* got, const std::vector<uint8_t>& want, const char* what) {
   size_t mismatches = 0;
@@ -249,6 +264,20 @@ std::vector<BackendFactory> backends() {
                    return n >= 2 ? std::string()
                                  : "needs 2 CUDA devices (one per rank), this machine has " +
                                        std::to_string(n);
+                 }});
+  // Device memory behind a UCX landing area, written from device memory through pinned chunks
+  // (small chunks here, so that writes are split and the ring wraps).
+  out.push_back({"ucx_staged",
+                 [] {
+                   StagedUcxTransportOptions options;
+                   options.chunk_bytes = 1 << 20;
+                   options.num_chunks = 3;
+                   return createStagedUcxTransport(options);
+                 },
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
+                 [] {
+                   return cudaDeviceAvailable(0) ? std::string()
+                                                 : std::string("no usable CUDA device");
                  }});
 #endif
   return out;
@@ -474,8 +503,10 @@ class Session {
 
   WriteTransport& transport() { return *transport_; }
   RemoteMemoryId remote() const { return remote_; }
-  // A copy of the target region's bytes (read back from the device for device backends).
-  std::vector<uint8_t> targetBytes() const {
+  // A copy of the target region's bytes (read back from the device for device backends), after
+  // `written` landed (staged backends move written bytes into the target memory only then).
+  std::vector<uint8_t> targetBytes(const std::vector<WriteOp>& written) const {
+    landWritten(*target_, written);
     return readBytes(device_, target_->data(), region_bytes_);
   }
   int device() const { return device_; }  // of this rank's memory; -1: host
@@ -530,8 +561,8 @@ class WriteTransportConformance : public ::testing::TestWithParam<ConformancePar
     }
     barrier();
     if (rank() == kTarget) {
-      expectBytes(session_.targetBytes().data(), expectedImage(session_.regionBytes(), source, ops),
-                  what);
+      expectBytes(session_.targetBytes(ops).data(),
+                  expectedImage(session_.regionBytes(), source, ops), what);
     }
   }
 
@@ -554,7 +585,7 @@ TEST_P(WriteTransportConformance, FlushWithNothingPostedSucceeds) {
   EXPECT_TRUE(again.isOk()) << again.toString();
   barrier();
   if (rank() == kTarget) {
-    expectBytes(session_.targetBytes().data(), std::vector<uint8_t>(4096, kSentinel),
+    expectBytes(session_.targetBytes({}).data(), std::vector<uint8_t>(4096, kSentinel),
                 "untouched region");
   }
 }
@@ -671,7 +702,7 @@ TEST_P(WriteTransportConformance, ConnectAndAttachCheckTheirInputs) {
   }
   barrier();
   if (rank() == kTarget) {
-    expectBytes(session_.targetBytes().data(), std::vector<uint8_t>(4096, kSentinel),
+    expectBytes(session_.targetBytes({}).data(), std::vector<uint8_t>(4096, kSentinel),
                 "untouched region");
   }
 }
@@ -705,6 +736,7 @@ TEST_P(WriteTransportConformance, WritesToItself) {
   EXPECT_TRUE(posted.isOk()) << posted.toString();
   const Status flushed = t.flush(kFlushTimeout);  // progresses this worker: emulated writes land
   EXPECT_TRUE(flushed.isOk()) << flushed.toString();
+  landWritten(*mem.value(), ops);
   expectBytes(readBytes(device, mem.value()->data(), kRegion).data(),
               expectedImage(kRegion, source, ops), "writes to itself");
 }
@@ -793,7 +825,7 @@ TEST_P(WriteTransportBackend, FlushTimesOutWhileTargetIdlesThenCompletes) {
   }
   barrier();
   if (rank() == kTarget) {
-    expectBytes(session_.targetBytes().data(), expectedImage(kRegion, source, ops),
+    expectBytes(session_.targetBytes(ops).data(), expectedImage(kRegion, source, ops),
                 "after the retry");
   }
 }
@@ -843,7 +875,9 @@ TEST_P(WriteTransportBackend, Bandwidth256MiB) {
         GetParam().name.c_str(), best_put, device < 0 ? "memcpy" : "cudaMemcpy D2D", best_copy);
   }
   barrier();
-  if (rank() == kTarget) expectBytes(session_.targetBytes().data(), source, "256 MiB write");
+  if (rank() == kTarget) {
+    expectBytes(session_.targetBytes({contiguous(0, 0, kBytes)}).data(), source, "256 MiB write");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, WriteTransportBackend, ::testing::ValuesIn(backends()),
@@ -904,7 +938,7 @@ TEST(UcxTransport, WriteWaitsBoundedForRoom) {
   if (rank() == kTarget) {
     for (size_t i = 0; i < count; ++i)
       posted_ops.push_back(contiguous(i * kChunk, i * kChunk, kChunk));
-    expectBytes(session.targetBytes().data(), expectedImage(kRegion, source, posted_ops),
+    expectBytes(session.targetBytes(posted_ops).data(), expectedImage(kRegion, source, posted_ops),
                 "writes posted before the timeout");
   }
   session.close();

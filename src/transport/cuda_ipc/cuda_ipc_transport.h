@@ -104,6 +104,12 @@ class CudaIpcTransport final : public WriteTransport {
   // through its device pointer directly. The descriptor must come from `peer` (same pid and
   // nonce as its address): INVALID_ARGUMENT otherwise; malformed: PROTOCOL.
   Result<RemoteMemoryId> attach(int32_t peer, const std::vector<uint8_t>& descriptor) override;
+  Result<uint64_t> attachedSize(RemoteMemoryId remote) const override {
+    if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
+      return invalidArgument("CUDA IPC: unknown remote memory id " + std::to_string(remote));
+    }
+    return remotes_[static_cast<size_t>(remote)].size;
+  }
 
   // cudaMemcpyAsync / cudaMemcpy2DAsync (cudaMemcpyDefault) on stream(). Past 1024 copies since
   // the last check, waits (at most post_timeout) until the copies of the check before completed:

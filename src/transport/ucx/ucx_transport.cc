@@ -287,6 +287,13 @@ class UcxTransport final : public WriteTransport {
     return id;
   }
 
+  Result<uint64_t> attachedSize(RemoteMemoryId remote) const override {
+    if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
+      return invalidArgument("UCX: unknown remote memory id " + std::to_string(remote));
+    }
+    return remotes_[static_cast<size_t>(remote)].size;
+  }
+
   Status write(RemoteMemoryId remote, uint64_t remote_offset, const void* src,
                size_t bytes) override {
     return write2d(remote, remote_offset, bytes, src, bytes, bytes, 1);

@@ -1,0 +1,48 @@
+// The staged UCX backend of WriteTransport: device memory reached through UCX when the UCX in use
+// cannot read or write CUDA memory itself (Debian's UCX, and any UCX built without CUDA). Every
+// byte crosses pinned host memory:
+//
+//   writer: device source --cudaMemcpy2DAsync--> pinned chunk --UCX put--> target's landing area
+//   target: landing area (pinned host, UCX-registered) --land(): cudaMemcpyAsync--> device memory
+//
+// Writer side: sources in device memory are copied into a ring of pinned host chunks on the
+// transport's own stream; a chunk is put through UCX as soon as its copy completed, while the copy
+// engine fills the next chunks, so device->host copies overlap the wire. A chunk is reused only
+// after a UCX flush covered its puts. Sources in host memory go to UCX directly.
+// Target side: allocateExposed()/expose() memory is device memory (data()) paired with a landing
+// area of the same size that UCX allocates (shared memory within a node, registered for RDMA
+// across nodes) and CUDA pins. descriptor() is the landing area's UCX descriptor, so a writer
+// needs nothing but UCX: a host-memory writer may use the plain UCX backend. needsLanding() is
+// true: the owner calls land() for the ranges writers filled, after it learned (out of band) that
+// they flushed and before anything reads data().
+//
+// Threads: as WriteTransport. Every entry point makes options.device current on the calling
+// thread. Sources produced by other streams must be complete (or ordered before this transport's
+// stream) when write() is called, as for the CUDA IPC backend.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "common/status.h"
+#include "transport/write_transport.h"
+
+namespace wsync {
+
+struct StagedUcxTransportOptions {
+  int device = 0;                 // CUDA ordinal of the stream, chunks and exposed memory
+  size_t chunk_bytes = 8u << 20;  // pinned chunk size; a write larger than this is split
+  int num_chunks = 4;             // chunks in the ring (>= 2 for any overlap)
+  // How long a write waits for a chunk (its device copy, or the flush that frees it).
+  std::chrono::milliseconds post_timeout{30000};
+};
+
+Result<std::unique_ptr<WriteTransport>> createStagedUcxTransport(
+    const StagedUcxTransportOptions& options);
+
+// Whether the UCX this process loaded lists CUDA among the memory types it handles (a UCX built
+// with CUDA support, e.g. the libucx-cu13 wheel). False on any error.
+bool ucxHandlesCudaMemory();
+
+}  // namespace wsync

@@ -160,6 +160,11 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
                            " with no peer information");
     }
   }
+  const char* no_batch = std::getenv("WSYNC_DEBUG_NO_COPY_BATCH");
+  const auto& ipc = transports_[static_cast<size_t>(TransportKind::kCudaIpc)];
+  if (onDevice() && ipc && (no_batch == nullptr || std::string(no_batch) != "1")) {
+    WSYNC_ASSIGN_OR_RETURN(copy_batch_, DeviceCopyBatch::create(ipc.get()));
+  }
   if (!assignment.comms.empty()) {
     if (onDevice())
       return internalError("broadcast groups on device memory need NCCL, not wired yet");
@@ -361,6 +366,20 @@ Status TrainerContext::transfer(const GoMsg& go) {
                               static_cast<uint64_t>(r.dst_offset) * dsz;
     const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
     const size_t row_bytes = static_cast<size_t>(r.count[0]) * dsz;
+    if (copy_batch_ &&
+        peer.transport == transports_[static_cast<size_t>(TransportKind::kCudaIpc)].get()) {
+      // The whole region in one task; converting ops read their packed staging.
+      const bool staged = op.converts();
+      const uint8_t* src = staged ? stagingAt(write_staging_offsets_[i]) : src_base;
+      const size_t src_pitch = staged ? row_bytes : static_cast<size_t>(r.src_stride[0]) * ssz;
+      const size_t src_plane_pitch = staged ? row_bytes * static_cast<size_t>(r.count[1])
+                                            : static_cast<size_t>(r.src_stride[1]) * ssz;
+      WSYNC_RETURN_IF_ERROR(copy_batch_->add(
+          remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
+          static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch, src_plane_pitch, row_bytes,
+          static_cast<size_t>(r.count[1]), static_cast<size_t>(r.count[2])));
+      continue;
+    }
     for (int64_t plane = 0; plane < r.count[2]; ++plane) {
       const uint8_t* src = src_base + static_cast<size_t>(plane * r.src_stride[1]) * ssz;
       size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
@@ -384,6 +403,7 @@ Status TrainerContext::transfer(const GoMsg& go) {
           r.count[1] > 1 ? src_pitch : row_bytes, row_bytes, static_cast<size_t>(r.count[1])));
     }
   }
+  if (copy_batch_) WSYNC_RETURN_IF_ERROR(copy_batch_->launch());
   for (const auto& transport : transports_) {
     if (transport) WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout));
   }

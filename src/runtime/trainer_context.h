@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/context.h"
+#include "runtime/device_copy_batch.h"
 #include "runtime/device_ops.h"
 #include "transport/mpi/host_broadcast.h"
 #include "transport/transport_registry.h"
@@ -83,6 +84,9 @@ class TrainerContext final : public Context {
   std::vector<int32_t> peer_of_rollout_;  // rollout rank -> index into peers_, -1 if none
   std::vector<Peer> peers_;
 
+  // Device trainers: the writes into CUDA IPC peers of a version, as one kernel (null: one copy per
+  // write, e.g. with WSYNC_DEBUG_NO_COPY_BATCH=1). Destroyed before the transports.
+  std::unique_ptr<DeviceCopyBatch> copy_batch_;
   std::vector<std::unique_ptr<SourceRegistration>> source_registrations_;
   std::vector<uint8_t> snapshot_;              // snapshot mode, host memory: a copy of every buffer
   DeviceBuffer device_snapshot_;               // snapshot mode, device memory

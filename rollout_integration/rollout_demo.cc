@@ -61,8 +61,11 @@ int run(int argc, char** argv) {
                                          cxxopts::value<std::string>()->default_value("auto"))(
       "copy-flip", "read through copy flips into live parameters instead of leases on the slots")(
       "skip-without-gpu",
-      "exit 77 (skipped) without a usable GPU, as the device trainers of the job do")("h,help",
-                                                                                      "this help");
+      "exit 77 (skipped) without a usable GPU, as the device trainers of the job do")(
+      "one-gpu-per-rank",
+      "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
+      "skips (exit 77) when the job has more ranks than the node has GPUs")(
+      "expect-broadcast", "fail unless this rank receives broadcast groups")("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -94,13 +97,25 @@ int run(int argc, char** argv) {
   const int replica = index / tp;
   const int tp_rank = index % tp;
 
-  const std::string memory = args["memory"].as<std::string>();
+  const bool one_gpu_per_rank = args.count("one-gpu-per-rank") > 0;
+  const std::string memory = one_gpu_per_rank ? "device" : args["memory"].as<std::string>();
   const bool on_device = memory == "device" || (memory == "auto" && wsync_demo::deviceCount() > 0);
-  const int device = on_device ? index % std::max(1, wsync_demo::deviceCount()) : -1;
+  int device = on_device ? index % std::max(1, wsync_demo::deviceCount()) : -1;
   if ((memory == "device" || args.count("skip-without-gpu") > 0) &&
       wsync_demo::deviceCount() == 0) {
     std::fprintf(stderr, "[%s] no usable CUDA device; skipping\n", "rollout");
     return kSkipped;
+  }
+  if (one_gpu_per_rank) {
+    int world_rank = 0, world_size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (wsync_demo::deviceCount() < world_size) {
+      std::fprintf(stderr, "[%s] --one-gpu-per-rank: %d ranks but %d GPUs; skipping\n", "rollout",
+                   world_size, wsync_demo::deviceCount());
+      return kSkipped;
+    }
+    device = world_rank;
   }
   if (on_device && !wsync_demo::selectDevice(device)) {
     std::fprintf(stderr, "[%s] cannot use CUDA device %d\n", "rollout", device);
@@ -135,6 +150,15 @@ int run(int argc, char** argv) {
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_register_buffer", s);
   s = wsync_commit(ctx);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
+  if (args.count("expect-broadcast") > 0) {
+    wsync_plan_info_t plan{};
+    wsync_plan_info(ctx, &plan);
+    if (plan.broadcast_groups == 0) {
+      std::fprintf(stderr, "[rollout] --expect-broadcast: rollout %d has no broadcast group\n",
+                   index);
+      return 1;
+    }
+  }
 
   // The generation thread: one lease per decode step, every element checked.
   std::atomic<bool> stop{false};

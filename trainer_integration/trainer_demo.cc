@@ -51,9 +51,13 @@ int run(int argc, char** argv) {
       "step-ms", "simulated compute time of a training step",
       cxxopts::value<int>()->default_value("0"))("timeout-ms", "wsync timeout",
                                                  cxxopts::value<int>()->default_value("60000"))(
-      "quiet", "print only the summary")(
-      "memory", "auto | host | device (auto: device when a GPU is usable)",
-      cxxopts::value<std::string>()->default_value("auto"))("h,help", "this help");
+      "quiet", "print only the summary")("memory",
+                                         "auto | host | device (auto: device when a GPU is usable)",
+                                         cxxopts::value<std::string>()->default_value("auto"))(
+      "one-gpu-per-rank",
+      "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
+      "skips (exit 77) when the job has more ranks than the node has GPUs")(
+      "expect-broadcast", "fail unless this rank sends broadcast groups")("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -72,12 +76,24 @@ int run(int argc, char** argv) {
   int app_index = 0, app_count = 0;
   wsync_demo::mpmdAppRank(&app_index, &app_count);  // collective: the rollout app calls it too
 
-  const std::string memory = args["memory"].as<std::string>();
+  const bool one_gpu_per_rank = args.count("one-gpu-per-rank") > 0;
+  const std::string memory = one_gpu_per_rank ? "device" : args["memory"].as<std::string>();
   const bool on_device = memory == "device" || (memory == "auto" && wsync_demo::deviceCount() > 0);
-  const int device = on_device ? app_index % std::max(1, wsync_demo::deviceCount()) : -1;
+  int device = on_device ? app_index % std::max(1, wsync_demo::deviceCount()) : -1;
   if (memory == "device" && wsync_demo::deviceCount() == 0) {
     std::fprintf(stderr, "[%s] --memory device: no usable CUDA device; skipping\n", "trainer");
     return kSkipped;
+  }
+  if (one_gpu_per_rank) {
+    int world_rank = 0, world_size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (wsync_demo::deviceCount() < world_size) {
+      std::fprintf(stderr, "[%s] --one-gpu-per-rank: %d ranks but %d GPUs; skipping\n", "trainer",
+                   world_size, wsync_demo::deviceCount());
+      return kSkipped;
+    }
+    device = world_rank;
   }
   if (on_device && !wsync_demo::selectDevice(device)) {
     std::fprintf(stderr, "[%s] cannot use CUDA device %d\n", "trainer", device);
@@ -112,6 +128,10 @@ int run(int argc, char** argv) {
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
   wsync_plan_info_t plan{};
   wsync_plan_info(ctx, &plan);
+  if (args.count("expect-broadcast") > 0 && plan.broadcast_groups == 0) {
+    std::fprintf(stderr, "[trainer] --expect-broadcast: trainer %d has no broadcast group\n", rank);
+    return 1;
+  }
   const double memcpy_gbps =
       rank == 0 ? memcpyGbps(std::min<uint64_t>(plan.bytes_per_version, 1ull << 30)) : 0;
   if (rank == 0 && !quiet) {

@@ -22,18 +22,21 @@ BroadcastCommMap mapBroadcastComms(const Plan& plan, const std::vector<int32_t>&
   return map;
 }
 
+namespace {
+bool isMember(const BroadcastGroup& group, Role role, int32_t rank) {
+  if (role == Role::kTrainer) return group.src.rank == rank;
+  return std::any_of(group.dst.begin(), group.dst.end(),
+                     [&](const BufferSpan& d) { return d.rank == rank; });
+}
+}  // namespace
+
 void rankBroadcastComms(const Plan& plan, const BroadcastCommMap& map, Role role, int32_t rank,
                         std::vector<BroadcastComm>* comms, std::vector<int32_t>* group_comm) {
   comms->clear();
   group_comm->clear();
   std::vector<int32_t> global_of_group;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
-    const BroadcastGroup& group = plan.groups[g];
-    const bool member = role == Role::kTrainer
-                            ? group.src.rank == rank
-                            : std::any_of(group.dst.begin(), group.dst.end(),
-                                          [&](const BufferSpan& d) { return d.rank == rank; });
-    if (member) global_of_group.push_back(map.group_comm[g]);
+    if (isMember(plan.groups[g], role, rank)) global_of_group.push_back(map.group_comm[g]);
   }
   std::vector<int32_t> ids = global_of_group;
   std::sort(ids.begin(), ids.end());
@@ -45,6 +48,32 @@ void rankBroadcastComms(const Plan& plan, const BroadcastCommMap& map, Role role
   }
   for (int32_t id : global_of_group)
     group_comm->push_back(local[id]);
+}
+
+NcclWorldNumbering numberNcclWorld(int32_t num_trainers, int32_t num_rollouts) {
+  NcclWorldNumbering world;
+  for (int32_t t = 0; t < num_trainers; ++t)
+    world.trainer_ranks.push_back(t);
+  for (int32_t r = 0; r < num_rollouts; ++r)
+    world.rollout_ranks.push_back(num_trainers + r);
+  world.size = num_trainers + num_rollouts;
+  return world;
+}
+
+void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
+                          const NcclWorldNumbering& world, const std::vector<uint8_t>& unique_id,
+                          Role role, int32_t rank, PlanAssignmentMsg* msg) {
+  msg->comms = map.comms;
+  msg->group_comm.clear();
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    // comms[i].id == i, so a communicator's id is its index in msg->comms.
+    if (isMember(plan.groups[g], role, rank)) msg->group_comm.push_back(map.group_comm[g]);
+  }
+  const auto& own = role == Role::kTrainer ? world.trainer_ranks : world.rollout_ranks;
+  msg->nccl.unique_id = unique_id;
+  msg->nccl.rank = own[static_cast<size_t>(rank)];
+  msg->nccl.world_size = world.size;
+  msg->nccl.trainer_ranks = world.trainer_ranks;
 }
 
 }  // namespace wsync

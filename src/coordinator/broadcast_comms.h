@@ -26,4 +26,23 @@ BroadcastCommMap mapBroadcastComms(const Plan& plan, const std::vector<int32_t>&
 void rankBroadcastComms(const Plan& plan, const BroadcastCommMap& map, Role role, int32_t rank,
                         std::vector<BroadcastComm>* comms, std::vector<int32_t>* group_comm);
 
+// The NCCL world of device broadcast groups: every rank of the job, trainers first (trainer t is
+// NCCL rank t, rollout r is NCCL rank num_trainers + r). Build the BroadcastCommMap of an NCCL job
+// with these ranks (mapBroadcastComms(plan, trainer_ranks, rollout_ranks)).
+struct NcclWorldNumbering {
+  std::vector<int32_t> trainer_ranks;  // NCCL world rank of trainer t
+  std::vector<int32_t> rollout_ranks;  // NCCL world rank of rollout r
+  int32_t size = 0;
+};
+NcclWorldNumbering numberNcclWorld(int32_t num_trainers, int32_t num_rollouts);
+
+// One rank's device-broadcast share of its PlanAssignment: sets msg->comms to every communicator
+// of `map` (each NCCL split is collective over the whole world), msg->group_comm to the
+// communicator of each of its groups in plan order (its RankPlan's), and msg->nccl to the unique
+// id, its NCCL rank, the world size and the trainers' NCCL ranks. `map` was built with `world`'s
+// ranks.
+void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
+                          const NcclWorldNumbering& world, const std::vector<uint8_t>& unique_id,
+                          Role role, int32_t rank, PlanAssignmentMsg* msg);
+
 }  // namespace wsync

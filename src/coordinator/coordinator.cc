@@ -13,6 +13,7 @@
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "control/frame_server.h"
+#include "coordinator/broadcast_backend.h"
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/protocol.h"
 #include "plan/planner.h"
@@ -401,10 +402,13 @@ class Coordinator::Impl {
         trainers[static_cast<size_t>(reg.rank)] = std::move(reg);
       }
     }
+    const BroadcastDecision broadcast = decideBroadcastBackend(
+        bufferPlaces(), opt_.mpi_world_size > 0, !trainer(0).reg.nccl_unique_id.empty());
+    broadcast_backend_ = broadcast.backend;
+    log(std::string("broadcast groups: ") + broadcastBackendName(broadcast.backend) + " (" +
+        broadcast.reason + ")");
     PlannerOptions planner_options;
-    // Broadcast groups need every member in the MPI job (host memory) or on its own GPU (NCCL
-    // refuses two ranks on one GPU); otherwise everything goes by one-sided writes.
-    planner_options.allow_broadcast = opt_.mpi_world_size > 0 && broadcastCapable();
+    planner_options.allow_broadcast = broadcast.backend != BroadcastBackend::kNone;
     const auto t0 = Clock::now();
     Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
     if (!plan.isOk()) {
@@ -423,13 +427,15 @@ class Coordinator::Impl {
     return Status::ok();
   }
 
-  // Host-memory ranks broadcast over MPI; device-memory ranks over NCCL, which needs distinct GPUs.
-  // (NCCL broadcast groups are not wired into the runtime yet: device jobs use writes.)
-  bool broadcastCapable() const {
-    for (const Participant& p : participants_) {
-      if (!p.reg.device_id.empty()) return false;
-    }
-    return true;
+  // Every rank's memory place, trainers then rollouts, for decideBroadcastBackend.
+  std::vector<RankBufferPlace> bufferPlaces() {
+    std::vector<RankBufferPlace> places;
+    places.reserve(participants_.size());
+    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+      places.push_back({nameOf(trainer(t)), trainer(t).reg.device_id});
+    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+      places.push_back({nameOf(rollout(r)), rollout(r).reg.device_id});
+    return places;
   }
 
   Status setupReplicas(const std::vector<Registration>& rollouts) {
@@ -458,13 +464,25 @@ class Coordinator::Impl {
     return Status::ok();
   }
 
+  // Broadcast communicators: host (MPI) ones name MPI world ranks; device (NCCL) ones name NCCL
+  // world ranks (numberNcclWorld), and every rank then joins the NCCL world.
   void sendAssignments(const Plan& plan) {
-    std::vector<int32_t> trainer_world, rollout_world;
-    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
-      trainer_world.push_back(trainer(t).hello.world_rank);
-    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
-      rollout_world.push_back(rollout(r).hello.world_rank);
+    const bool nccl = broadcast_backend_ == BroadcastBackend::kNcclDevice && !plan.groups.empty();
+    const NcclWorldNumbering nccl_world = numberNcclWorld(
+        static_cast<int32_t>(trainer_index_.size()), static_cast<int32_t>(rollout_index_.size()));
+    std::vector<int32_t> trainer_world = nccl_world.trainer_ranks;
+    std::vector<int32_t> rollout_world = nccl_world.rollout_ranks;
+    if (!nccl) {
+      for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+        trainer_world[static_cast<size_t>(t)] = trainer(t).hello.world_rank;
+      for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+        rollout_world[static_cast<size_t>(r)] = rollout(r).hello.world_rank;
+    }
     const BroadcastCommMap comm_map = mapBroadcastComms(plan, trainer_world, rollout_world);
+    if (nccl) {
+      log("NCCL world of " + std::to_string(nccl_world.size) + " ranks, " +
+          std::to_string(comm_map.comms.size()) + " broadcast communicators");
+    }
     auto assignment = [&](Role role, int32_t rank) {
       PlanAssignmentMsg msg;
       const RankPlan view = rankView(plan, role, rank);
@@ -476,7 +494,12 @@ class Coordinator::Impl {
                                q.reg.slot_descriptors, q.reg.buffer_byte_offsets});
         }
       }
-      rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
+      if (nccl) {
+        assignNcclBroadcasts(plan, comm_map, nccl_world, trainer(0).reg.nccl_unique_id, role, rank,
+                             &msg);
+      } else {
+        rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
+      }
       msg.replica_of_rollout = replica_of_rollout_;
       return encode(msg);
     };
@@ -734,6 +757,7 @@ class Coordinator::Impl {
   std::vector<int32_t> rollout_index_;
   std::vector<ReplicaState> replicas_;
   std::vector<int32_t> replica_of_rollout_;
+  BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
   std::set<uint64_t> pending_versions_;
   uint64_t in_flight_ = 0;
   uint64_t last_started_ = 0;

@@ -1,5 +1,7 @@
 #include "coordinator/protocol.h"
 
+#include <algorithm>
+
 #include "common/wire.h"
 
 namespace wsync {
@@ -9,14 +11,15 @@ constexpr uint64_t kMaxRanks = 1u << 20;
 constexpr uint64_t kMaxBlobBytes = 1ull << 30;
 constexpr uint64_t kMaxSlots = 64;
 constexpr size_t kMaxStringBytes = 1 << 16;
+constexpr uint64_t kMaxNcclUniqueIdBytes = 1024;  // NCCL's is 128 bytes
 
 void putBlob(ByteWriter& w, const std::vector<uint8_t>& b) {
   w.varu(b.size());
   w.bytes(b.data(), b.size());
 }
-bool getBlob(ByteReader& r, std::vector<uint8_t>& b) {
+bool getBlob(ByteReader& r, std::vector<uint8_t>& b, uint64_t max_bytes = kMaxBlobBytes) {
   uint64_t n = 0;
-  if (!r.count(n, kMaxBlobBytes)) return false;
+  if (!r.count(n, max_bytes)) return false;
   b.resize(n);
   return r.bytes(b.data(), n);
 }
@@ -168,13 +171,14 @@ std::vector<uint8_t> encode(const RegisterMsg& m) {
   w.str(m.device_id);
   putBlobs(w, m.slot_descriptors);
   putU64s(w, m.buffer_byte_offsets);
+  putBlob(w, m.nccl_unique_id);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, RegisterMsg& m) {
   ByteReader r(bytes);
   getBlob(r, m.registration) && r.u8(m.transport) && getBlob(r, m.transport_address) &&
       r.str(m.device_id, kMaxStringBytes) && getBlobs(r, m.slot_descriptors) &&
-      getU64s(r, m.buffer_byte_offsets);
+      getU64s(r, m.buffer_byte_offsets) && getBlob(r, m.nccl_unique_id, kMaxNcclUniqueIdBytes);
   return finish(r, "Register");
 }
 
@@ -196,6 +200,10 @@ std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
   }
   putInts(w, m.group_comm);
   putInts(w, m.replica_of_rollout);
+  putBlob(w, m.nccl.unique_id);
+  w.vari(m.nccl.rank);
+  w.vari(m.nccl.world_size);
+  putInts(w, m.nccl.trainer_ranks);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
@@ -216,11 +224,29 @@ Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
       if (!(getI32(r, c.id) && getInts(r, c.world_ranks))) break;
     }
   }
-  getInts(r, m.group_comm, 1ull << 32) && getInts(r, m.replica_of_rollout);
+  getInts(r, m.group_comm, 1ull << 32) && getInts(r, m.replica_of_rollout) &&
+      getBlob(r, m.nccl.unique_id, kMaxNcclUniqueIdBytes) && getI32(r, m.nccl.rank) &&
+      getI32(r, m.nccl.world_size) && getInts(r, m.nccl.trainer_ranks);
   WSYNC_RETURN_IF_ERROR(finish(r, "PlanAssignment"));
   for (int32_t c : m.group_comm) {
     if (c < 0 || static_cast<size_t>(c) >= m.comms.size()) {
       return protocolError("PlanAssignment: group communicator index out of range");
+    }
+  }
+  if (!m.nccl.unique_id.empty()) {
+    const auto in_world = [&](int32_t rank) { return rank >= 0 && rank < m.nccl.world_size; };
+    if (!in_world(m.nccl.rank) ||
+        !std::all_of(m.nccl.trainer_ranks.begin(), m.nccl.trainer_ranks.end(), in_world)) {
+      return protocolError("PlanAssignment: NCCL rank " + std::to_string(m.nccl.rank) +
+                           " or a trainer's NCCL rank is outside the NCCL world of " +
+                           std::to_string(m.nccl.world_size) + " ranks");
+    }
+    for (const BroadcastComm& c : m.comms) {
+      if (!std::all_of(c.world_ranks.begin(), c.world_ranks.end(), in_world)) {
+        return protocolError("PlanAssignment: broadcast communicator " + std::to_string(c.id) +
+                             " names a rank outside the NCCL world of " +
+                             std::to_string(m.nccl.world_size) + " ranks");
+      }
     }
   }
   return Status::ok();

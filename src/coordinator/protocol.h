@@ -5,7 +5,8 @@
 // Life of a job:
 //   rank -> Hello                          coord -> Welcome (role rank, counts, world map)
 //   rank -> Register (registration, transport address, slot descriptors)
-//   coord -> PlanAssignment (RankPlan, peers' addresses and slots, broadcast communicators) | Error
+//   coord -> PlanAssignment (RankPlan, peers' addresses and slots, broadcast communicators, and
+//            the NCCL world when device broadcast groups exist) | Error
 //   rank -> CommitDone                     coord -> CommitOk (every rank connected)  | Error
 // Each version v (trainers publish in increasing order):
 //   trainer -> Publish(v)                  (the first Publish(v) starts v)
@@ -46,7 +47,7 @@ enum class MessageType : uint16_t {
 };
 const char* messageTypeName(MessageType t);
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: NCCL unique id and world in the messages
 
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
@@ -70,6 +71,10 @@ struct RegisterMsg {
   uint8_t transport = 0;                   // TransportKind of the slots (rollouts)
   std::vector<uint8_t> transport_address;  // WriteTransport::localAddress()
   std::string device_id;  // "host/GPU-uuid" of a device-memory rank; empty for host memory
+  // Trainer 0 on device memory in a CUDA (hence NCCL) build: the NCCL unique id of the job's NCCL
+  // world (makeNcclUniqueId), which the coordinator forwards when the plan has device broadcast
+  // groups. Empty otherwise.
+  std::vector<uint8_t> nccl_unique_id;
   std::vector<std::vector<uint8_t>> slot_descriptors;  // rollouts: one per slot
   std::vector<uint64_t> buffer_byte_offsets;           // rollouts: each buffer's offset in a slot
 };
@@ -83,18 +88,33 @@ struct PeerInfo {
   std::vector<uint64_t> buffer_byte_offsets;
 };
 
-// An MPI sub-communicator for host broadcasts: created by every member, in increasing id order.
+// A broadcast communicator: an MPI sub-communicator (host memory; world ranks are MPI world ranks)
+// or an NCCL split (device memory; world ranks are NCCL world ranks). Created by every member in
+// increasing id order.
 struct BroadcastComm {
   int32_t id = 0;
   std::vector<int32_t> world_ranks;  // sorted; the sender is one of them
 };
 
+// The NCCL world of a job whose plan has device broadcast groups: every rank of the job is one
+// NCCL rank (NcclBroadcaster::create's arguments). Empty `unique_id`: no NCCL world.
+struct NcclWorldAssignment {
+  std::vector<uint8_t> unique_id;      // trainer 0's RegisterMsg::nccl_unique_id
+  int32_t rank = -1;                   // this rank's NCCL world rank, in [0, world_size)
+  int32_t world_size = 0;              // every trainer and rollout rank of the job
+  std::vector<int32_t> trainer_ranks;  // NCCL world rank of every trainer (broadcast roots)
+};
+
 struct PlanAssignmentMsg {
   std::vector<uint8_t> rank_plan;  // encodeRankPlan()
   std::vector<PeerInfo> peers;
-  std::vector<BroadcastComm> comms;         // the ones this rank belongs to, increasing id
+  // Host broadcasts (MPI): the communicators this rank belongs to, increasing id. Device
+  // broadcasts (nccl.unique_id set): every communicator of the job in id order, since each NCCL
+  // split is collective over the whole NCCL world.
+  std::vector<BroadcastComm> comms;
   std::vector<int32_t> group_comm;          // per RankPlan group: index into `comms`
   std::vector<int32_t> replica_of_rollout;  // replica of every rollout rank
+  NcclWorldAssignment nccl;
 };
 
 struct VersionMsg {  // Publish, Sent, Received, Delivered, CommitDone(version 0)

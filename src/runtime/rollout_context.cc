@@ -52,9 +52,31 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   if (group_comm_.size() != plan_.groups.size()) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
-  if (!assignment.comms.empty()) {
+  // Broadcast groups: device memory through the job's NCCL world (collective over every rank,
+  // members of no group included), host memory through MPI sub-communicators.
+  const bool device = memoryKind() == MemoryKind::kDevice;
+  if (!assignment.nccl.unique_id.empty()) {
+    if (!device) {
+      return protocolError("the coordinator assigned an NCCL world to a host-memory rollout");
+    }
+    WSYNC_ASSIGN_OR_RETURN(broadcast_stream_, DeviceStream::create(options_.cuda_device));
+    Result<std::unique_ptr<DeviceBroadcaster>> device_broadcaster =
+        DeviceBroadcaster::create(assignment, options_.cuda_device, options_.timeout);
+    if (!device_broadcaster.isOk()) {
+      return device_broadcaster.status().withContext(
+          "NCCL world for " + std::to_string(plan_.groups.size()) + " device broadcast groups");
+    }
+    device_broadcaster_ = std::move(device_broadcaster).value();
+  } else if (!assignment.comms.empty()) {
+    if (device) {
+      return protocolError(
+          "the coordinator assigned MPI broadcast communicators to a device-memory rollout");
+    }
     WSYNC_ASSIGN_OR_RETURN(broadcaster_,
                            HostBroadcaster::create(assignment.comms, job_.world_rank));
+  }
+  if (!plan_.groups.empty() && !broadcaster_ && !device_broadcaster_) {
+    return protocolError("the plan assignment has broadcast groups but no communicators");
   }
   if (!slots_.empty() && slots_.front()->needsLanding()) landing_ranges_ = writtenRanges();
   return Status::ok();
@@ -225,7 +247,10 @@ Status RolloutContext::handle(const Frame& frame) {
   }
 }
 
+// Receiver thread: takes part in this rank's broadcasts of the version into the prepared slot
+// (every group of the plan view belongs to this rank's replica, which takes the version).
 Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
+  (void)go;
   if (plan_.groups.empty()) return Status::ok();
   uint8_t* slot = static_cast<uint8_t*>(slots_[static_cast<size_t>(prepared_slot_)]->data());
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
@@ -235,13 +260,26 @@ Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
       if (d.rank != rank()) continue;
       uint8_t* data = slot + buffer_byte_offsets_[static_cast<size_t>(d.buffer)] +
                       static_cast<size_t>(d.offset) * dsz;
-      WSYNC_RETURN_IF_ERROR(broadcaster_->post(
-          group_comm_[i], job_.welcome.trainer_world_ranks[static_cast<size_t>(g.src.rank)], data,
-          static_cast<size_t>(g.num_elements) * dsz));
+      const size_t bytes = static_cast<size_t>(g.num_elements) * dsz;
+      const Status s =
+          device_broadcaster_
+              ? device_broadcaster_->post(group_comm_[i], g.src.rank, data, bytes)
+              : broadcaster_->post(
+                    group_comm_[i],
+                    job_.welcome.trainer_world_ranks[static_cast<size_t>(g.src.rank)], data, bytes);
+      if (!s.isOk()) {
+        return s.withContext("broadcast of tensor '" +
+                             plan_.tensors[static_cast<size_t>(g.tensor)].name + "' from trainer " +
+                             std::to_string(g.src.rank));
+      }
     }
   }
-  (void)go;
-  return broadcaster_->waitAll(options_.timeout);
+  if (broadcaster_) return broadcaster_->waitAll(options_.timeout);
+  WSYNC_RETURN_IF_ERROR(
+      device_broadcaster_->launch(broadcast_stream_.get())
+          .withContext("launching the device broadcasts of " + groupTensors(plan_)));
+  return device_broadcaster_->wait(broadcast_stream_.get(), options_.timeout)
+      .withContext("device broadcasts of " + groupTensors(plan_));
 }
 
 // ---- shutdown --------------------------------------------------------------------------------

@@ -51,6 +51,13 @@ Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
   if (onDevice()) {
     WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
     WSYNC_ASSIGN_OR_RETURN(stream_, DeviceStream::create(options_.cuda_device));
+    if (rank() == 0) {
+      // The id of the job's NCCL world, used only when the coordinator plans device broadcast
+      // groups. Without one (NCCL found no bootstrap interface) the job goes by writes, and the
+      // coordinator logs why.
+      Result<std::vector<uint8_t>> nccl_id = makeNcclWorldId();
+      if (nccl_id.isOk()) msg.nccl_unique_id = std::move(nccl_id).value();
+    }
     if (options_.snapshot) {
       WSYNC_ASSIGN_OR_RETURN(device_snapshot_, DeviceBuffer::allocate(total, options_.cuda_device));
     }
@@ -93,11 +100,12 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   for (const BroadcastGroup& g : plan_.groups) {
     group_staging_offsets_.push_back(staging);
     if (g.src_dtype != g.dst_dtype) {
-      if (onDevice() || !hostCanConvert(g.src_dtype, g.dst_dtype)) {
+      if (!convertible(g.src_dtype, g.dst_dtype)) {
         return Status(WSYNC_ERR_UNSUPPORTED,
                       "tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
-                          "': cannot convert " + dtypeName(g.src_dtype) + " to " +
-                          dtypeName(g.dst_dtype) + " for a broadcast");
+                          "': " + memoryKindName(memory_) + " memory cannot convert " +
+                          dtypeName(g.src_dtype) + " to " + dtypeName(g.dst_dtype) +
+                          " for a broadcast");
       }
       staging += static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
     }
@@ -165,11 +173,29 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   if (onDevice() && ipc && (no_batch == nullptr || std::string(no_batch) != "1")) {
     WSYNC_ASSIGN_OR_RETURN(copy_batch_, DeviceCopyBatch::create(ipc.get()));
   }
-  if (!assignment.comms.empty()) {
-    if (onDevice())
-      return internalError("broadcast groups on device memory need NCCL, not wired yet");
+  // Broadcast groups: device memory through the job's NCCL world (collective over every rank),
+  // host memory through MPI sub-communicators.
+  if (!assignment.nccl.unique_id.empty()) {
+    if (!onDevice()) {
+      return protocolError("the coordinator assigned an NCCL world to a host-memory trainer");
+    }
+    Result<std::unique_ptr<DeviceBroadcaster>> device_broadcaster =
+        DeviceBroadcaster::create(assignment, options_.cuda_device, options_.timeout);
+    if (!device_broadcaster.isOk()) {
+      return device_broadcaster.status().withContext(
+          "NCCL world for " + std::to_string(plan_.groups.size()) + " device broadcast groups");
+    }
+    device_broadcaster_ = std::move(device_broadcaster).value();
+  } else if (!assignment.comms.empty()) {
+    if (onDevice()) {
+      return protocolError(
+          "the coordinator assigned MPI broadcast communicators to a device-memory trainer");
+    }
     WSYNC_ASSIGN_OR_RETURN(broadcaster_,
                            HostBroadcaster::create(assignment.comms, job_.world_rank));
+  }
+  if (!plan_.groups.empty() && !broadcaster_ && !device_broadcaster_) {
+    return protocolError("the plan assignment has broadcast groups but no communicators");
   }
   return Status::ok();
 }
@@ -307,11 +333,30 @@ int32_t slotFor(const GoMsg& go, const std::vector<int32_t>& replica_of_rollout,
 }
 }  // namespace
 
-// Device memory: every converting write is first converted (and packed) into staging by a kernel on
-// stream_, which also carries the snapshot copy and waits for the caller's stream; the copies start
-// once stream_ is idle.
+bool TrainerContext::replicaTakes(const GoMsg& go, const BroadcastGroup& group) const {
+  return group.replica >= 0 && static_cast<size_t>(group.replica) < go.slot_of_replica.size() &&
+         go.slot_of_replica[static_cast<size_t>(group.replica)] >= 0;
+}
+
+// Device memory: every converting write and group is first converted (and packed) into staging by a
+// kernel on stream_, which also carries the snapshot copy and waits for the caller's stream; the
+// copies and broadcasts start once stream_ is idle.
 Status TrainerContext::convertIntoStaging(const GoMsg& go) {
   WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+  for (size_t i = 0; i < plan_.groups.size(); ++i) {
+    const BroadcastGroup& g = plan_.groups[i];
+    if (g.src_dtype == g.dst_dtype || !replicaTakes(go, g)) continue;
+    Region run;  // the group's elements: one contiguous run on both sides
+    run.count[0] = g.num_elements;
+    const uint8_t* src =
+        sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
+    const Status s = convertRegionAsync(src, g.src_dtype, stagingAt(group_staging_offsets_[i]),
+                                        g.dst_dtype, run, stream_.get());
+    if (!s.isOk()) {
+      return s.withContext("tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
+                           "': converting for a broadcast");
+    }
+  }
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
     if (!op.converts() || slotFor(go, replica_of_rollout_, op.dst_rank) < 0) continue;
@@ -329,25 +374,47 @@ Status TrainerContext::convertIntoStaging(const GoMsg& go) {
   return streamSync(stream_.get(), options_.timeout);
 }
 
-Status TrainerContext::transfer(const GoMsg& go) {
-  if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
+// Queues this trainer's broadcast of every group whose replica takes the version (host memory:
+// converting here first; device memory: convertIntoStaging did).
+Status TrainerContext::postGroups(const GoMsg& go) {
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
-    if (g.replica < 0 || static_cast<size_t>(g.replica) >= go.slot_of_replica.size() ||
-        go.slot_of_replica[static_cast<size_t>(g.replica)] < 0) {
-      continue;  // that replica skips this version
-    }
+    if (!replicaTakes(go, g)) continue;  // that replica skips this version
     const uint8_t* src =
         sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
-    uint8_t* data = const_cast<uint8_t*>(src);  // MPI_Ibcast takes void*; the root only reads it
+    uint8_t* data = const_cast<uint8_t*>(src);  // the broadcasts take void*; the root only reads
     if (g.src_dtype != g.dst_dtype) {
       data = stagingAt(group_staging_offsets_[i]);
-      WSYNC_RETURN_IF_ERROR(convertHost(src, g.src_dtype, data, g.dst_dtype, g.num_elements));
+      if (!onDevice()) {
+        WSYNC_RETURN_IF_ERROR(convertHost(src, g.src_dtype, data, g.dst_dtype, g.num_elements));
+      }
     }
-    WSYNC_RETURN_IF_ERROR(
-        broadcaster_->post(group_comm_[i], job_.world_rank, data,
-                           static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype)));
+    const size_t bytes = static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
+    const Status s = device_broadcaster_
+                         ? device_broadcaster_->post(group_comm_[i], rank(), data, bytes)
+                         : broadcaster_->post(group_comm_[i], job_.world_rank, data, bytes);
+    if (!s.isOk()) {
+      return s.withContext("broadcast of tensor '" +
+                           plan_.tensors[static_cast<size_t>(g.tensor)].name +
+                           "' to rollout ranks " + groupReceivers(g));
+    }
   }
+  if (!device_broadcaster_) return Status::ok();
+  // Broadcasts go on stream_ after the conversions; they run while the writes below are issued.
+  return device_broadcaster_->launch(stream_.get())
+      .withContext("launching the device broadcasts of " + groupTensors(plan_));
+}
+
+Status TrainerContext::waitGroups() {
+  if (broadcaster_) return broadcaster_->waitAll(options_.timeout);
+  if (!device_broadcaster_) return Status::ok();
+  return device_broadcaster_->wait(stream_.get(), options_.timeout)
+      .withContext("device broadcasts of " + groupTensors(plan_));
+}
+
+Status TrainerContext::transfer(const GoMsg& go) {
+  if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
+  WSYNC_RETURN_IF_ERROR(postGroups(go));
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
     const int32_t slot = slotFor(go, replica_of_rollout_, op.dst_rank);
@@ -407,8 +474,7 @@ Status TrainerContext::transfer(const GoMsg& go) {
   for (const auto& transport : transports_) {
     if (transport) WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout));
   }
-  if (broadcaster_) WSYNC_RETURN_IF_ERROR(broadcaster_->waitAll(options_.timeout));
-  return Status::ok();
+  return waitGroups();
 }
 
 // ---- shutdown --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/context.h"
+#include "runtime/device_broadcast.h"
 #include "runtime/device_copy_batch.h"
 #include "runtime/device_ops.h"
 #include "transport/mpi/host_broadcast.h"
@@ -66,11 +67,14 @@ class TrainerContext final : public Context {
   bool onDevice() const { return memory_ == MemoryKind::kDevice; }
   Status convertIntoStaging(const GoMsg& go);
   uint8_t* stagingAt(size_t offset) const;
+  bool replicaTakes(const GoMsg& go, const BroadcastGroup& group) const;
+  Status postGroups(const GoMsg& go);
+  Status waitGroups();
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;
   std::vector<int32_t> group_comm_;
-  std::unique_ptr<HostBroadcaster> broadcaster_;
+  std::unique_ptr<HostBroadcaster> broadcaster_;  // host memory broadcast groups (MPI)
 
   MemoryKind memory_ = MemoryKind::kHost;  // of every buffer of this rank
   DeviceStream stream_;                    // device memory: snapshot copies and conversions
@@ -96,6 +100,9 @@ class TrainerContext final : public Context {
   std::vector<size_t> write_staging_offsets_;  // per plan write: bytes into convert_staging_
   std::vector<size_t> group_staging_offsets_;  // per plan group
   int debug_send_delay_ms_ = 0;                // WSYNC_DEBUG_SEND_DELAY_MS, for tests
+  // Device memory broadcast groups (NCCL), launched on stream_. Declared after the memory it reads
+  // and the stream it runs on: it is destroyed (waiting for in-flight work) before them.
+  std::unique_ptr<DeviceBroadcaster> device_broadcaster_;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;

@@ -1,0 +1,125 @@
+// The coordinator protocol's codecs (coordinator/protocol.h): round trips of the messages that
+// carry registrations and plan assignments, the NCCL world included, and clean failures on
+// truncated or inconsistent input.
+#include <gtest/gtest.h>
+
+#include "coordinator/protocol.h"
+
+namespace wsync {
+namespace {
+
+RegisterMsg sampleRegister() {
+  RegisterMsg m;
+  m.registration = {1, 2, 3, 4};
+  m.transport = 2;
+  m.transport_address = {9, 8, 7};
+  m.device_id = "node-a/GPU-0123";
+  m.slot_descriptors = {{1, 1}, {2, 2, 2}};
+  m.buffer_byte_offsets = {0, 256, 1024};
+  m.nccl_unique_id = std::vector<uint8_t>(128, 0xab);
+  return m;
+}
+
+PlanAssignmentMsg sampleAssignment() {
+  PlanAssignmentMsg m;
+  m.rank_plan = {5, 6, 7};
+  m.peers.push_back({3, 1, {4, 4}, {{1}, {2}}, {0, 512}});
+  m.comms = {{0, {0, 2, 3}}, {1, {1, 4, 5}}};
+  m.group_comm = {1, 0, 1};
+  m.replica_of_rollout = {0, 0, 1, 1};
+  m.nccl.unique_id = std::vector<uint8_t>(128, 0xcd);
+  m.nccl.rank = 4;
+  m.nccl.world_size = 6;
+  m.nccl.trainer_ranks = {0, 1};
+  return m;
+}
+
+TEST(Protocol, RegisterRoundTripsWithTheNcclUniqueId) {
+  const RegisterMsg m = sampleRegister();
+  RegisterMsg d;
+  ASSERT_TRUE(decode(encode(m), d).isOk());
+  EXPECT_EQ(d.registration, m.registration);
+  EXPECT_EQ(d.transport, m.transport);
+  EXPECT_EQ(d.transport_address, m.transport_address);
+  EXPECT_EQ(d.device_id, m.device_id);
+  EXPECT_EQ(d.slot_descriptors, m.slot_descriptors);
+  EXPECT_EQ(d.buffer_byte_offsets, m.buffer_byte_offsets);
+  EXPECT_EQ(d.nccl_unique_id, m.nccl_unique_id);
+  // Host ranks and trainers other than 0 send none.
+  RegisterMsg host;
+  RegisterMsg host_decoded;
+  host_decoded.nccl_unique_id = {1};
+  ASSERT_TRUE(decode(encode(host), host_decoded).isOk());
+  EXPECT_TRUE(host_decoded.nccl_unique_id.empty());
+}
+
+TEST(Protocol, PlanAssignmentRoundTripsWithTheNcclWorld) {
+  const PlanAssignmentMsg m = sampleAssignment();
+  PlanAssignmentMsg d;
+  ASSERT_TRUE(decode(encode(m), d).isOk());
+  EXPECT_EQ(d.rank_plan, m.rank_plan);
+  ASSERT_EQ(d.peers.size(), 1u);
+  EXPECT_EQ(d.peers[0].rank, 3);
+  EXPECT_EQ(d.peers[0].slot_descriptors, m.peers[0].slot_descriptors);
+  ASSERT_EQ(d.comms.size(), 2u);
+  EXPECT_EQ(d.comms[1].id, 1);
+  EXPECT_EQ(d.comms[1].world_ranks, m.comms[1].world_ranks);
+  EXPECT_EQ(d.group_comm, m.group_comm);
+  EXPECT_EQ(d.replica_of_rollout, m.replica_of_rollout);
+  EXPECT_EQ(d.nccl.unique_id, m.nccl.unique_id);
+  EXPECT_EQ(d.nccl.rank, 4);
+  EXPECT_EQ(d.nccl.world_size, 6);
+  EXPECT_EQ(d.nccl.trainer_ranks, m.nccl.trainer_ranks);
+}
+
+TEST(Protocol, PlanAssignmentWithoutNcclWorldRoundTrips) {
+  PlanAssignmentMsg m = sampleAssignment();
+  m.nccl = NcclWorldAssignment{};
+  PlanAssignmentMsg d;
+  ASSERT_TRUE(decode(encode(m), d).isOk());
+  EXPECT_TRUE(d.nccl.unique_id.empty());
+  EXPECT_EQ(d.nccl.rank, -1);
+  EXPECT_EQ(d.nccl.world_size, 0);
+}
+
+TEST(Protocol, EveryTruncationFailsCleanly) {
+  const std::vector<uint8_t> reg = encode(sampleRegister());
+  const std::vector<uint8_t> plan = encode(sampleAssignment());
+  for (size_t n = 0; n < reg.size(); ++n) {
+    RegisterMsg d;
+    const Status s = decode(std::vector<uint8_t>(reg.begin(), reg.begin() + n), d);
+    EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL) << "Register truncated to " << n << " bytes";
+  }
+  for (size_t n = 0; n < plan.size(); ++n) {
+    PlanAssignmentMsg d;
+    const Status s = decode(std::vector<uint8_t>(plan.begin(), plan.begin() + n), d);
+    EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL) << "PlanAssignment truncated to " << n << " bytes";
+  }
+}
+
+TEST(Protocol, NcclRanksOutsideTheWorldAreRejected) {
+  const auto rejected = [](const PlanAssignmentMsg& m) {
+    PlanAssignmentMsg d;
+    const Status s = decode(encode(m), d);
+    return s.code() == WSYNC_ERR_PROTOCOL && s.message().find("NCCL world") != std::string::npos;
+  };
+  PlanAssignmentMsg m = sampleAssignment();
+  m.nccl.rank = 6;
+  EXPECT_TRUE(rejected(m));
+  m = sampleAssignment();
+  m.nccl.trainer_ranks = {0, -1};
+  EXPECT_TRUE(rejected(m));
+  m = sampleAssignment();
+  m.comms[0].world_ranks = {0, 2, 6};
+  EXPECT_TRUE(rejected(m));
+}
+
+TEST(Protocol, OversizedNcclUniqueIdIsRejected) {
+  RegisterMsg m = sampleRegister();
+  m.nccl_unique_id.assign(4096, 1);
+  RegisterMsg d;
+  EXPECT_EQ(decode(encode(m), d).code(), WSYNC_ERR_PROTOCOL);
+}
+
+}  // namespace
+}  // namespace wsync

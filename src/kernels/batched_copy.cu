@@ -35,10 +35,24 @@ __device__ void copySpan(const uint8_t* __restrict__ src, uint8_t* __restrict__ 
   const bool vector =
       ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | bytes) & 15u) == 0;
   if (vector) {
+    // kUnroll loads in flight per thread before their stores: enough bytes in flight per SM to
+    // cover the memory latency.
+    constexpr int kUnroll = 4;
     const uint64_t units = bytes / 16;
     const auto* s = reinterpret_cast<const uint4*>(src);
     auto* d = reinterpret_cast<uint4*>(dst);
-    for (uint64_t i = threadIdx.x; i < units; i += blockDim.x)
+    const uint64_t step = blockDim.x;
+    uint64_t i = threadIdx.x;
+    for (; i + (kUnroll - 1) * step < units; i += kUnroll * step) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k)
+        v[k] = s[i + k * step];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k)
+        d[i + k * step] = v[k];
+    }
+    for (; i < units; i += step)
       d[i] = s[i];
     return;
   }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fast_copy.h"
 #include "common/wire.h"
 #include "transport/ucx/ucx_handles.h"
 
@@ -330,13 +331,9 @@ class UcxTransport final : public WriteTransport {
     }
     const auto* s = static_cast<const uint8_t*>(src);
     if (r.mapped != nullptr) {
-      uint8_t* d = r.mapped + remote_offset;
-      if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {
-        std::memcpy(d, s, extent);
-      } else {
-        for (size_t i = 0; i < rows; ++i)
-          std::memcpy(d + i * remote_pitch, s + i * src_pitch, row_bytes);
-      }
+      // Streaming stores for large regions (nothing here reads the target again); complete
+      // and fenced on return.
+      copy2d(r.mapped + remote_offset, remote_pitch, s, src_pitch, row_bytes, rows);
       return Status::ok();
     }
     if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {

@@ -1,5 +1,6 @@
 #include "common/fast_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -152,6 +153,46 @@ void copy2dWith(HostCopyKind kind, void* dst, size_t dst_pitch, const void* src,
       streamRowAvx2(d + i * dst_pitch, s + i * src_pitch, row_bytes);
   }
   _mm_sfence();  // streaming stores are weakly ordered: order them before what follows
+#endif
+}
+
+void copy2dInterleaved(const Copy2d* copies, size_t n) {
+  if (n == 0) return;
+  if (n == 1) {
+    const Copy2d& c = copies[0];
+    copy2d(c.dst, c.dst_pitch, c.src, c.src_pitch, c.row_bytes, c.rows);
+    return;
+  }
+  const HostCopyKind kind = hostCopyKind();
+  size_t rows = 0;
+  for (size_t i = 0; i < n; ++i)
+    rows = std::max(rows, copies[i].rows);
+  bool streamed = false;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      const Copy2d& c = copies[i];
+      if (r >= c.rows) continue;
+      auto* d = static_cast<uint8_t*>(c.dst) + r * c.dst_pitch;
+      const auto* s = static_cast<const uint8_t*>(c.src) + r * c.src_pitch;
+      if (kind == HostCopyKind::kMemcpy || c.row_bytes < kStreamMinRowBytes ||
+          c.row_bytes * c.rows < kStreamMinBytes) {
+        std::memcpy(d, s, c.row_bytes);
+        continue;
+      }
+      streamed = true;
+#if defined(__x86_64__)
+      if (kind == HostCopyKind::kStreamAvx512) {
+        streamRowAvx512(d, s, c.row_bytes);
+      } else {
+        streamRowAvx2(d, s, c.row_bytes);
+      }
+#endif
+    }
+  }
+#if defined(__x86_64__)
+  if (streamed) _mm_sfence();
+#else
+  (void)streamed;
 #endif
 }
 

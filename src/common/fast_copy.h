@@ -35,6 +35,22 @@ void copy2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size
 void copy2dWith(HostCopyKind kind, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                 size_t row_bytes, size_t rows);
 
+// One 2-D copy, as copy2d() takes it.
+struct Copy2d {
+  void* dst;
+  size_t dst_pitch;
+  const void* src;
+  size_t src_pitch;
+  size_t row_bytes;
+  size_t rows;
+};
+
+// Runs `n` copies row by row: row 0 of each, then row 1 of each, and
+// so on, so that copies whose source rows lie side by side (the column blocks of one row-major
+// source, going to different targets) read the source once, in order. Each copy is copied as by
+// copy2d() (kind, small-copy rule); complete and fenced on return.
+void copy2dInterleaved(const Copy2d* copies, size_t n);
+
 // Copies smaller than this (rows * row_bytes) go through memcpy: they may be read again soon from
 // cache, and a fence per small copy would cost more than it saves.
 inline constexpr size_t kStreamMinBytes = size_t{256} << 10;

@@ -94,6 +94,40 @@ TEST(FastCopy, EmptyCopiesWriteNothing) {
     EXPECT_EQ(b, 0xA5);
 }
 
+// Three copies taking the adjoining column blocks of one row-major source (as the column shards
+// of one tensor for three ranks), plus one with other rows: each lands exactly in its target.
+TEST(FastCopy, InterleavedCopiesLandLikeSeparateOnes) {
+  const size_t rows = 300;
+  const size_t widths[3] = {2048, 1024 + 8, 4096 - 8};
+  const size_t src_pitch = widths[0] + widths[1] + widths[2] + 64;
+  std::vector<uint8_t> src(rows * src_pitch + 8192);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<uint8_t>(i * 29 + 3);
+  std::vector<std::vector<uint8_t>> dst(4);
+  std::vector<Copy2d> copies;
+  size_t col = 0;
+  for (size_t k = 0; k < 3; ++k) {
+    dst[k].assign(rows * widths[k] + 1, 0xA5);  // contiguous target rows, one canary byte
+    copies.push_back({dst[k].data(), widths[k], src.data() + col, src_pitch, widths[k], rows});
+    col += widths[k];
+  }
+  dst[3].assign(5 * 3000 + 1, 0xA5);
+  copies.push_back({dst[3].data(), 3000, src.data() + 7, 4000, 3000, 5});
+  copy2dInterleaved(copies.data(), copies.size());
+  for (size_t k = 0; k < copies.size(); ++k) {
+    const Copy2d& c = copies[k];
+    size_t wrong = 0;
+    for (size_t r = 0; r < c.rows; ++r) {
+      for (size_t b = 0; b < c.row_bytes; ++b) {
+        const uint8_t expected = static_cast<const uint8_t*>(c.src)[r * c.src_pitch + b];
+        if (dst[k][r * c.dst_pitch + b] != expected) ++wrong;
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "copy " << k;
+    EXPECT_EQ(dst[k].back(), 0xA5) << "copy " << k << " wrote past its target";
+  }
+}
+
 TEST(FastCopy, ChosenKindHasAName) {
   const std::string name = hostCopyKindName(hostCopyKind());
   EXPECT_TRUE(name == "memcpy" || name == "avx2" || name == "avx512") << name;

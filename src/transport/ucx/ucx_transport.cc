@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/fast_copy.h"
 #include "common/wire.h"
 #include "transport/ucx/ucx_handles.h"
 
@@ -109,6 +111,7 @@ constexpr uint32_t kAddressTag = 0x41555357;     // "WSUA"
 constexpr uint32_t kDescriptorTag = 0x44555357;  // "WSUD"
 constexpr uint8_t kWireVersion = 1;
 constexpr uint64_t kMaxUcxBlobBytes = 1 << 20;  // bound on a worker address or packed rkey
+constexpr size_t kMaxDeferred = 1 << 16;        // deferred mapped writes before they run anyway
 
 std::vector<uint8_t> encodeBlob(uint32_t tag, const void* blob, size_t blob_bytes,
                                 uint64_t base = 0, uint64_t size = 0) {
@@ -187,7 +190,7 @@ class UcxTransport final : public WriteTransport {
   // Flushes unflushed writes and closes the endpoints, each bounded by close_timeout. A peer
   // that does not respond costs that bound once, not once per endpoint.
   ~UcxTransport() override {
-    if (!pending_.empty() || unflushed_) (void)flush(options_.close_timeout);
+    if (!pending_.empty() || unflushed_ || !deferred_.empty()) (void)flush(options_.close_timeout);
     for (const Pending& p : pending_)
       ucp_request_free(p.request);
     pending_.clear();
@@ -337,13 +340,15 @@ class UcxTransport final : public WriteTransport {
     }
     const auto* s = static_cast<const uint8_t*>(src);
     if (r.mapped != nullptr) {
-      uint8_t* d = r.mapped + remote_offset;
       if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {
-        std::memcpy(d, s, extent);
-      } else {
-        for (size_t i = 0; i < rows; ++i)
-          std::memcpy(d + i * remote_pitch, s + i * src_pitch, row_bytes);
+        // Streaming stores for large regions (nothing here reads the target again); complete
+        // and fenced on return.
+        copy2d(r.mapped + remote_offset, remote_pitch, s, src_pitch, row_bytes, rows);
+        return Status::ok();
       }
+      // Strided: copied at flush(), together with the writes from the same source rows.
+      deferred_.push_back({r.mapped + remote_offset, remote_pitch, s, src_pitch, row_bytes, rows});
+      if (deferred_.size() >= kMaxDeferred) runDeferred();
       return Status::ok();
     }
     if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {
@@ -357,6 +362,7 @@ class UcxTransport final : public WriteTransport {
   }
 
   Status flush(std::chrono::milliseconds timeout) override {
+    runDeferred();
     // Copies through mapped pointers are complete; order them before whatever tells the target.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     const Clock::time_point deadline = Clock::now() + timeout;
@@ -470,6 +476,32 @@ class UcxTransport final : public WriteTransport {
     return Status::ok();
   }
 
+  // Copies the deferred strided writes. Writes with the same rows and source pitch whose source
+  // columns adjoin (the column blocks of one row-major tensor, bound for different ranks) run
+  // interleaved row by row, so the source is read once, in order.
+  void runDeferred() {
+    if (deferred_.empty()) return;
+    std::sort(deferred_.begin(), deferred_.end(), [](const Copy2d& a, const Copy2d& b) {
+      return std::less<const void*>()(a.src, b.src);
+    });
+    size_t begin = 0;
+    while (begin < deferred_.size()) {
+      size_t end = begin + 1;
+      while (end < deferred_.size()) {
+        const Copy2d& prev = deferred_[end - 1];
+        const Copy2d& next = deferred_[end];
+        if (next.rows != prev.rows || next.src_pitch != prev.src_pitch ||
+            next.src != static_cast<const uint8_t*>(prev.src) + prev.row_bytes) {
+          break;
+        }
+        ++end;
+      }
+      copy2dInterleaved(deferred_.data() + begin, end - begin);
+      begin = end;
+    }
+    deferred_.clear();
+  }
+
   // Releases the requests that completed; keeps the first error for flush().
   void reapCompleted() {
     size_t kept = 0;
@@ -515,6 +547,8 @@ class UcxTransport final : public WriteTransport {
   std::vector<Pending> pending_;
   Status deferred_error_;
   bool unflushed_ = false;
+  // Strided writes through mapped pointers, copied at the next flush() (or when kMaxDeferred).
+  std::vector<Copy2d> deferred_;
 };
 
 }  // namespace

@@ -4,6 +4,11 @@
 // With Debian's UCX 1.13, writes into allocateExposed() memory over shared memory are truly
 // one-sided; writes into expose()d (caller-allocated) memory are emulated with active messages
 // and land only while the target calls progress().
+// Regions UCX maps into this process (ucp_rkey_ptr succeeds: a peer's allocateExposed() memory
+// over shared memory) are written with CPU copies instead of puts (common/fast_copy.h: streaming
+// stores for large ones). Contiguous writes are copied in write(); strided ones at the next
+// flush(), with the writes from adjoining source columns interleaved row by row so that each
+// source row is read once.
 #pragma once
 
 #include <chrono>

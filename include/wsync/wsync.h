@@ -199,6 +199,14 @@ wsync_status_t wsync_commit(wsync_context_t ctx);
 
 /** @name Trainer: publish */
 /**@{*/
+/** Sets the scale of conversions of global tensor `tensor` into float8 (e4m3 / e5m2) on this
+ *  trainer: the rollout receives fp8(x * scale) (round to nearest even, saturating). Applies to
+ *  versions published after this call; before or after commit; 1 until set. Conversions between
+ *  wider types ignore it. Float8 conversion runs on the device (device-memory trainers).
+ *  @return SUCCESS; INVALID_ARGUMENT (null name, `tensor` not declared on this rank, scale not
+ *          finite and > 0); INVALID_USAGE (rollout context). */
+wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, float scale);
+
 /** Starts publishing `version` (strictly greater than the last one) and returns at once (in
  *  snapshot mode after copying the buffers into staging). Versions publish in order.
  *  @param [out] request  completes when the version is ready on every replica that takes it

@@ -261,6 +261,19 @@ wsync_status_t wsync_commit(wsync_context_t ctx) {
   return guarded(ctx, [&] { return record(ctx, ctx->ctx->commit()); });
 }
 
+wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, float scale) {
+  if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    if (tensor == nullptr) return record(ctx, wsync::invalidArgument("null tensor name"));
+    wsync::TrainerContext* trainer = asTrainer(ctx);
+    if (trainer == nullptr) {
+      return record(ctx, wsync::invalidUsage("set_tensor_scale on a rollout context (scales "
+                                             "belong to the trainers, which convert)"));
+    }
+    return record(ctx, trainer->setTensorScale(tensor, scale));
+  });
+}
+
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request) {
   return wsync_publish_on_stream(ctx, version, nullptr, request);
 }

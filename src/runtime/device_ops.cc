@@ -128,8 +128,8 @@ Status copyAsync(void* dst, const void* src, size_t bytes, CudaStreamHandle stre
 }
 
 Status convertRegionAsync(const void* src, DType from, void* dst, DType to, const Region& region,
-                          CudaStreamHandle stream) {
-  return launchCopyRegion(src, from, dst, to, region, 1.0f, stream);
+                          float scale, CudaStreamHandle stream) {
+  return launchCopyRegion(src, from, dst, to, region, scale, stream);
 }
 
 bool deviceCanConvertTypes(DType from, DType to) {
@@ -172,7 +172,8 @@ Status streamSync(CudaStreamHandle, std::chrono::milliseconds) {
 Status copyAsync(void*, const void*, size_t, CudaStreamHandle) {
   return noCuda();
 }
-Status convertRegionAsync(const void*, DType, void*, DType, const Region&, CudaStreamHandle) {
+Status convertRegionAsync(const void*, DType, void*, DType, const Region&, float,
+                          CudaStreamHandle) {
   return noCuda();
 }
 bool deviceCanConvertTypes(DType, DType) {

@@ -68,9 +68,10 @@ Status streamWaitFor(CudaStreamHandle waiter, CudaStreamHandle producer);
 Status streamSync(CudaStreamHandle stream, std::chrono::milliseconds timeout);
 // cudaMemcpyAsync with cudaMemcpyDefault (device or host on either side).
 Status copyAsync(void* dst, const void* src, size_t bytes, CudaStreamHandle stream);
-// Converts and packs `region` (plan.h; src/dst already offset) on the device.
+// Converts and packs `region` (plan.h; src/dst already offset) on the device; `scale` applies to
+// float8 conversions (kernels/convert_kernels.h), 1 elsewhere.
 Status convertRegionAsync(const void* src, DType from, void* dst, DType to, const Region& region,
-                          CudaStreamHandle stream);
+                          float scale, CudaStreamHandle stream);
 bool deviceCanConvertTypes(DType from, DType to);
 
 }  // namespace wsync

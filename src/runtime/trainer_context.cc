@@ -1,5 +1,6 @@
 #include "runtime/trainer_context.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +32,27 @@ void PublishRequest::complete(const Status& status) {
     status_ = status;
   }
   cv_.notify_all();
+}
+
+// ---- TrainerContext: float8 scales -----------------------------------------------------------
+Status TrainerContext::setTensorScale(const std::string& name, float scale) {
+  if (!std::isfinite(scale) || scale <= 0) {
+    return invalidArgument("tensor '" + name + "': a float8 scale must be finite and > 0, got " +
+                           std::to_string(scale));
+  }
+  bool declared = false;
+  for (const TensorDecl& t : registration_.tensors)
+    declared = declared || t.name == name;
+  if (!declared) {
+    return invalidArgument("tensor '" + name +
+                           "' is not declared on this rank (register a buffer holding it first)");
+  }
+  std::lock_guard lock(scale_mu_);
+  scale_by_name_[name] = scale;
+  for (size_t i = 0; i < plan_.tensors.size() && i < plan_scales_.size(); ++i) {
+    if (plan_.tensors[i].name == name) plan_scales_[i] = scale;
+  }
+  return Status::ok();
 }
 
 // ---- TrainerContext: commit ------------------------------------------------------------------
@@ -75,6 +97,14 @@ uint8_t* TrainerContext::stagingAt(size_t offset) const {
 
 Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   plan_ = std::move(plan);
+  {
+    std::lock_guard lock(scale_mu_);
+    plan_scales_.assign(plan_.tensors.size(), 1.0f);
+    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+      auto it = scale_by_name_.find(plan_.tensors[i].name);
+      if (it != scale_by_name_.end()) plan_scales_[i] = it->second;
+    }
+  }
   replica_of_rollout_ = std::move(assignment.replica_of_rollout);
   group_comm_ = std::move(assignment.group_comm);
   if (group_comm_.size() != plan_.groups.size()) {
@@ -253,7 +283,12 @@ Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version
     WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
     WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
   }
-  auto request = std::make_shared<PublishRequest>(version);
+  std::vector<float> scales;
+  {
+    std::lock_guard scale_lock(scale_mu_);
+    scales = plan_scales_;
+  }
+  auto request = std::make_shared<PublishRequest>(version, std::move(scales));
   last_version_ = version;
   queue_.push_back(request);
   queue_cv_.notify_all();
@@ -269,6 +304,7 @@ void TrainerContext::publisherLoop() {
       if (queue_.empty()) return;
       request = queue_.front();
     }
+    active_scales_ = request->scales();
     Status s = failedOrAborted() ? failure() : publishOne(request->version());
     if (!s.isOk()) setFailed(s);
     {
@@ -351,7 +387,7 @@ Status TrainerContext::convertIntoStaging(const GoMsg& go) {
     const uint8_t* src =
         sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
     const Status s = convertRegionAsync(src, g.src_dtype, stagingAt(group_staging_offsets_[i]),
-                                        g.dst_dtype, run, stream_.get());
+                                        g.dst_dtype, run, activeScale(g.tensor), stream_.get());
     if (!s.isOk()) {
       return s.withContext("tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
                            "': converting for a broadcast");
@@ -369,7 +405,7 @@ Status TrainerContext::convertIntoStaging(const GoMsg& go) {
     packed.src_offset = 0;
     WSYNC_RETURN_IF_ERROR(convertRegionAsync(src, op.src_dtype,
                                              stagingAt(write_staging_offsets_[i]), op.dst_dtype,
-                                             packed, stream_.get()));
+                                             packed, activeScale(op.tensor), stream_.get()));
   }
   return streamSync(stream_.get(), options_.timeout);
 }

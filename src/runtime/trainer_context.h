@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/context.h"
@@ -22,8 +23,11 @@ namespace wsync {
 // An asynchronous publish; shared by the publisher thread and the caller's handle.
 class PublishRequest {
  public:
-  explicit PublishRequest(uint64_t version) : version_(version) {}
+  // `scales`: per plan tensor, the float8 conversion scale in force when the version was published.
+  PublishRequest(uint64_t version, std::vector<float> scales)
+      : version_(version), scales_(std::move(scales)) {}
   uint64_t version() const { return version_; }
+  const std::vector<float>& scales() const { return scales_; }
   // SUCCESS once delivered, IN_PROGRESS before, or the publish's error.
   Status test() const;
   // Like test(), waiting up to `timeout` (TIMEOUT when still in progress).
@@ -32,6 +36,7 @@ class PublishRequest {
 
  private:
   const uint64_t version_;
+  const std::vector<float> scales_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -51,6 +56,10 @@ class TrainerContext final : public Context {
   Result<std::shared_ptr<PublishRequest>> publish(uint64_t version,
                                                   CudaStreamHandle stream = nullptr);
 
+  // Conversions of tensor `name` (declared on this rank) into float8 compute fp8(x * scale) from
+  // the next publish on; `scale` finite and > 0 (1 until set). Other conversions ignore it.
+  Status setTensorScale(const std::string& name, float scale);
+
   void abort() override;
   Status finalize() override;
 
@@ -66,6 +75,11 @@ class TrainerContext final : public Context {
   const uint8_t* sourceOf(int32_t buffer) const;
   bool onDevice() const { return memory_ == MemoryKind::kDevice; }
   Status convertIntoStaging(const GoMsg& go);
+  // The float8 scale of plan tensor `tensor` for the version being sent.
+  float activeScale(int32_t tensor) const {
+    const auto t = static_cast<size_t>(tensor);
+    return t < active_scales_.size() ? active_scales_[t] : 1.0f;
+  }
   uint8_t* stagingAt(size_t offset) const;
   bool replicaTakes(const GoMsg& go, const BroadcastGroup& group) const;
   Status postGroups(const GoMsg& go);
@@ -91,6 +105,11 @@ class TrainerContext final : public Context {
   // Device trainers: the writes into CUDA IPC peers of a version, as one kernel (null: one copy per
   // write, e.g. with WSYNC_DEBUG_NO_COPY_BATCH=1). Destroyed before the transports.
   std::unique_ptr<DeviceCopyBatch> copy_batch_;
+  // float8 scales: by tensor name (set any time), and per plan tensor (after commit).
+  std::mutex scale_mu_;
+  std::unordered_map<std::string, float> scale_by_name_;
+  std::vector<float> plan_scales_;
+  std::vector<float> active_scales_;  // the version being sent (publisher thread only)
   std::vector<std::unique_ptr<SourceRegistration>> source_registrations_;
   std::vector<uint8_t> snapshot_;              // snapshot mode, host memory: a copy of every buffer
   DeviceBuffer device_snapshot_;               // snapshot mode, device memory

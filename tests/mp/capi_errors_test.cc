@@ -4,6 +4,7 @@
 // error (no hang, no crash), and that the other ranks' contexts fail the same way.
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,6 +141,21 @@ TEST(CapiErrors, BadArgumentsAreRejectedLocally) {
   // The context still commits fine after the rejected calls.
   ASSERT_EQ(registerBox(ctx, "w", {8, 4}, {0, 0}, {8, 4}, WSYNC_DTYPE_FLOAT32, &mem),
             WSYNC_SUCCESS);
+  // float8 scales: the trainer's, for tensors it declared, finite and > 0.
+  if (isTrainer()) {
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, "w", 0.5f), WSYNC_SUCCESS) << wsync_last_error(ctx);
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, "nope", 2.0f), WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(wsync_last_error(ctx)).find("'nope'"), std::string::npos)
+        << wsync_last_error(ctx);
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, "w", 0.0f), WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, "w", -1.0f), WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, "w", std::numeric_limits<float>::infinity()),
+              WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, nullptr, 1.0f), WSYNC_ERR_INVALID_ARGUMENT);
+  } else {
+    EXPECT_EQ(wsync_set_tensor_scale(ctx, "w", 2.0f), WSYNC_ERR_INVALID_USAGE);
+  }
+  EXPECT_EQ(wsync_set_tensor_scale(nullptr, "w", 2.0f), WSYNC_ERR_INVALID_ARGUMENT);
   ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
   EXPECT_EQ(wsync_commit(ctx), WSYNC_ERR_INVALID_USAGE);
   EXPECT_EQ(registerBox(ctx, "late", {4}, {0}, {4}, WSYNC_DTYPE_FLOAT32, &mem),

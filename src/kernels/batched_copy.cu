@@ -28,60 +28,88 @@ __device__ int64_t taskOf(const CopyTask* tasks, int64_t num_tasks, uint64_t til
   return lo;
 }
 
-// Copies `bytes` from `src` to `dst` with the block's threads: 16-byte units when both addresses
-// and the length allow, bytes otherwise.
-__device__ void copySpan(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
-                         uint64_t bytes) {
-  const bool vector =
-      ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | bytes) & 15u) == 0;
+// How a task splits into tiles: rows shorter than a tile are grouped (rows_per_tile of them),
+// rows longer than a tile are cut into `segments` pieces.
+struct TileShape {
+  uint64_t segments;       // tiles per row (1 unless a row is longer than a tile)
+  uint64_t rows_per_tile;  // rows per tile (1 when a row fills a tile or more)
+  uint64_t row_tiles;      // tiles down one plane's rows
+};
+
+__host__ __device__ inline TileShape tileShape(const CopyTask& t) {
+  TileShape s;
+  s.segments = (t.row_bytes + kCopyTileBytes - 1) / kCopyTileBytes;
+  s.rows_per_tile = t.row_bytes >= kCopyTileBytes ? 1 : kCopyTileBytes / t.row_bytes;
+  s.row_tiles = (t.rows + s.rows_per_tile - 1) / s.rows_per_tile;
+  return s;
+}
+
+// Copies `rows` rows of `bytes` (src/dst rows `src_pitch`/`dst_pitch` apart) with the block's
+// threads: in 16-byte units, four loads in flight per thread before their stores, when every
+// address and length allows; byte by byte otherwise.
+__device__ void copyRows(const uint8_t* __restrict__ src, uint64_t src_pitch,
+                         uint8_t* __restrict__ dst, uint64_t dst_pitch, uint64_t bytes,
+                         uint64_t rows) {
+  const bool vector = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                        bytes | (rows > 1 ? (src_pitch | dst_pitch) : 0)) &
+                       15u) == 0;
   if (vector) {
-    // kUnroll loads in flight per thread before their stores: enough bytes in flight per SM to
-    // cover the memory latency.
     constexpr int kUnroll = 4;
-    const uint64_t units = bytes / 16;
-    const auto* s = reinterpret_cast<const uint4*>(src);
-    auto* d = reinterpret_cast<uint4*>(dst);
+    const uint64_t per_row = bytes / 16;
+    const uint64_t units = per_row * rows;
     const uint64_t step = blockDim.x;
-    uint64_t i = threadIdx.x;
-    for (; i + (kUnroll - 1) * step < units; i += kUnroll * step) {
+    auto at = [&](uint64_t u, uint64_t pitch) {
+      return (u / per_row) * pitch + (u % per_row) * 16;
+    };
+    uint64_t u = threadIdx.x;
+    for (; u + (kUnroll - 1) * step < units; u += kUnroll * step) {
       uint4 v[kUnroll];
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k)
-        v[k] = s[i + k * step];
+        v[k] = *reinterpret_cast<const uint4*>(src + at(u + k * step, src_pitch));
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k)
-        d[i + k * step] = v[k];
+        *reinterpret_cast<uint4*>(dst + at(u + k * step, dst_pitch)) = v[k];
     }
-    for (; i < units; i += step)
-      d[i] = s[i];
+    for (; u < units; u += step)
+      *reinterpret_cast<uint4*>(dst + at(u, dst_pitch)) =
+          *reinterpret_cast<const uint4*>(src + at(u, src_pitch));
     return;
   }
-  for (uint64_t i = threadIdx.x; i < bytes; i += blockDim.x)
-    dst[i] = src[i];
+  const uint64_t total = bytes * rows;
+  for (uint64_t i = threadIdx.x; i < total; i += blockDim.x) {
+    const uint64_t r = i / bytes;
+    const uint64_t c = i % bytes;
+    dst[r * dst_pitch + c] = src[r * src_pitch + c];
+  }
 }
 
 __global__ void __launch_bounds__(kThreads)
     batchedCopyKernel(const CopyTask* __restrict__ tasks, int64_t num_tasks, uint64_t total_tiles) {
   for (uint64_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
     const CopyTask& t = tasks[taskOf(tasks, num_tasks, tile)];
-    const uint64_t segments = (t.row_bytes + kCopyTileBytes - 1) / kCopyTileBytes;
+    const TileShape shape = tileShape(t);
     const uint64_t local = tile - t.first_tile;
-    const uint64_t row_index = local / segments;  // over planes * rows
-    const uint64_t segment = local % segments;
-    const uint64_t plane = row_index / t.rows;
-    const uint64_t row = row_index % t.rows;
+    const uint64_t per_plane = shape.row_tiles * shape.segments;
+    const uint64_t plane = local / per_plane;
+    const uint64_t row_tile = (local % per_plane) / shape.segments;
+    const uint64_t segment = local % shape.segments;
+    const uint64_t first_row = row_tile * shape.rows_per_tile;
+    const uint64_t rows = min(shape.rows_per_tile, t.rows - first_row);
     const uint64_t begin = segment * kCopyTileBytes;
     const uint64_t bytes = min(kCopyTileBytes, t.row_bytes - begin);
-    copySpan(t.src + plane * t.src_plane_pitch + row * t.src_pitch + begin,
-             t.dst + plane * t.dst_plane_pitch + row * t.dst_pitch + begin, bytes);
+    copyRows(t.src + plane * t.src_plane_pitch + first_row * t.src_pitch + begin, t.src_pitch,
+             t.dst + plane * t.dst_plane_pitch + first_row * t.dst_pitch + begin, t.dst_pitch,
+             bytes, rows);
   }
 }
 
 }  // namespace
 
 uint64_t tilesOf(const CopyTask& task) {
-  if (task.row_bytes == 0) return 0;
-  return task.rows * task.planes * ((task.row_bytes + kCopyTileBytes - 1) / kCopyTileBytes);
+  if (task.row_bytes == 0 || task.rows == 0 || task.planes == 0) return 0;
+  const TileShape s = tileShape(task);
+  return task.planes * s.row_tiles * s.segments;
 }
 
 uint64_t planBatchedCopy(std::vector<CopyTask>& tasks) {

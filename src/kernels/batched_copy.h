@@ -34,10 +34,11 @@ struct CopyTask {
   uint64_t first_tile = 0;  // set by planBatchedCopy
 };
 
-// Bytes of one tile: a row (or a piece of a long row) one thread block copies in one go.
+// Bytes of one tile: what one thread block copies in one go: floor(kCopyTileBytes / row_bytes)
+// consecutive rows of a plane when rows are shorter, else a kCopyTileBytes piece of one row.
 inline constexpr uint64_t kCopyTileBytes = 64 * 1024;
 
-// The tiles of `task`: rows * planes * ceil(row_bytes / kCopyTileBytes).
+// The tiles of `task` (0 for an empty task).
 uint64_t tilesOf(const CopyTask& task);
 
 // Sets first_tile of every task (in order) and returns the total number of tiles.

@@ -32,10 +32,11 @@ Result<TransportKind> targetTransportFor(MemoryKind memory) {
   const char* chosen = std::getenv("WSYNC_DEVICE_TRANSPORT");
   const std::string value = chosen != nullptr ? chosen : "";
   if (value.empty() || value == "cuda_ipc") return TransportKind::kCudaIpc;
-  if (value == "staged") return TransportKind::kUcxStaged;
+  if (value == "ucx" || value == "staged") return TransportKind::kUcxStaged;
   return invalidArgument("WSYNC_DEVICE_TRANSPORT='" + value +
-                         "': expected 'cuda_ipc' (within a node) or 'staged' (UCX through pinned "
-                         "host memory, any node)");
+                         "': expected 'cuda_ipc' (within a node), 'ucx' (any node: UCX device "
+                         "puts when UCX handles CUDA, else staged) or 'staged' (any node, through "
+                         "pinned host memory)");
 }
 
 TransportKind writerTransportFor(TransportKind target, MemoryKind source) {
@@ -62,6 +63,8 @@ Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int 
 #ifdef WSYNC_HAVE_CUDA
       StagedUcxTransportOptions options;
       options.device = cuda_device;
+      const char* chosen = std::getenv("WSYNC_DEVICE_TRANSPORT");
+      options.use_ucx_cuda = chosen == nullptr || std::string(chosen) != "staged";
       return createStagedUcxTransport(options);
 #else
       (void)cuda_device;

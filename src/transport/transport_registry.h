@@ -15,8 +15,9 @@ namespace wsync {
 enum class TransportKind : uint8_t {
   kUcx = 0,      // host memory, any node (shared memory within a node, the network across)
   kCudaIpc = 1,  // device memory within a node (CUDA IPC, copy engines)
-  // Device memory behind a pinned host landing area, reached with UCX from any node; writers from
-  // device memory stage through pinned host chunks (transport/ucx_staged/).
+  // Device memory reached with UCX from any node: registered with UCX when UCX handles CUDA,
+  // otherwise behind a pinned host landing area with writers staging device data through pinned
+  // host chunks (transport/ucx_staged/).
   kUcxStaged = 2,
 };
 inline constexpr int kNumTransportKinds = 3;
@@ -24,9 +25,11 @@ inline constexpr int kNumTransportKinds = 3;
 const char* transportName(TransportKind kind);
 bool validTransportKind(uint8_t value);
 
-// The backend that holds a target's (a rollout's slots) `memory`. Host memory: UCX. Device memory:
-// CUDA IPC, or staged UCX when the environment variable WSYNC_DEVICE_TRANSPORT says "staged"
-// ("cuda_ipc" or unset: CUDA IPC). INVALID_ARGUMENT naming the value when it is anything else.
+// The backend that holds a target's (a rollout's slots) `memory`. Host memory: UCX. Device memory,
+// by the environment variable WSYNC_DEVICE_TRANSPORT: unset or "cuda_ipc": CUDA IPC (one node);
+// "ucx": kUcxStaged with UCX device puts when the UCX loaded handles CUDA, staging otherwise;
+// "staged": kUcxStaged with the staging forced (createTransport reads the same variable).
+// INVALID_ARGUMENT naming the value when it is anything else.
 Result<TransportKind> targetTransportFor(MemoryKind memory);
 
 // The backend a writer whose sources are `source` memory uses to reach a target of kind `target`:

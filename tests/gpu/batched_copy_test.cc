@@ -40,17 +40,21 @@ struct DeviceBytes {
 
 TEST(BatchedCopyPlan, TilesCoverEveryRowSegment) {
   std::vector<CopyTask> tasks(4);
-  tasks[0].row_bytes = 100;  // 1 tile per row, 3 rows, 2 planes
+  tasks[0].row_bytes = 100;  // 3 short rows fit one tile: one tile per plane, 2 planes
   tasks[0].rows = 3;
   tasks[0].planes = 2;
   tasks[1].row_bytes = 0;                       // empty: no tiles
   tasks[2].row_bytes = kCopyTileBytes * 2 + 1;  // 3 tiles per row
   tasks[3].row_bytes = kCopyTileBytes;          // exactly one
-  EXPECT_EQ(planBatchedCopy(tasks), 6u + 0u + 3u + 1u);
+  EXPECT_EQ(planBatchedCopy(tasks), 2u + 0u + 3u + 1u);
   EXPECT_EQ(tasks[0].first_tile, 0u);
-  EXPECT_EQ(tasks[1].first_tile, 6u);
-  EXPECT_EQ(tasks[2].first_tile, 6u);
-  EXPECT_EQ(tasks[3].first_tile, 9u);
+  EXPECT_EQ(tasks[1].first_tile, 2u);
+  EXPECT_EQ(tasks[2].first_tile, 2u);
+  EXPECT_EQ(tasks[3].first_tile, 5u);
+  CopyTask many;  // 1000 rows of 1000 bytes: 65 rows per tile -> 16 tiles
+  many.row_bytes = 1000;
+  many.rows = 1000;
+  EXPECT_EQ(tilesOf(many), 16u);
   EXPECT_EQ(launchBatchedCopy(nullptr, 0, 0, nullptr).code(), WSYNC_SUCCESS);
   EXPECT_EQ(launchBatchedCopy(nullptr, 3, 10, nullptr).code(), WSYNC_ERR_INVALID_ARGUMENT);
 }
@@ -105,6 +109,8 @@ TEST(BatchedCopy, ManyRegionsMatchTheHostReference) {
   add(30, 50, 3, 40, 33, 77, 1);                                // odd: the byte path
   add(96, 10, 4, 128, 96, 16, 0);                               // 3-D, 16-byte units
   add(1, 1, 1, 1, 1, 5, 3);                                     // one byte
+  add(48, 3000, 1, 64, 48, 200000, 0);       // short rows grouped, the last tile partial
+  add(1000, 150, 1, 1003, 1000, 400000, 5);  // grouped rows, byte path
   ASSERT_FALSE(HasFatalFailure());
   const uint64_t tiles = planBatchedCopy(tasks);
   DeviceBytes table(tasks.size() * sizeof(CopyTask));

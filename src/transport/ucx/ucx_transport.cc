@@ -109,18 +109,22 @@ using Clock = std::chrono::steady_clock;
 // from reaching UCX's own parsers.
 constexpr uint32_t kAddressTag = 0x41555357;     // "WSUA"
 constexpr uint32_t kDescriptorTag = 0x44555357;  // "WSUD"
-constexpr uint8_t kWireVersion = 1;
+constexpr uint8_t kWireVersion = 2;
+// Descriptor flags: the region is host memory, which a writer that maps it may copy into with the
+// CPU (device memory registered with a CUDA-capable UCX must only be written with puts).
+constexpr uint8_t kCpuMappable = 1;
 constexpr uint64_t kMaxUcxBlobBytes = 1 << 20;  // bound on a worker address or packed rkey
 constexpr size_t kMaxDeferred = 1 << 16;        // deferred mapped writes before they run anyway
 
 std::vector<uint8_t> encodeBlob(uint32_t tag, const void* blob, size_t blob_bytes,
-                                uint64_t base = 0, uint64_t size = 0) {
+                                uint64_t base = 0, uint64_t size = 0, uint8_t flags = 0) {
   ByteWriter w;
   w.fixed32(tag);
   w.u8(kWireVersion);
   if (tag == kDescriptorTag) {
     w.fixed64(base);
     w.varu(size);
+    w.u8(flags);
   }
   w.varu(blob_bytes);
   w.bytes(blob, blob_bytes);
@@ -130,7 +134,8 @@ std::vector<uint8_t> encodeBlob(uint32_t tag, const void* blob, size_t blob_byte
 // Checks tag and version, reads base and size for descriptors, and returns the offset of the UCX
 // blob (which runs to the end) in `blob_offset`. Returns an explanation on failure.
 std::string decodeBlob(const std::vector<uint8_t>& bytes, uint32_t tag, size_t& blob_offset,
-                       uint64_t* base = nullptr, uint64_t* size = nullptr) {
+                       uint64_t* base = nullptr, uint64_t* size = nullptr,
+                       uint8_t* flags = nullptr) {
   ByteReader r(bytes);
   uint32_t got_tag = 0;
   uint8_t version = 0;
@@ -142,7 +147,9 @@ std::string decodeBlob(const std::vector<uint8_t>& bytes, uint32_t tag, size_t& 
     return "wire version " + std::to_string(version) + ", expected " + std::to_string(kWireVersion);
   }
   if (tag == kDescriptorTag) {
-    if (!r.fixed64(*base) || !r.varu(*size)) return "truncated before base and size";
+    if (!r.fixed64(*base) || !r.varu(*size) || !r.u8(*flags)) {
+      return "truncated before base, size and flags";
+    }
     if (*size == 0 || *base + *size < *base) return "empty or wrapping region";
   }
   uint64_t blob_bytes = 0;
@@ -274,7 +281,9 @@ class UcxTransport final : public WriteTransport {
     size_t blob_offset = 0;
     uint64_t base = 0;
     uint64_t size = 0;
-    const std::string bad = decodeBlob(descriptor, kDescriptorTag, blob_offset, &base, &size);
+    uint8_t flags = 0;
+    const std::string bad =
+        decodeBlob(descriptor, kDescriptorTag, blob_offset, &base, &size, &flags);
     if (!bad.empty()) return protocolError(what + ": bad memory descriptor: " + bad);
     ucp_rkey_h rkey = nullptr;
     ucs_status_t status =
@@ -282,8 +291,12 @@ class UcxTransport final : public WriteTransport {
     if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_ep_rkey_unpack failed");
     // Memory the peer shares with this process (UCX's shared-memory transports) is written with
     // plain CPU copies through the pointer UCX maps for it: no request per row, no worker lock.
+    // Only host memory on both sides: a CUDA-capable UCX may map device memory too.
     void* mapped = nullptr;
-    if (ucp_rkey_ptr(rkey, base, &mapped) != UCS_OK) mapped = nullptr;
+    if (!options_.host_memory_only || (flags & kCpuMappable) == 0 ||
+        ucp_rkey_ptr(rkey, base, &mapped) != UCS_OK) {
+      mapped = nullptr;
+    }
     const auto id = static_cast<RemoteMemoryId>(remotes_.size());
     remotes_.push_back({peer, base, size, ucx::RkeyPtr(rkey), it->second.get(), false,
                         static_cast<uint8_t*>(mapped)});
@@ -435,8 +448,9 @@ class UcxTransport final : public WriteTransport {
     size_t rkey_bytes = 0;
     status = ucp_rkey_pack(context_.get(), mem.get(), &rkey_buffer, &rkey_bytes);
     if (status != UCS_OK) return ucx::ucxError(status, what + ": ucp_rkey_pack failed");
-    std::vector<uint8_t> descriptor = encodeBlob(kDescriptorTag, rkey_buffer, rkey_bytes,
-                                                 reinterpret_cast<uint64_t>(base), params.length);
+    std::vector<uint8_t> descriptor =
+        encodeBlob(kDescriptorTag, rkey_buffer, rkey_bytes, reinterpret_cast<uint64_t>(base),
+                   params.length, options_.host_memory_only ? kCpuMappable : 0);
     ucp_rkey_buffer_release(rkey_buffer);
     return std::unique_ptr<ExposedMemory>(
         new UcxExposedMemory(std::move(mem), base, params.length, std::move(descriptor)));

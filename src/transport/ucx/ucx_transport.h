@@ -28,6 +28,10 @@ struct UcxTransportOptions {
   std::chrono::milliseconds post_timeout{30000};
   // How long the destructor waits to flush unflushed writes and to close each endpoint.
   std::chrono::milliseconds close_timeout{5000};
+  // Every write source and every region this transport exposes is host memory, so mapped peer
+  // regions may be written with CPU copies. false (device memory with a UCX that handles CUDA):
+  // every write is a UCX put, and this transport's descriptors tell writers never to map them.
+  bool host_memory_only = true;
 };
 
 // A UCX context (RMA feature, configured from UCX's UCX_* environment) with one worker in

@@ -131,14 +131,41 @@ class StagedExposedMemory final : public ExposedMemory {
   EventPtr event_;
 };
 
+// Device memory that a CUDA-capable UCX registered itself (writes land in data() directly); owns
+// the cudaMalloc allocation when `owns`.
+class DirectExposedMemory final : public ExposedMemory {
+ public:
+  DirectExposedMemory(int device, std::unique_ptr<ExposedMemory> registered, bool owns)
+      : device_(device), registered_(std::move(registered)), owns_(owns) {}
+  ~DirectExposedMemory() override {
+    void* data = registered_->data();
+    registered_.reset();  // the UCX registration goes before the memory it covers
+    if (owns_) {
+      (void)cudaUseDevice(device_);
+      (void)cudaFree(data);
+      (void)cudaGetLastError();
+    }
+  }
+  DirectExposedMemory(const DirectExposedMemory&) = delete;
+  DirectExposedMemory& operator=(const DirectExposedMemory&) = delete;
+  void* data() const override { return registered_->data(); }
+  size_t size() const override { return registered_->size(); }
+  const std::vector<uint8_t>& descriptor() const override { return registered_->descriptor(); }
+
+ private:
+  int device_;
+  std::unique_ptr<ExposedMemory> registered_;
+  bool owns_;
+};
+
 // Device memory is copied by cudaMemcpy, never registered with UCX: nothing to hold.
 class NoSourceRegistration final : public SourceRegistration {};
 
 class StagedUcxTransport final : public WriteTransport {
  public:
   StagedUcxTransport(const StagedUcxTransportOptions& options, std::unique_ptr<WriteTransport> ucx,
-                     StreamPtr stream)
-      : options_(options), ucx_(std::move(ucx)), stream_(std::move(stream)) {}
+                     StreamPtr stream, bool direct)
+      : options_(options), ucx_(std::move(ucx)), stream_(std::move(stream)), direct_(direct) {}
 
   // Pinned chunks: page-locked memory for the device copies, registered with UCX as put sources.
   Status allocateChunks() {
@@ -170,7 +197,7 @@ class StagedUcxTransport final : public WriteTransport {
   StagedUcxTransport(const StagedUcxTransport&) = delete;
   StagedUcxTransport& operator=(const StagedUcxTransport&) = delete;
 
-  const char* name() const override { return "ucx_staged"; }
+  const char* name() const override { return direct_ ? "ucx_cuda" : "ucx_staged"; }
   const std::vector<uint8_t>& localAddress() const override { return ucx_->localAddress(); }
 
   Result<std::unique_ptr<ExposedMemory>> allocateExposed(size_t bytes) override {
@@ -179,7 +206,8 @@ class StagedUcxTransport final : public WriteTransport {
     WSYNC_RETURN_IF_ERROR(cudaUseDevice(options_.device));
     void* device_data = nullptr;
     WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&device_data, bytes), what + ": cudaMalloc");
-    auto memory = pairWithLanding(static_cast<uint8_t*>(device_data), bytes, true, what);
+    auto memory = direct_ ? exposeDirect(static_cast<uint8_t*>(device_data), bytes, true)
+                          : pairWithLanding(static_cast<uint8_t*>(device_data), bytes, true, what);
     if (!memory.isOk()) (void)cudaFree(device_data);
     return memory;
   }
@@ -189,6 +217,7 @@ class StagedUcxTransport final : public WriteTransport {
     if (base == nullptr || bytes == 0) return invalidArgument(what + ": null base or 0 bytes");
     WSYNC_RETURN_IF_ERROR(cudaUseDevice(options_.device));
     if (!isDeviceMemory(base)) return invalidArgument(what + ": the memory is not device memory");
+    if (direct_) return exposeDirect(static_cast<uint8_t*>(base), bytes, false);
     return pairWithLanding(static_cast<uint8_t*>(base), bytes, false, what);
   }
 
@@ -198,7 +227,9 @@ class StagedUcxTransport final : public WriteTransport {
       return invalidArgument("staged UCX registerSource: null base or 0 bytes");
     }
     WSYNC_RETURN_IF_ERROR(cudaUseDevice(options_.device));
-    if (isDeviceMemory(base)) return std::unique_ptr<SourceRegistration>(new NoSourceRegistration);
+    if (isDeviceMemory(base) && !direct_) {
+      return std::unique_ptr<SourceRegistration>(new NoSourceRegistration);
+    }
     return ucx_->registerSource(base, bytes);
   }
 
@@ -228,7 +259,8 @@ class StagedUcxTransport final : public WriteTransport {
                  const void* src, size_t src_pitch, size_t row_bytes, size_t rows) override {
     if (rows == 0 || row_bytes == 0) return Status::ok();
     WSYNC_RETURN_IF_ERROR(cudaUseDevice(options_.device));
-    if (src == nullptr || !isDeviceMemory(src)) {  // host sources (and bad input) go to UCX as is
+    // Host sources (and bad input) go to UCX as is; so do device sources when UCX handles CUDA.
+    if (direct_ || src == nullptr || !isDeviceMemory(src)) {
       return ucx_->write2d(remote, remote_offset, remote_pitch, src, src_pitch, row_bytes, rows);
     }
     // Checks the target range the way UCX would, before any piece is staged: a zero-row dry run
@@ -278,6 +310,15 @@ class StagedUcxTransport final : public WriteTransport {
   void progress() override { ucx_->progress(); }
 
  private:
+  // Device memory registered with a UCX that handles CUDA: writes land in it directly.
+  Result<std::unique_ptr<ExposedMemory>> exposeDirect(uint8_t* device_data, size_t bytes,
+                                                      bool owns) {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ExposedMemory> registered,
+                           ucx_->expose(device_data, bytes));
+    return std::unique_ptr<ExposedMemory>(
+        new DirectExposedMemory(options_.device, std::move(registered), owns));
+  }
+
   // `device_data` (`bytes`) paired with a landing area UCX allocates and CUDA pins. When pinning
   // fails (some kernels refuse shared-memory mappings), land() still works, from pageable memory.
   Result<std::unique_ptr<ExposedMemory>> pairWithLanding(uint8_t* device_data, size_t bytes,
@@ -454,6 +495,7 @@ class StagedUcxTransport final : public WriteTransport {
   StagedUcxTransportOptions options_;
   std::unique_ptr<WriteTransport> ucx_;
   StreamPtr stream_;
+  const bool direct_;  // the UCX in use reads and writes CUDA memory: no staging at all
   std::vector<Chunk> chunks_;
   int filling_ = -1;
   std::deque<ptrdiff_t> copying_;        // chunk indices, oldest first
@@ -473,10 +515,14 @@ Result<std::unique_ptr<WriteTransport>> createStagedUcxTransport(
     return Status(WSYNC_ERR_UNSUPPORTED, what + ": no such usable device");
   }
   WSYNC_RETURN_IF_ERROR(cudaUseDevice(options.device));
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<WriteTransport> ucx, createUcxTransport());
+  const bool direct = options.use_ucx_cuda && ucxHandlesCudaMemory();
+  UcxTransportOptions ucx_options;
+  ucx_options.host_memory_only = !direct;  // direct: device sources and targets, puts only
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<WriteTransport> ucx, createUcxTransport(ucx_options));
   WSYNC_ASSIGN_OR_RETURN(StreamPtr stream, makeStream(what));
-  auto transport = std::make_unique<StagedUcxTransport>(options, std::move(ucx), std::move(stream));
-  WSYNC_RETURN_IF_ERROR(transport->allocateChunks());
+  auto transport =
+      std::make_unique<StagedUcxTransport>(options, std::move(ucx), std::move(stream), direct);
+  if (!direct) WSYNC_RETURN_IF_ERROR(transport->allocateChunks());
   return std::unique_ptr<WriteTransport>(std::move(transport));
 }
 

@@ -16,6 +16,9 @@
 // true: the owner calls land() for the ranges writers filled, after it learned (out of band) that
 // they flushed and before anything reads data().
 //
+// With a UCX that handles CUDA memory (options.use_ucx_cuda and ucxHandlesCudaMemory()), nothing
+// is staged: device memory is registered with UCX and written directly (see the option).
+//
 // Threads: as WriteTransport. Every entry point makes options.device current on the calling
 // thread. Sources produced by other streams must be complete (or ordered before this transport's
 // stream) when write() is called, as for the CUDA IPC backend.
@@ -36,6 +39,12 @@ struct StagedUcxTransportOptions {
   int num_chunks = 4;             // chunks in the ring (>= 2 for any overlap)
   // How long a write waits for a chunk (its device copy, or the flush that frees it).
   std::chrono::milliseconds post_timeout{30000};
+  // When the UCX this process loaded handles CUDA memory (ucxHandlesCudaMemory(), e.g. the
+  // libucx-cu13 wheel), skip the staging: exposed device memory is registered with UCX itself
+  // (no landing area, needsLanding() false) and device sources are put directly; name() is then
+  // "ucx_cuda". false forces the staging whatever UCX can do. Every rank of a job must load the
+  // same kind of UCX.
+  bool use_ucx_cuda = true;
 };
 
 Result<std::unique_ptr<WriteTransport>> createStagedUcxTransport(

@@ -1181,9 +1181,8 @@ int run(int argc, char** argv, Clock::time_point process_start) {
       "snapshot", "device memory: trainers publish in snapshot mode (time publish blocks)")(
       "copy-flip", "device memory: rollouts register live buffers and time wsync_copy_flip")(
       "device-transport",
-      "device memory: the rollouts' slots: cuda_ipc (within a node) | ucx (the cross-node path: "
-      "UCX device puts when UCX handles CUDA, else staged) | staged (UCX through pinned host "
-      "memory, forced)",
+      "device memory: the rollouts' slots: cuda_ipc (within a node) | staged (the cross-node "
+      "path through pinned host memory) | ucx_cuda (UCX device puts when UCX handles CUDA)",
       cxxopts::value<std::string>()->default_value("cuda_ipc"))(
       "flip-iters", "timed copy flips per rollout rank (after one untimed)",
       cxxopts::value<int>()->default_value("5"))(

@@ -32,11 +32,11 @@ Result<TransportKind> targetTransportFor(MemoryKind memory) {
   const char* chosen = std::getenv("WSYNC_DEVICE_TRANSPORT");
   const std::string value = chosen != nullptr ? chosen : "";
   if (value.empty() || value == "cuda_ipc") return TransportKind::kCudaIpc;
-  if (value == "ucx" || value == "staged") return TransportKind::kUcxStaged;
+  if (value == "staged" || value == "ucx_cuda") return TransportKind::kUcxStaged;
   return invalidArgument("WSYNC_DEVICE_TRANSPORT='" + value +
-                         "': expected 'cuda_ipc' (within a node), 'ucx' (any node: UCX device "
-                         "puts when UCX handles CUDA, else staged) or 'staged' (any node, through "
-                         "pinned host memory)");
+                         "': expected 'cuda_ipc' (within a node), 'staged' (any node, through "
+                         "pinned host memory) or 'ucx_cuda' (any node, UCX device puts when the "
+                         "UCX loaded handles CUDA, else staged)");
 }
 
 TransportKind writerTransportFor(TransportKind target, MemoryKind source) {
@@ -64,7 +64,7 @@ Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int 
       StagedUcxTransportOptions options;
       options.device = cuda_device;
       const char* chosen = std::getenv("WSYNC_DEVICE_TRANSPORT");
-      options.use_ucx_cuda = chosen == nullptr || std::string(chosen) != "staged";
+      options.use_ucx_cuda = chosen != nullptr && std::string(chosen) == "ucx_cuda";
       return createStagedUcxTransport(options);
 #else
       (void)cuda_device;

@@ -27,8 +27,9 @@ bool validTransportKind(uint8_t value);
 
 // The backend that holds a target's (a rollout's slots) `memory`. Host memory: UCX. Device memory,
 // by the environment variable WSYNC_DEVICE_TRANSPORT: unset or "cuda_ipc": CUDA IPC (one node);
-// "ucx": kUcxStaged with UCX device puts when the UCX loaded handles CUDA, staging otherwise;
-// "staged": kUcxStaged with the staging forced (createTransport reads the same variable).
+// "staged": kUcxStaged through pinned host memory; "ucx_cuda": kUcxStaged with UCX's own device
+// puts when the UCX loaded handles CUDA, staged otherwise (createTransport reads the same
+// variable, so writers of device memory stage unless it says "ucx_cuda").
 // INVALID_ARGUMENT naming the value when it is anything else.
 Result<TransportKind> targetTransportFor(MemoryKind memory);
 

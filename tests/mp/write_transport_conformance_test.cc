@@ -272,7 +272,6 @@ std::vector<BackendFactory> backends() {
                    StagedUcxTransportOptions options;
                    options.chunk_bytes = 1 << 20;
                    options.num_chunks = 3;
-                   options.use_ucx_cuda = false;  // staging forced, whatever UCX can do
                    return createStagedUcxTransport(options);
                  },
                  /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
@@ -281,7 +280,12 @@ std::vector<BackendFactory> backends() {
                                                  : std::string("no usable CUDA device");
                  }});
   // UCX's own device-memory puts (a UCX built with CUDA, e.g. the libucx-cu13 wheel).
-  out.push_back({"ucx_cuda", [] { return createStagedUcxTransport({}); },
+  out.push_back({"ucx_cuda",
+                 [] {
+                   StagedUcxTransportOptions options;
+                   options.use_ucx_cuda = true;
+                   return createStagedUcxTransport(options);
+                 },
                  /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
                  [] {
                    if (!cudaDeviceAvailable(0)) return std::string("no usable CUDA device");

@@ -42,9 +42,10 @@ struct StagedUcxTransportOptions {
   // When the UCX this process loaded handles CUDA memory (ucxHandlesCudaMemory(), e.g. the
   // libucx-cu13 wheel), skip the staging: exposed device memory is registered with UCX itself
   // (no landing area, needsLanding() false) and device sources are put directly; name() is then
-  // "ucx_cuda". false forces the staging whatever UCX can do. Every rank of a job must load the
-  // same kind of UCX.
-  bool use_ucx_cuda = true;
+  // "ucx_cuda". false (the default) stages whatever UCX can do: UCX device puts go row by row,
+  // which for layouts with short strided rows is far slower than staging (see benchmarks/).
+  // Every rank of a job must load the same kind of UCX.
+  bool use_ucx_cuda = false;
 };
 
 Result<std::unique_ptr<WriteTransport>> createStagedUcxTransport(

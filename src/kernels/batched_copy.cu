@@ -45,43 +45,46 @@ __host__ __device__ inline TileShape tileShape(const CopyTask& t) {
 }
 
 // Copies `rows` rows of `bytes` (src/dst rows `src_pitch`/`dst_pitch` apart) with the block's
-// threads: in 16-byte units, four loads in flight per thread before their stores, when every
-// address and length allows; byte by byte otherwise.
+// threads in units of `Unit` (every address, pitch and the row length are multiples of its size),
+// four loads in flight per thread before their stores.
+template <typename Unit>
+__device__ void copyRowsIn(const uint8_t* __restrict__ src, uint64_t src_pitch,
+                           uint8_t* __restrict__ dst, uint64_t dst_pitch, uint64_t bytes,
+                           uint64_t rows) {
+  constexpr int kUnroll = 4;
+  const uint64_t per_row = bytes / sizeof(Unit);
+  const uint64_t units = per_row * rows;
+  const uint64_t step = blockDim.x;
+  auto at = [&](uint64_t u, uint64_t pitch) {
+    return (u / per_row) * pitch + (u % per_row) * sizeof(Unit);
+  };
+  uint64_t u = threadIdx.x;
+  for (; u + (kUnroll - 1) * step < units; u += kUnroll * step) {
+    Unit v[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k)
+      v[k] = *reinterpret_cast<const Unit*>(src + at(u + k * step, src_pitch));
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k)
+      *reinterpret_cast<Unit*>(dst + at(u + k * step, dst_pitch)) = v[k];
+  }
+  for (; u < units; u += step)
+    *reinterpret_cast<Unit*>(dst + at(u, dst_pitch)) =
+        *reinterpret_cast<const Unit*>(src + at(u, src_pitch));
+}
+
+// copyRowsIn with the widest unit (16, 8, 4, 2 or 1 bytes) that the addresses, pitches and row
+// length allow.
 __device__ void copyRows(const uint8_t* __restrict__ src, uint64_t src_pitch,
                          uint8_t* __restrict__ dst, uint64_t dst_pitch, uint64_t bytes,
                          uint64_t rows) {
-  const bool vector = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
-                        bytes | (rows > 1 ? (src_pitch | dst_pitch) : 0)) &
-                       15u) == 0;
-  if (vector) {
-    constexpr int kUnroll = 4;
-    const uint64_t per_row = bytes / 16;
-    const uint64_t units = per_row * rows;
-    const uint64_t step = blockDim.x;
-    auto at = [&](uint64_t u, uint64_t pitch) {
-      return (u / per_row) * pitch + (u % per_row) * 16;
-    };
-    uint64_t u = threadIdx.x;
-    for (; u + (kUnroll - 1) * step < units; u += kUnroll * step) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k)
-        v[k] = *reinterpret_cast<const uint4*>(src + at(u + k * step, src_pitch));
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k)
-        *reinterpret_cast<uint4*>(dst + at(u + k * step, dst_pitch)) = v[k];
-    }
-    for (; u < units; u += step)
-      *reinterpret_cast<uint4*>(dst + at(u, dst_pitch)) =
-          *reinterpret_cast<const uint4*>(src + at(u, src_pitch));
-    return;
-  }
-  const uint64_t total = bytes * rows;
-  for (uint64_t i = threadIdx.x; i < total; i += blockDim.x) {
-    const uint64_t r = i / bytes;
-    const uint64_t c = i % bytes;
-    dst[r * dst_pitch + c] = src[r * src_pitch + c];
-  }
+  const uint64_t bits = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                        bytes | (rows > 1 ? (src_pitch | dst_pitch) : 0);
+  if ((bits & 15u) == 0) return copyRowsIn<uint4>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  if ((bits & 7u) == 0) return copyRowsIn<uint2>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  if ((bits & 3u) == 0) return copyRowsIn<uint32_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  if ((bits & 1u) == 0) return copyRowsIn<uint16_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  copyRowsIn<uint8_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
 }
 
 __global__ void __launch_bounds__(kThreads)

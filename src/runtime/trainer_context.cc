@@ -1,6 +1,7 @@
 #include "runtime/trainer_context.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -64,6 +65,8 @@ Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
   if (const char* delay = std::getenv("WSYNC_DEBUG_SEND_DELAY_MS")) {
     debug_send_delay_ms_ = std::atoi(delay);
   }
+  const char* timing = std::getenv("WSYNC_DEBUG_TIMING");
+  debug_timing_ = timing != nullptr && std::string(timing) == "1";
   memory_ = memoryKind();
   size_t total = 0;
   for (const LocalBuffer& b : registration_.buffers) {
@@ -319,6 +322,8 @@ void TrainerContext::publisherLoop() {
 
 Status TrainerContext::publishOne(uint64_t version) {
   const std::string what = "version " + std::to_string(version);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point started = Clock::now();
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
   WSYNC_ASSIGN_OR_RETURN(Frame go_frame, expectFrame(*job_.channel, MessageType::kGo,
                                                      options_.timeout + kCoordinatorReplyGrace));
@@ -331,7 +336,9 @@ Status TrainerContext::publishOne(uint64_t version) {
   }
   if (debug_send_delay_ms_ > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(debug_send_delay_ms_));
+  const Clock::time_point got_go = Clock::now();
   Status s = transfer(go);
+  const Clock::time_point sent = Clock::now();
   if (!s.isOk()) {
     s = s.withContext(what);
     (void)sendError(s.withContext("trainer " + std::to_string(rank())));
@@ -349,6 +356,16 @@ Status TrainerContext::publishOne(uint64_t version) {
   WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
   if (d.version != version)
     return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
+  if (debug_timing_) {
+    auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    std::fprintf(stderr,
+                 "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms, sent -> "
+                 "delivered %.3f ms\n",
+                 rank(), what.c_str(), ms(started, got_go), ms(got_go, sent),
+                 ms(sent, Clock::now()));
+  }
   return Status::ok();
 }
 

@@ -119,6 +119,7 @@ class TrainerContext final : public Context {
   std::vector<size_t> write_staging_offsets_;  // per plan write: bytes into convert_staging_
   std::vector<size_t> group_staging_offsets_;  // per plan group
   int debug_send_delay_ms_ = 0;                // WSYNC_DEBUG_SEND_DELAY_MS, for tests
+  bool debug_timing_ = false;  // WSYNC_DEBUG_TIMING=1: per-version phase times on stderr
   // Device memory broadcast groups (NCCL), launched on stream_. Declared after the memory it reads
   // and the stream it runs on: it is destroyed (waiting for in-flight work) before them.
   std::unique_ptr<DeviceBroadcaster> device_broadcaster_;

@@ -111,6 +111,9 @@ TEST(BatchedCopy, ManyRegionsMatchTheHostReference) {
   add(1, 1, 1, 1, 1, 5, 3);                                     // one byte
   add(48, 3000, 1, 64, 48, 200000, 0);       // short rows grouped, the last tile partial
   add(1000, 150, 1, 1003, 1000, 400000, 5);  // grouped rows, byte path
+  add(1000, 40, 2, 1004, 1000, 600000, 4);   // 4-byte units
+  add(1000, 40, 1, 1000, 1002, 700002, 2);   // 2-byte units
+  add(8200, 30, 1, 8208, 8200, 800008, 8);   // 8-byte units
   ASSERT_FALSE(HasFatalFailure());
   const uint64_t tiles = planBatchedCopy(tasks);
   DeviceBytes table(tasks.size() * sizeof(CopyTask));

@@ -150,7 +150,7 @@ class CudaIpcTransport final : public WriteTransport {
   };
   struct Peer {
     CudaIpcProcessInfo info;
-    bool is_self;  // this very process
+    bool is_self = false;  // this very process
   };
 
   struct StreamDeleter {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/landing_ranges.h"
 #include "transport/transport_registry.h"
 
 namespace wsync {
@@ -78,37 +79,9 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   if (!plan_.groups.empty() && !broadcaster_ && !device_broadcaster_) {
     return protocolError("the plan assignment has broadcast groups but no communicators");
   }
-  if (!slots_.empty() && slots_.front()->needsLanding()) landing_ranges_ = writtenRanges();
+  if (!slots_.empty() && slots_.front()->needsLanding())
+    landing_ranges_ = landingRanges(plan_, buffer_byte_offsets_);
   return Status::ok();
-}
-
-std::vector<ByteRange> RolloutContext::writtenRanges() const {
-  std::vector<ByteRange> ranges;
-  for (const WriteOp& op : plan_.writes) {
-    const Region r = plan_.region(op);
-    const uint64_t dsz = dtypeSize(op.dst_dtype);
-    const uint64_t base = buffer_byte_offsets_[static_cast<size_t>(op.dst_buffer)];
-    for (int64_t plane = 0; plane < r.count[2]; ++plane) {
-      for (int64_t row = 0; row < r.count[1]; ++row) {
-        const int64_t first = r.dst_offset + plane * r.dst_stride[1] + row * r.dst_stride[0];
-        ranges.push_back(
-            {base + static_cast<uint64_t>(first) * dsz, static_cast<uint64_t>(r.count[0]) * dsz});
-      }
-    }
-  }
-  std::sort(ranges.begin(), ranges.end(),
-            [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-  std::vector<ByteRange> merged;
-  for (const ByteRange& r : ranges) {
-    if (r.bytes == 0) continue;
-    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().bytes) {
-      ByteRange& last = merged.back();
-      last.bytes = std::max(last.bytes, r.offset + r.bytes - last.offset);
-    } else {
-      merged.push_back(r);
-    }
-  }
-  return merged;
 }
 
 Status RolloutContext::startRunning() {

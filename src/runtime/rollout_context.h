@@ -46,8 +46,6 @@ class RolloutContext final : public Context {
 
   void receiverLoop();
   Status handle(const Frame& frame);
-  // The merged byte ranges of the slot that this rank's incoming writes fill (plan order free).
-  std::vector<ByteRange> writtenRanges() const;
   Status receiveBroadcasts(const GoMsg& go);
   void stopReceiver();
 

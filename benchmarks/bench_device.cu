@@ -188,6 +188,13 @@ bool copyToHost(void* dst, const void* src, size_t bytes, std::string* error) {
                error);
 }
 
+bool copyOnDevice(void* dst, const void* src, size_t bytes, std::string* error) {
+  // A device-to-device cudaMemcpy may return before the copy is done: wait for it.
+  return check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy device to device",
+               error) &&
+         check(cudaDeviceSynchronize(), "the device-to-device copy", error);
+}
+
 std::unique_ptr<DeviceMemory> DeviceMemory::allocate(size_t bytes, const std::string& what,
                                                      std::string* error) {
   void* p = nullptr;

@@ -28,6 +28,10 @@ bool copyToHost(void*, const void*, size_t, std::string* error) {
   return noCuda(error);
 }
 
+bool copyOnDevice(void*, const void*, size_t, std::string* error) {
+  return noCuda(error);
+}
+
 std::unique_ptr<DeviceMemory> DeviceMemory::allocate(size_t, const std::string&,
                                                      std::string* error) {
   noCuda(error);

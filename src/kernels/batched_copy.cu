@@ -11,7 +11,6 @@ namespace wsync {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlocksPerSm = 8;
 
 // The task whose tiles include `tile`: the last task with first_tile <= tile (binary search).
 __device__ int64_t taskOf(const CopyTask* tasks, int64_t num_tasks, uint64_t tile) {
@@ -44,50 +43,85 @@ __host__ __device__ inline TileShape tileShape(const CopyTask& t) {
   return s;
 }
 
-// Copies `rows` rows of `bytes` (src/dst rows `src_pitch`/`dst_pitch` apart) with the block's
-// threads in units of `Unit` (every address, pitch and the row length are multiples of its size),
-// four loads in flight per thread before their stores.
+// Copies `bytes` contiguous bytes (a multiple of sizeof(Unit), at most kCopyTileBytes) with the
+// block's threads, four loads in flight per thread before their stores.
 template <typename Unit>
-__device__ void copyRowsIn(const uint8_t* __restrict__ src, uint64_t src_pitch,
-                           uint8_t* __restrict__ dst, uint64_t dst_pitch, uint64_t bytes,
-                           uint64_t rows) {
+__device__ void copyRunIn(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
+                          uint32_t bytes) {
   constexpr int kUnroll = 4;
-  const uint64_t per_row = bytes / sizeof(Unit);
-  const uint64_t units = per_row * rows;
-  const uint64_t step = blockDim.x;
-  auto at = [&](uint64_t u, uint64_t pitch) {
-    return (u / per_row) * pitch + (u % per_row) * sizeof(Unit);
-  };
-  uint64_t u = threadIdx.x;
-  for (; u + (kUnroll - 1) * step < units; u += kUnroll * step) {
+  const Unit* __restrict__ s = reinterpret_cast<const Unit*>(src);
+  Unit* __restrict__ d = reinterpret_cast<Unit*>(dst);
+  const uint32_t units = bytes / static_cast<uint32_t>(sizeof(Unit));
+  uint32_t u = threadIdx.x;
+  for (; u + (kUnroll - 1) * kThreads < units; u += kUnroll * kThreads) {
     Unit v[kUnroll];
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k)
-      v[k] = *reinterpret_cast<const Unit*>(src + at(u + k * step, src_pitch));
+      v[k] = s[u + k * kThreads];
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k)
-      *reinterpret_cast<Unit*>(dst + at(u + k * step, dst_pitch)) = v[k];
+      d[u + k * kThreads] = v[k];
   }
-  for (; u < units; u += step)
+  for (; u < units; u += kThreads)
+    d[u] = s[u];
+}
+
+// Copies `rows` rows of `bytes` (src/dst rows `src_pitch`/`dst_pitch` apart; rows * bytes at most
+// kCopyTileBytes, so unit indices fit 32 bits) with the block's threads in units of `Unit` (every
+// address, pitch and the row length are multiples of its size), four loads in flight per thread
+// before their stores.
+template <typename Unit>
+__device__ void copyRowsIn(const uint8_t* __restrict__ src, uint64_t src_pitch,
+                           uint8_t* __restrict__ dst, uint64_t dst_pitch, uint32_t bytes,
+                           uint32_t rows) {
+  constexpr int kUnroll = 4;
+  const uint32_t per_row = bytes / static_cast<uint32_t>(sizeof(Unit));
+  const uint32_t units = per_row * rows;
+  auto at = [&](uint32_t u, uint64_t pitch) {
+    const uint32_t row = u / per_row;
+    return row * pitch + (u - row * per_row) * sizeof(Unit);
+  };
+  uint32_t u = threadIdx.x;
+  for (; u + (kUnroll - 1) * kThreads < units; u += kUnroll * kThreads) {
+    Unit v[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k)
+      v[k] = *reinterpret_cast<const Unit*>(src + at(u + k * kThreads, src_pitch));
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k)
+      *reinterpret_cast<Unit*>(dst + at(u + k * kThreads, dst_pitch)) = v[k];
+  }
+  for (; u < units; u += kThreads)
     *reinterpret_cast<Unit*>(dst + at(u, dst_pitch)) =
         *reinterpret_cast<const Unit*>(src + at(u, src_pitch));
 }
 
-// copyRowsIn with the widest unit (16, 8, 4, 2 or 1 bytes) that the addresses, pitches and row
-// length allow.
-__device__ void copyRows(const uint8_t* __restrict__ src, uint64_t src_pitch,
-                         uint8_t* __restrict__ dst, uint64_t dst_pitch, uint64_t bytes,
-                         uint64_t rows) {
-  const uint64_t bits = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
-                        bytes | (rows > 1 ? (src_pitch | dst_pitch) : 0);
-  if ((bits & 15u) == 0) return copyRowsIn<uint4>(src, src_pitch, dst, dst_pitch, bytes, rows);
-  if ((bits & 7u) == 0) return copyRowsIn<uint2>(src, src_pitch, dst, dst_pitch, bytes, rows);
-  if ((bits & 3u) == 0) return copyRowsIn<uint32_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
-  if ((bits & 1u) == 0) return copyRowsIn<uint16_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
-  copyRowsIn<uint8_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
+// copyRunIn / copyRowsIn with the widest unit (16, 8, 4, 2 or 1 bytes) that the addresses, pitches
+// and row length allow; rows packed back to back on both sides are one run.
+template <typename Unit>
+__device__ void copyTileIn(const uint8_t* __restrict__ src, uint64_t src_pitch,
+                           uint8_t* __restrict__ dst, uint64_t dst_pitch, uint32_t bytes,
+                           uint32_t rows) {
+  if (rows == 1 || (src_pitch == bytes && dst_pitch == bytes)) {
+    copyRunIn<Unit>(src, dst, bytes * rows);
+  } else {
+    copyRowsIn<Unit>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__device__ void copyTile(const uint8_t* __restrict__ src, uint64_t src_pitch,
+                         uint8_t* __restrict__ dst, uint64_t dst_pitch, uint32_t bytes,
+                         uint32_t rows) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                        bytes | (rows > 1 ? (src_pitch | dst_pitch) : 0);
+  if ((bits & 15u) == 0) return copyTileIn<uint4>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  if ((bits & 7u) == 0) return copyTileIn<uint2>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  if ((bits & 3u) == 0) return copyTileIn<uint32_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  if ((bits & 1u) == 0) return copyTileIn<uint16_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
+  copyTileIn<uint8_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
+}
+
+__global__ void __launch_bounds__(kThreads, 8)
     batchedCopyKernel(const CopyTask* __restrict__ tasks, int64_t num_tasks, uint64_t total_tiles) {
   for (uint64_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
     const CopyTask& t = tasks[taskOf(tasks, num_tasks, tile)];
@@ -101,9 +135,9 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t rows = min(shape.rows_per_tile, t.rows - first_row);
     const uint64_t begin = segment * kCopyTileBytes;
     const uint64_t bytes = min(kCopyTileBytes, t.row_bytes - begin);
-    copyRows(t.src + plane * t.src_plane_pitch + first_row * t.src_pitch + begin, t.src_pitch,
+    copyTile(t.src + plane * t.src_plane_pitch + first_row * t.src_pitch + begin, t.src_pitch,
              t.dst + plane * t.dst_plane_pitch + first_row * t.dst_pitch + begin, t.dst_pitch,
-             bytes, rows);
+             static_cast<uint32_t>(bytes), static_cast<uint32_t>(rows));
   }
 }
 
@@ -132,11 +166,16 @@ Status launchBatchedCopy(const CopyTask* device_tasks, int64_t num_tasks, uint64
   }
   int device = 0;
   int sms = 0;
+  int resident = 0;  // blocks per multiprocessor at once: the grid is one full wave
   WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "batched copy: cudaGetDevice");
   WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                              "batched copy: cudaDeviceGetAttribute");
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, batchedCopyKernel, kThreads, 0),
+      "batched copy: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   const uint64_t blocks =
-      std::min<uint64_t>(total_tiles, static_cast<uint64_t>(std::max(sms, 1)) * kBlocksPerSm);
+      std::min<uint64_t>(total_tiles, static_cast<uint64_t>(std::max(sms, 1)) *
+                                          static_cast<uint64_t>(std::max(resident, 1)));
   batchedCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(device_tasks, num_tasks,
                                                                             total_tiles);
   return cudaCheck(cudaGetLastError(),

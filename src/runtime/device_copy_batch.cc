@@ -19,8 +19,11 @@ namespace {
 
 class CudaDeviceCopyBatch final : public DeviceCopyBatch {
  public:
-  explicit CudaDeviceCopyBatch(CudaIpcTransport* transport) : transport_(transport) {}
+  CudaDeviceCopyBatch(CudaIpcTransport* transport, cudaEvent_t started, cudaEvent_t ended)
+      : transport_(transport), started_(started), ended_(ended) {}
   ~CudaDeviceCopyBatch() override {
+    if (started_ != nullptr) (void)cudaEventDestroy(started_);
+    if (ended_ != nullptr) (void)cudaEventDestroy(ended_);
     // The transport's flush (or destructor) completed every launch reading these buffers.
     if (host_tasks_ != nullptr) (void)cudaFreeHost(host_tasks_);
     if (device_tasks_ != nullptr) (void)cudaFree(device_tasks_);
@@ -36,6 +39,7 @@ class CudaDeviceCopyBatch final : public DeviceCopyBatch {
     const uint64_t extent =
         (planes - 1) * remote_plane_pitch + (rows - 1) * remote_pitch + row_bytes;
     WSYNC_ASSIGN_OR_RETURN(void* dst, transport_->remoteAddress(remote, remote_offset, extent));
+    queued_bytes_ += static_cast<uint64_t>(row_bytes) * rows * planes;
     CopyTask t;
     t.src = static_cast<const uint8_t*>(src);
     t.dst = static_cast<uint8_t*>(dst);
@@ -51,6 +55,40 @@ class CudaDeviceCopyBatch final : public DeviceCopyBatch {
   }
 
   Status launch() override {
+    if (tasks_.empty()) return Status::ok();
+    last_bytes_ = queued_bytes_;
+    queued_bytes_ = 0;
+    timed_launch_ = false;
+    if (started_ != nullptr) {
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_, transport_->stream()),
+                                 "batched device copy: cudaEventRecord");
+    }
+    // The queue is emptied also when the enqueue fails: the version fails, and the next starts
+    // from an empty batch.
+    const Status launched = launchKernel();
+    tasks_.clear();
+    WSYNC_RETURN_IF_ERROR(launched);
+    if (ended_ != nullptr) {
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(ended_, transport_->stream()),
+                                 "batched device copy: cudaEventRecord");
+      timed_launch_ = true;
+    }
+    return Status::ok();
+  }
+
+  LaunchTiming lastLaunch() const override {
+    LaunchTiming timing;
+    timing.bytes = last_bytes_;
+    float ms = 0;
+    if (timed_launch_ && cudaEventElapsedTime(&ms, started_, ended_) == cudaSuccess) {
+      timing.device_ms = ms;
+    }
+    (void)cudaGetLastError();  // cudaErrorNotReady while the kernel runs
+    return timing;
+  }
+
+ private:
+  Status launchKernel() {
     if (tasks_.empty()) return Status::ok();
     const uint64_t tiles = planBatchedCopy(tasks_);
     const size_t bytes = tasks_.size() * sizeof(CopyTask);
@@ -77,12 +115,15 @@ class CudaDeviceCopyBatch final : public DeviceCopyBatch {
                                                cudaMemcpyHostToDevice, transport_->stream()),
                                "batched device copy: task table upload");
     const auto count = static_cast<int64_t>(tasks_.size());
-    tasks_.clear();
     return launchBatchedCopy(device_tasks_, count, tiles, transport_->stream());
   }
 
- private:
   CudaIpcTransport* transport_;
+  cudaEvent_t started_ = nullptr;  // timing events (owned; null when not timed)
+  cudaEvent_t ended_ = nullptr;
+  bool timed_launch_ = false;  // the last launch recorded both events
+  uint64_t queued_bytes_ = 0;
+  uint64_t last_bytes_ = 0;
   std::vector<CopyTask> tasks_;
   CopyTask* host_tasks_ = nullptr;    // pinned
   CopyTask* device_tasks_ = nullptr;  // what the kernel reads
@@ -91,17 +132,30 @@ class CudaDeviceCopyBatch final : public DeviceCopyBatch {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceCopyBatch>> DeviceCopyBatch::create(WriteTransport* transport) {
+Result<std::unique_ptr<DeviceCopyBatch>> DeviceCopyBatch::create(WriteTransport* transport,
+                                                                 bool timed) {
   auto* ipc = dynamic_cast<CudaIpcTransport*>(transport);
   if (ipc == nullptr) {
     return invalidArgument(std::string("a batched device copy needs the CUDA IPC backend, not ") +
                            (transport != nullptr ? transport->name() : "none"));
   }
-  return std::unique_ptr<DeviceCopyBatch>(new CudaDeviceCopyBatch(ipc));
+  cudaEvent_t started = nullptr;
+  cudaEvent_t ended = nullptr;
+  if (timed) {
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreate(&started), "batched device copy: cudaEventCreate");
+    const cudaError_t e = cudaEventCreate(&ended);
+    if (e != cudaSuccess) {
+      (void)cudaEventDestroy(started);
+      return cudaCheck(e, "batched device copy: cudaEventCreate");
+    }
+  }
+  return std::unique_ptr<DeviceCopyBatch>(new CudaDeviceCopyBatch(ipc, started, ended));
 }
 #else
-Result<std::unique_ptr<DeviceCopyBatch>> DeviceCopyBatch::create(WriteTransport* transport) {
+Result<std::unique_ptr<DeviceCopyBatch>> DeviceCopyBatch::create(WriteTransport* transport,
+                                                                 bool timed) {
   (void)transport;
+  (void)timed;
   return Status(WSYNC_ERR_UNSUPPORTED, "this build of wsync has no CUDA");
 }
 #endif

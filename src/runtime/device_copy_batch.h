@@ -1,5 +1,7 @@
 // DeviceCopyBatch: the same-dtype writes of one version from device memory into CUDA IPC peers,
 // copied by one kernel (kernels/batched_copy.h) instead of one cudaMemcpy2DAsync per write op.
+// (Sending long contiguous writes to the driver's cudaMemcpyAsync instead was measured on the H200
+// and was not faster end to end: benchmarks/README.md.)
 // Plain C++ so the runtime builds without CUDA (create() is then UNSUPPORTED).
 //
 // Use, per version: add() every write, then launch(); the CUDA IPC transport's next flush()
@@ -19,7 +21,9 @@ namespace wsync {
 class DeviceCopyBatch {
  public:
   // `transport`: a CUDA IPC backend (INVALID_ARGUMENT for another; UNSUPPORTED without CUDA).
-  static Result<std::unique_ptr<DeviceCopyBatch>> create(WriteTransport* transport);
+  // `timed`: each launch's kernel is bracketed by CUDA events (see lastLaunch()).
+  static Result<std::unique_ptr<DeviceCopyBatch>> create(WriteTransport* transport,
+                                                         bool timed = false);
   virtual ~DeviceCopyBatch() = default;
 
   // Queues `planes` x `rows` rows of `row_bytes` from `src` into `remote` at `remote_offset`
@@ -29,8 +33,17 @@ class DeviceCopyBatch {
                      uint64_t remote_plane_pitch, const void* src, size_t src_pitch,
                      size_t src_plane_pitch, size_t row_bytes, size_t rows, size_t planes) = 0;
 
-  // Enqueues every queued copy as one kernel on the transport's stream and empties the queue.
+  // Enqueues every queued copy as one kernel on the transport's stream and empties the queue (also
+  // when it fails).
   virtual Status launch() = 0;
+
+  // The previous launch: bytes it copies, and its kernel's device time in milliseconds once the
+  // kernel completed (after the transport's flush); -1 when not timed or not complete.
+  struct LaunchTiming {
+    uint64_t bytes = 0;
+    double device_ms = -1;
+  };
+  virtual LaunchTiming lastLaunch() const = 0;
 };
 
 }  // namespace wsync

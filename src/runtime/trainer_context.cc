@@ -204,7 +204,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   const char* no_batch = std::getenv("WSYNC_DEBUG_NO_COPY_BATCH");
   const auto& ipc = transports_[static_cast<size_t>(TransportKind::kCudaIpc)];
   if (onDevice() && ipc && (no_batch == nullptr || std::string(no_batch) != "1")) {
-    WSYNC_ASSIGN_OR_RETURN(copy_batch_, DeviceCopyBatch::create(ipc.get()));
+    WSYNC_ASSIGN_OR_RETURN(copy_batch_, DeviceCopyBatch::create(ipc.get(), debug_timing_));
   }
   // Broadcast groups: device memory through the job's NCCL world (collective over every rank),
   // host memory through MPI sub-communicators.
@@ -360,10 +360,19 @@ Status TrainerContext::publishOne(uint64_t version) {
     auto ms = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
+    std::string kernel;
+    if (copy_batch_) {
+      const DeviceCopyBatch::LaunchTiming t = copy_batch_->lastLaunch();
+      if (t.device_ms > 0) {
+        kernel = " (copy kernel " + std::to_string(t.device_ms) + " ms for " +
+                 std::to_string(t.bytes) + " bytes, " +
+                 std::to_string(static_cast<double>(t.bytes) / t.device_ms / 1e6) + " GB/s)";
+      }
+    }
     std::fprintf(stderr,
-                 "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms, sent -> "
+                 "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms%s, sent -> "
                  "delivered %.3f ms\n",
-                 rank(), what.c_str(), ms(started, got_go), ms(got_go, sent),
+                 rank(), what.c_str(), ms(started, got_go), ms(got_go, sent), kernel.c_str(),
                  ms(sent, Clock::now()));
   }
   return Status::ok();

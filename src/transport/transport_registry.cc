@@ -52,6 +52,8 @@ Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int 
 #ifdef WSYNC_HAVE_CUDA
       CudaIpcTransportOptions options;
       options.device = cuda_device;
+      const char* exports = std::getenv("WSYNC_CUDA_IPC_EXPORT");
+      options.vmm_exports = exports == nullptr || std::string(exports) != "legacy";
       return createCudaIpcTransport(options);
 #else
       (void)cuda_device;

@@ -12,6 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
 mpi="mpirun --oversubscribe --mca btl self,vader"
 small="--layers 2 --hidden 256 --ffn 512 --vocab 1024"
+large="--layers 2 --hidden 1024 --ffn 4096 --vocab 4096"
 failed=0
 run() {
   local name=$1
@@ -36,6 +37,9 @@ run e2e_device_copy_flip $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --me
   : -np 2 "$bin/wsync-rollout-demo" --replicas 1 --versions 50 --memory device --copy-flip --dtype float16 $small
 run e2e_device_snapshot $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --memory device --snapshot --quiet $small \
   : -np 2 "$bin/wsync-rollout-demo" --replicas 2 --versions 50 --memory device $small
+# Tensors of 1-16 MiB, whole on both sides: the driver-copy branch of the batched device copy.
+run e2e_device_match_large_100 $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $large \
+  : -np 2 "$bin/wsync-rollout-demo" --replicas 1 --versions 100 --memory device --layout match $large
 run e2e_staged_differ_100 env WSYNC_DEVICE_TRANSPORT=staged $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $small \
   : -np 4 "$bin/wsync-rollout-demo" --replicas 2 --versions 100 --memory device --layout differ $small
 run e2e_device_to_host $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --memory device --quiet $small \

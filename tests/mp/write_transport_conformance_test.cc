@@ -252,6 +252,18 @@ std::vector<BackendFactory> backends() {
                    return cudaDeviceAvailable(0) ? std::string()
                                                  : std::string("no usable CUDA device");
                  }});
+  // The same, with allocated memory shared through cudaIpcGetMemHandle instead of VMM.
+  out.push_back({"cuda_ipc_legacy",
+                 [] {
+                   CudaIpcTransportOptions options;
+                   options.vmm_exports = false;
+                   return createCudaIpcTransport(options);
+                 },
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
+                 [] {
+                   return cudaDeviceAvailable(0) ? std::string()
+                                                 : std::string("no usable CUDA device");
+                 }});
   out.push_back({"cuda_ipc_two_gpus",
                  [] {
                    CudaIpcTransportOptions options;

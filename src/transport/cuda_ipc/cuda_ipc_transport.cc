@@ -13,6 +13,8 @@
 
 #include "common/cuda_check.h"
 #include "common/wire.h"
+#include "control/fd_exchange.h"
+#include "transport/cuda_ipc/vmm_memory.h"
 
 namespace wsync {
 namespace {
@@ -23,7 +25,9 @@ using Clock = std::chrono::steady_clock;
 // from being taken for ours.
 constexpr uint32_t kAddressTag = 0x41435357;     // "WSCA"
 constexpr uint32_t kDescriptorTag = 0x44435357;  // "WSCD"
-constexpr uint8_t kWireVersion = 1;
+constexpr uint8_t kWireVersion = 1;              // addresses
+constexpr uint8_t kDescriptorVersion = 2;        // 2: the export kind (legacy IPC handle or VMM)
+constexpr size_t kMaxServerNameBytes = 107;      // an abstract unix socket name
 constexpr size_t kMaxHostBytes = 1024;
 constexpr size_t kHandleBytes = sizeof(cudaIpcMemHandle_t);
 static_assert(kHandleBytes == CUDA_IPC_HANDLE_SIZE);
@@ -43,13 +47,22 @@ uint64_t processNonce() {
   return nonce;
 }
 
-std::string peerName(int32_t peer) {
+std::string peerLabel(int32_t peer) {
   return "peer " + std::to_string(peer);
 }
 
+// How exposed memory is shared: a cudaIpcGetMemHandle handle, or a VMM allocation whose file
+// descriptor the owner's FdServer hands out.
+enum class ExportKind : uint8_t { kIpcHandle = 1, kVmm = 2 };
+
 // What a memory descriptor carries.
 struct Descriptor {
-  cudaIpcMemHandle_t handle{};
+  ExportKind kind = ExportKind::kIpcHandle;
+  cudaIpcMemHandle_t handle{};  // kIpcHandle
+  std::string fd_server;        // kVmm: FdServer::name() of the owner
+  uint64_t offer_id = 0;        // kVmm: the offer and its token
+  uint64_t offer_token = 0;
+  uint64_t mapped_size = 0;  // kVmm: VmmAllocation::mappedSize()
   uint64_t size = 0;
   uint64_t base = 0;  // the device pointer in the owner's process
   int64_t pid = 0;
@@ -60,8 +73,16 @@ struct Descriptor {
 std::vector<uint8_t> encodeDescriptor(const Descriptor& d) {
   ByteWriter w;
   w.fixed32(kDescriptorTag);
-  w.u8(kWireVersion);
-  w.bytes(&d.handle, kHandleBytes);
+  w.u8(kDescriptorVersion);
+  w.u8(static_cast<uint8_t>(d.kind));
+  if (d.kind == ExportKind::kIpcHandle) {
+    w.bytes(&d.handle, kHandleBytes);
+  } else {
+    w.str(d.fd_server);
+    w.fixed64(d.offer_id);
+    w.fixed64(d.offer_token);
+    w.varu(d.mapped_size);
+  }
   w.varu(d.size);
   w.fixed64(d.base);
   w.vari(d.pid);
@@ -78,16 +99,32 @@ std::string decodeDescriptor(const std::vector<uint8_t>& bytes, Descriptor& d) {
   if (!r.fixed32(tag) || tag != kDescriptorTag) {
     return "not a CUDA IPC memory descriptor (wrong tag; another backend's, or garbage)";
   }
-  if (!r.u8(version) || version != kWireVersion) {
-    return "wire version " + std::to_string(version) + ", expected " + std::to_string(kWireVersion);
+  if (!r.u8(version) || version != kDescriptorVersion) {
+    return "wire version " + std::to_string(version) + ", expected " +
+           std::to_string(kDescriptorVersion);
   }
-  if (!r.bytes(&d.handle, kHandleBytes) || !r.varu(d.size) || !r.fixed64(d.base) ||
-      !r.vari(d.pid) || !r.fixed64(d.nonce) || !r.vari(d.device)) {
+  uint8_t kind = 0;
+  if (!r.u8(kind)) return "truncated (" + std::to_string(bytes.size()) + " bytes)";
+  d.kind = static_cast<ExportKind>(kind);
+  bool complete = false;
+  if (d.kind == ExportKind::kIpcHandle) {
+    complete = r.bytes(&d.handle, kHandleBytes);
+  } else if (d.kind == ExportKind::kVmm) {
+    complete = r.str(d.fd_server, kMaxServerNameBytes) && r.fixed64(d.offer_id) &&
+               r.fixed64(d.offer_token) && r.varu(d.mapped_size);
+  } else {
+    return "unknown export kind " + std::to_string(kind);
+  }
+  if (!complete || !r.varu(d.size) || !r.fixed64(d.base) || !r.vari(d.pid) || !r.fixed64(d.nonce) ||
+      !r.vari(d.device)) {
     return "truncated (" + std::to_string(bytes.size()) + " bytes)";
   }
   if (!r.atEnd()) return std::to_string(r.remaining()) + " unexpected bytes at the end";
   if (d.size == 0 || d.base == 0 || d.base + d.size < d.base) {
     return "empty, null or wrapping region";
+  }
+  if (d.kind == ExportKind::kVmm && (d.fd_server.empty() || d.mapped_size < d.size)) {
+    return "VMM export without a descriptor server, or mapped smaller than its size";
   }
   return {};
 }
@@ -103,33 +140,56 @@ class IpcMappings {
     return *mappings;
   }
 
-  // The mapping of `handle`, opened on `device` (current) when it is new.
-  Result<uint8_t*> acquire(const std::string& key, const cudaIpcMemHandle_t& handle, int device,
-                           const std::string& what) {
+  // The key under which `d`'s mapping is shared.
+  static std::string keyOf(const Descriptor& d) {
+    if (d.kind == ExportKind::kIpcHandle) {
+      return "ipc:" + std::string(reinterpret_cast<const char*>(&d.handle), kHandleBytes);
+    }
+    return "vmm:" + d.fd_server + ":" + std::to_string(d.offer_id);
+  }
+
+  // The mapping of `d`'s memory, made on `device` (current) when it is new: an IPC handle opened,
+  // or a VMM allocation's descriptor fetched from its owner (waiting at most `timeout`) and
+  // imported.
+  Result<uint8_t*> acquire(const std::string& key, const Descriptor& d, int device,
+                           std::chrono::milliseconds timeout, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       ++it->second.refs;
       return it->second.base;
     }
-    void* base = nullptr;
-    WSYNC_CUDA_RETURN_IF_ERROR(
-        cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
-        what +
-            ": cudaIpcOpenMemHandle failed (is the owner alive, on this node, and its memory "
-            "plain cudaMalloc memory?)");
-    entries_.emplace(key, Entry{static_cast<uint8_t*>(base), device, 1});
-    return static_cast<uint8_t*>(base);
+    Entry entry{nullptr, device, 1, nullptr};
+    if (d.kind == ExportKind::kVmm) {
+      Result<Fd> fd = fetchFd(d.fd_server, d.offer_id, d.offer_token, timeout);
+      if (!fd.isOk()) return fd.status().withContext(what + ": fetching the VMM descriptor");
+      Result<std::unique_ptr<VmmMapping>> mapping =
+          VmmMapping::import(fd->get(), d.mapped_size, device);
+      if (!mapping.isOk()) return mapping.status().withContext(what);
+      entry.vmm = std::move(mapping).value();
+      entry.base = entry.vmm->data();
+    } else {
+      void* base = nullptr;
+      WSYNC_CUDA_RETURN_IF_ERROR(
+          cudaIpcOpenMemHandle(&base, d.handle, cudaIpcMemLazyEnablePeerAccess),
+          what +
+              ": cudaIpcOpenMemHandle failed (is the owner alive, on this node, and its memory "
+              "plain cudaMalloc memory?)");
+      entry.base = static_cast<uint8_t*>(base);
+    }
+    uint8_t* base = entry.base;
+    entries_.emplace(key, std::move(entry));
+    return base;
   }
 
   void release(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
     if (it == entries_.end() || --it->second.refs > 0) return;
-    if (cudaUseDevice(it->second.device).isOk()) {
+    if (cudaUseDevice(it->second.device).isOk() && !it->second.vmm) {
       (void)cudaCheck(cudaIpcCloseMemHandle(it->second.base), "cudaIpcCloseMemHandle");
     }
-    entries_.erase(it);
+    entries_.erase(it);  // a VMM mapping unmaps here
   }
 
  private:
@@ -137,6 +197,7 @@ class IpcMappings {
     uint8_t* base;
     int device;
     int refs;
+    std::unique_ptr<VmmMapping> vmm;  // set for VMM imports
   };
   std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
@@ -147,7 +208,17 @@ class CudaIpcExposedMemory final : public ExposedMemory {
   // `owned_device` >= 0: the memory was cudaMalloc'ed on that device and is freed here.
   CudaIpcExposedMemory(void* data, size_t size, int owned_device)
       : data_(data), size_(size), owned_device_(owned_device) {}
+  // A VMM allocation offered by `server` under `offer_id`; the offer ends before the memory goes.
+  CudaIpcExposedMemory(std::unique_ptr<VmmAllocation> vmm, size_t size, FdServer* server,
+                       uint64_t offer_id)
+      : data_(vmm->data()),
+        size_(size),
+        owned_device_(-1),
+        vmm_(std::move(vmm)),
+        server_(server),
+        offer_id_(offer_id) {}
   ~CudaIpcExposedMemory() override {
+    if (server_ != nullptr) server_->withdraw(offer_id_);
     if (owned_device_ >= 0 && cudaUseDevice(owned_device_).isOk()) {
       (void)cudaCheck(cudaFree(data_), "cudaFree");
     }
@@ -162,6 +233,9 @@ class CudaIpcExposedMemory final : public ExposedMemory {
   size_t size_;
   std::vector<uint8_t> descriptor_;
   int owned_device_;
+  std::unique_ptr<VmmAllocation> vmm_;  // owned VMM memory (else null)
+  FdServer* server_ = nullptr;          // offers vmm_'s descriptor (else null)
+  uint64_t offer_id_ = 0;
 };
 
 // A cudaHostRegister'ed range, unregistered when it goes; or nothing (base null).
@@ -333,6 +407,10 @@ Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateExposed(size_t 
                            " bytes) on device " + std::to_string(options_.device);
   if (bytes == 0) return invalidArgument(what + ": 0 bytes asked for");
   WSYNC_RETURN_IF_ERROR(useDevice().withContext(what));
+  if (options_.vmm_exports && vmmShareable(options_.device)) {
+    Result<FdServer*> server = FdServer::processServer();
+    if (server.isOk()) return allocateVmm(bytes, **server, what);
+  }
   void* data = nullptr;
   WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes), what + ": cudaMalloc");
   // Owns (and frees) `data` from here, whatever fails below.
@@ -344,6 +422,28 @@ Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateExposed(size_t 
   d.pid = thisPid();
   d.nonce = processNonce();
   d.device = options_.device;
+  memory->setDescriptor(encodeDescriptor(d));
+  return std::unique_ptr<ExposedMemory>(std::move(memory));
+}
+
+Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateVmm(size_t bytes, FdServer& server,
+                                                                     const std::string& what) {
+  Result<std::unique_ptr<VmmAllocation>> allocated = VmmAllocation::create(options_.device, bytes);
+  if (!allocated.isOk()) return allocated.status().withContext(what);
+  std::unique_ptr<VmmAllocation> vmm = std::move(allocated).value();
+  Descriptor d;
+  d.kind = ExportKind::kVmm;
+  const FdServer::Offer offer = server.offer(vmm->fd());
+  d.fd_server = server.name();
+  d.offer_id = offer.id;
+  d.offer_token = offer.token;
+  d.mapped_size = vmm->mappedSize();
+  d.size = bytes;
+  d.base = reinterpret_cast<uint64_t>(vmm->data());
+  d.pid = thisPid();
+  d.nonce = processNonce();
+  d.device = options_.device;
+  auto memory = std::make_unique<CudaIpcExposedMemory>(std::move(vmm), bytes, &server, offer.id);
   memory->setDescriptor(encodeDescriptor(d));
   return std::unique_ptr<ExposedMemory>(std::move(memory));
 }
@@ -406,7 +506,7 @@ Result<std::unique_ptr<SourceRegistration>> CudaIpcTransport::registerSource(con
 }
 
 Status CudaIpcTransport::connect(int32_t peer, const std::vector<uint8_t>& peer_address) {
-  const std::string what = "CUDA IPC connect to " + peerName(peer);
+  const std::string what = "CUDA IPC connect to " + peerLabel(peer);
   if (peer < 0) return invalidArgument(what + ": peer ids are >= 0");
   if (peers_.count(peer) != 0) return invalidUsage(what + ": already connected");
   Result<CudaIpcProcessInfo> info = decodeCudaIpcAddress(peer_address);
@@ -426,7 +526,7 @@ Status CudaIpcTransport::connect(int32_t peer, const std::vector<uint8_t>& peer_
 
 Result<RemoteMemoryId> CudaIpcTransport::attach(int32_t peer,
                                                 const std::vector<uint8_t>& descriptor) {
-  const std::string what = "CUDA IPC attach for " + peerName(peer);
+  const std::string what = "CUDA IPC attach for " + peerLabel(peer);
   auto it = peers_.find(peer);
   if (it == peers_.end()) return invalidUsage(what + ": not connected (connect() first)");
   if (remotes_.size() >= static_cast<size_t>(std::numeric_limits<RemoteMemoryId>::max())) {
@@ -446,12 +546,12 @@ Result<RemoteMemoryId> CudaIpcTransport::attach(int32_t peer,
     remote.base = reinterpret_cast<uint8_t*>(d.base);  // own handles cannot be opened
   } else {
     WSYNC_RETURN_IF_ERROR(useDevice().withContext(what));
-    std::string key(reinterpret_cast<const char*>(&d.handle), kHandleBytes);
+    std::string key = IpcMappings::keyOf(d);
     auto mapped = mappings_.find(key);
     if (mapped == mappings_.end()) {
       WSYNC_ASSIGN_OR_RETURN(
           uint8_t * base,
-          IpcMappings::instance().acquire(key, d.handle, options_.device,
+          IpcMappings::instance().acquire(key, d, options_.device, options_.post_timeout,
                                           what + " (" + std::to_string(d.size) +
                                               " bytes of process " + std::to_string(d.pid) + ")"));
       mapped = mappings_.emplace(key, base).first;
@@ -475,7 +575,7 @@ Status CudaIpcTransport::checkRange(RemoteMemoryId remote, uint64_t offset, uint
   r = &remotes_[static_cast<size_t>(remote)];
   if (rows == 0 || row_bytes == 0) return Status::ok();  // nothing lands: any offset will do
   auto fail = [&](const std::string& why) {
-    return invalidArgument(std::string("CUDA IPC ") + what + " to " + peerName(r->peer) +
+    return invalidArgument(std::string("CUDA IPC ") + what + " to " + peerLabel(r->peer) +
                            ", remote memory " + std::to_string(remote) + ": " + why);
   };
   if (rows > 1 && (pitch < row_bytes || src_pitch < row_bytes)) {
@@ -512,7 +612,7 @@ Status CudaIpcTransport::write2d(RemoteMemoryId remote, uint64_t remote_offset,
       checkRange(remote, remote_offset, remote_pitch, row_bytes, rows, src_pitch, "write", r));
   if (rows == 0 || row_bytes == 0) return Status::ok();
   auto fail = [&](const std::string& why) {
-    return "CUDA IPC write to " + peerName(r->peer) + ", remote memory " + std::to_string(remote) +
+    return "CUDA IPC write to " + peerLabel(r->peer) + ", remote memory " + std::to_string(remote) +
            ": " + why;
   };
   if (src == nullptr) return invalidArgument(fail("null source"));
@@ -567,7 +667,7 @@ Status CudaIpcTransport::makeRoom(const Remote& r, RemoteMemoryId id) {
     bool timed_out = false;
     const Status s = waitEvent(window_event_.get(), options_.post_timeout, timed_out);
     if (timed_out) {
-      return timeoutError("CUDA IPC write to " + peerName(r.peer) + ", remote memory " +
+      return timeoutError("CUDA IPC write to " + peerLabel(r.peer) + ", remote memory " +
                           std::to_string(id) + ": copies posted " + std::to_string(kWindow) +
                           "+ writes ago still not done after " +
                           std::to_string(options_.post_timeout.count()) +
@@ -575,7 +675,7 @@ Status CudaIpcTransport::makeRoom(const Remote& r, RemoteMemoryId id) {
                           "posted");
     }
     if (!s.isOk()) {
-      return s.withContext("CUDA IPC write to " + peerName(r.peer) + ", remote memory " +
+      return s.withContext("CUDA IPC write to " + peerLabel(r.peer) + ", remote memory " +
                            std::to_string(id) + ": earlier copies failed");
     }
   }

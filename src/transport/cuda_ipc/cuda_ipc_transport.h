@@ -36,13 +36,21 @@
 
 namespace wsync {
 
+class FdServer;  // control/fd_exchange.h
+
 struct CudaIpcTransportOptions {
   // CUDA ordinal (as this process numbers its devices) of the stream, the allocations of
   // allocateExposed() and the memory expose() accepts.
   int device = 0;
-  // How long write() waits for earlier copies when too many are in flight, and how long the
-  // destructor waits for copies still running before it unmaps peers' memory.
+  // How long write() waits for earlier copies when too many are in flight, how long the
+  // destructor waits for copies still running before it unmaps peers' memory, and how long
+  // attach() waits for a peer's VMM descriptor.
   std::chrono::milliseconds post_timeout{30000};
+  // allocateExposed() makes VMM allocations shared as POSIX file descriptors
+  // (transport/cuda_ipc/vmm_memory.h: copies into them run at the local device-copy rate) when
+  // the driver and device support it; false: cudaMalloc and cudaIpcGetMemHandle. expose()
+  // always shares with cudaIpcGetMemHandle.
+  bool vmm_exports = true;
 };
 
 // What a CUDA IPC address says about a process (decoded localAddress()).
@@ -77,9 +85,11 @@ class CudaIpcTransport final : public WriteTransport {
   // {tag, version, host identity, pid, nonce, device ordinal, device UUID}.
   const std::vector<uint8_t>& localAddress() const override { return address_; }
 
-  // cudaMalloc on options.device plus its IPC handle. Descriptor: {tag, version, IPC handle, size,
-  // device pointer, owner pid and nonce, owner device}. The memory is freed (cudaFree) when the
-  // returned object goes.
+  // Device memory on options.device: a VMM allocation whose file descriptor this process's
+  // FdServer offers (see options.vmm_exports), else cudaMalloc plus its IPC handle. Descriptor:
+  // {tag, version, export kind, IPC handle | (descriptor server, offer id and token, mapped size),
+  // size, device pointer, owner pid and nonce, owner device}. The memory is freed when the
+  // returned object goes (a peer's VMM mapping keeps the physical memory until it unmaps).
   Result<std::unique_ptr<ExposedMemory>> allocateExposed(size_t bytes) override;
 
   // `base` MUST be the start of a cudaMalloc allocation on options.device (not an offset into one,
@@ -97,9 +107,10 @@ class CudaIpcTransport final : public WriteTransport {
   // UNSUPPORTED (naming the peer and both hosts) when `peer_address` names another node.
   Status connect(int32_t peer, const std::vector<uint8_t>& peer_address) override;
 
-  // Opens the descriptor's IPC handle (cudaIpcOpenMemHandle, lazy peer access) once per distinct
-  // handle in this process: attaching a handle again, here or from another transport of this
-  // process, reuses the mapping (reference counted; closed with cudaIpcCloseMemHandle when the last
+  // Maps the descriptor's memory once per distinct export in this process: opens its IPC handle
+  // (cudaIpcOpenMemHandle, lazy peer access), or fetches its VMM file descriptor from the owner's
+  // FdServer (at most options.post_timeout) and maps it. Attaching it again, here or from another
+  // transport of this process, reuses the mapping (reference counted; unmapped when the last
   // transport using it goes). Memory of this very process (a connection to itself) is used
   // through its device pointer directly. The descriptor must come from `peer` (same pid and
   // nonce as its address): INVALID_ARGUMENT otherwise; malformed: PROTOCOL.
@@ -166,6 +177,8 @@ class CudaIpcTransport final : public WriteTransport {
                    EventPtr window_event, size_t max_pitch, std::vector<uint8_t> address);
 
   Status useDevice() const;
+  Result<std::unique_ptr<ExposedMemory>> allocateVmm(size_t bytes, FdServer& server,
+                                                     const std::string& what);
   // Checks `remote` and the 2-D extent; on success `r` is the remote.
   Status checkRange(RemoteMemoryId remote, uint64_t offset, uint64_t pitch, size_t row_bytes,
                     size_t rows, size_t src_pitch, const char* what, Remote*& r);

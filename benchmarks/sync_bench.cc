@@ -379,6 +379,7 @@ WsyncResult runWsync(const Options& opt, const Roles& roles, const Comms& comms,
       if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_request_wait", st);
       return secondsSince(t0);
     }
+    const auto t0 = Clock::now();
     if (reader && record) reader->setRecording(true);
     uint64_t newest = 0;
     wsync_newest_version(ctx, &newest);  // NOT_READY before the first version leaves it 0
@@ -386,8 +387,9 @@ WsyncResult runWsync(const Options& opt, const Roles& roles, const Comms& comms,
       const wsync_status_t st = wsync_wait_version(ctx, newest, -1, &newest);
       if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_wait_version", st);
     }
+    const double readable = secondsSince(t0);
     if (reader) reader->setRecording(false);
-    return 0;
+    return readable;
   };
 
   uint64_t version = 0;
@@ -943,7 +945,11 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
   std::unique_ptr<LeaseReader> reader;
   if (!roles.trainer && opt.reader)
     reader = std::make_unique<LeaseReader>(ctx, opt.reader_sleep_us);
-  std::vector<double> wsync_seconds, block_seconds, stream_seconds;  // trainers
+  std::vector<double> block_seconds, stream_seconds;  // trainers
+  // Per timed version, the slowest rank's seconds from the shared barrier to: trainers, their
+  // publish request completing (delivered); rollouts, the version being readable. (A staged
+  // rollout moves landed bytes to the device after the trainers are told "delivered".)
+  std::vector<double> wsync_seconds;
   // One version: trainers write it (a byte pattern, or with `checkable` the hashed values) on the
   // training stream, not timed; then publish_on_stream -> delivered, timed. Rollouts wait until it
   // is ready on their replica (with the reader's samples recorded meanwhile when `record`).
@@ -972,12 +978,12 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
       if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_request_wait", st);
       const double total = secondsSince(t0);
       if (record) {
-        wsync_seconds.push_back(total);
         block_seconds.push_back(blocked);
         if (opt.snapshot) stream_seconds.push_back(held);
       }
       return total;
     }
+    const auto t0 = Clock::now();
     if (reader && record) reader->setRecording(true);
     uint64_t newest = 0;
     wsync_newest_version(ctx, &newest);  // NOT_READY before the first version leaves it 0
@@ -985,8 +991,9 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
       const wsync_status_t st = wsync_wait_version(ctx, newest, -1, &newest);
       if (st != WSYNC_SUCCESS) die(ctx, roles, "wsync_wait_version", st);
     }
+    const double readable = secondsSince(t0);
     if (reader) reader->setRecording(false);
-    return 0;
+    return readable;
   };
 
   uint64_t version = 0;
@@ -999,7 +1006,10 @@ int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
   }
   mark("warmup");
   for (int i = 0; i < opt.iters; ++i) {
-    const double sec = syncVersion(++version, true, false);
+    const double mine = syncVersion(++version, true, false);
+    double sec = 0;
+    MPI_Allreduce(&mine, &sec, 1, MPI_DOUBLE, MPI_MAX, comms.bench);
+    wsync_seconds.push_back(sec);
     if (root) {
       const double gbps = static_cast<double>(plan.bytes_per_version) / sec / 1e9;
       const std::string held =

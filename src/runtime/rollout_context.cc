@@ -10,6 +10,8 @@ namespace wsync {
 namespace {
 constexpr uint64_t kBufferAlignment = 256;  // bytes; every buffer starts aligned in its slot
 constexpr std::chrono::milliseconds kPollInterval{20};
+// While a staged slot is written: how often the receiver thread moves reported writes.
+constexpr std::chrono::milliseconds kLandingPollInterval{1};
 }  // namespace
 
 RolloutContext::~RolloutContext() {
@@ -141,10 +143,19 @@ Result<uint64_t> RolloutContext::copyFlip(uint64_t version, CudaStreamHandle str
 // ---- receiver thread -------------------------------------------------------------------------
 void RolloutContext::receiverLoop() {
   while (!stopping_) {
-    Result<Frame> frame = job_.channel->recv(kPollInterval);
+    Result<Frame> frame =
+        job_.channel->recv(landing_slot_ >= 0 ? kLandingPollInterval : kPollInterval);
     if (!frame.isOk()) {
       if (frame.status().code() == WSYNC_ERR_TIMEOUT) {
         transport_->progress();  // emulated writes into exposed memory need the target's progress
+        if (landing_slot_ >= 0) {
+          const Status landed = slots_[static_cast<size_t>(landing_slot_)]->landArrived();
+          if (!landed.isOk()) {
+            setFailed(landed.withContext("version " + std::to_string(prepared_version_)));
+            (void)sendError(landed.withContext("rollout " + std::to_string(rank())));
+            break;
+          }
+        }
         continue;
       }
       if (!stopping_) setFailed(frame.status().withContext("control channel"));
@@ -167,6 +178,10 @@ Status RolloutContext::handle(const Frame& frame) {
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
       if (prepared_slot_ >= 0) (void)store_->abandonWrite(prepared_slot_);  // a skipped version
       WSYNC_RETURN_IF_ERROR(store_->beginWrite(m.slot, m.version, options_.timeout));
+      landing_slot_ = -1;
+      if (!landing_ranges_.empty()) {  // staged: empty progress logs before the writers start
+        WSYNC_RETURN_IF_ERROR(slots_[static_cast<size_t>(m.slot)]->beginLanding());
+      }
       prepared_slot_ = m.slot;
       prepared_version_ = m.version;
       return sendMessage(MessageType::kPrepared, encode(m));
@@ -189,11 +204,13 @@ Status RolloutContext::handle(const Frame& frame) {
                              " was prepared for version " + std::to_string(prepared_version_));
       }
       WSYNC_RETURN_IF_ERROR(receiveBroadcasts(go));
+      if (!landing_ranges_.empty()) landing_slot_ = slot;
       return sendMessage(MessageType::kReceived, encode(VersionMsg{go.version}));
     }
     case MessageType::kReady: {
       SlotMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      landing_slot_ = -1;
       if (!landing_ranges_.empty()) {
         if (m.slot < 0 || static_cast<size_t>(m.slot) >= slots_.size()) {
           return protocolError("Ready for unknown slot " + std::to_string(m.slot));

@@ -55,7 +55,8 @@ class RolloutContext final : public Context {
   std::vector<std::unique_ptr<ExposedMemory>> slots_;
   std::vector<uint64_t> buffer_byte_offsets_;
   // Staged slots (ExposedMemory::needsLanding): the slot bytes this rank's writes fill, merged;
-  // moved into the slot's device memory when the version is ready, before readers see it.
+  // moved into the slot's device memory as writers report them (landArrived) and when the version
+  // is ready (land), before readers see it.
   std::vector<ByteRange> landing_ranges_;
   RankPlan plan_;
   std::vector<int32_t> group_comm_;
@@ -67,6 +68,7 @@ class RolloutContext final : public Context {
   std::unique_ptr<DeviceBroadcaster> device_broadcaster_;
   int32_t prepared_slot_ = -1;  // receiver thread: the slot drained for the version in flight
   uint64_t prepared_version_ = 0;
+  int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };

@@ -161,7 +161,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     if (!transport) {
       // A host-memory trainer reaches device slots through the GPU it shares the node with.
       const int device = options_.cuda_device >= 0 ? options_.cuda_device : 0;
-      WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, device));
+      WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, device, rank()));
       if (kind == TransportKind::kUcx) {  // register every source once
         auto add = [&](const void* base, size_t bytes) -> Status {
           if (bytes == 0) return Status::ok();

@@ -44,7 +44,8 @@ TransportKind writerTransportFor(TransportKind target, MemoryKind source) {
   return source == MemoryKind::kDevice ? TransportKind::kUcxStaged : TransportKind::kUcx;
 }
 
-Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int cuda_device) {
+Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int cuda_device,
+                                                        int32_t writer_rank) {
   switch (kind) {
     case TransportKind::kUcx:
       return createUcxTransport();
@@ -67,9 +68,14 @@ Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int 
       options.device = cuda_device;
       const char* chosen = std::getenv("WSYNC_DEVICE_TRANSPORT");
       options.use_ucx_cuda = chosen != nullptr && std::string(chosen) == "ucx_cuda";
+      // WSYNC_DEBUG_NO_EARLY_LANDING=1: no progress reports (A/B runs of early landing).
+      const char* no_early = std::getenv("WSYNC_DEBUG_NO_EARLY_LANDING");
+      const bool early = no_early == nullptr || std::string(no_early) != "1";
+      options.writer_rank = early ? writer_rank : -1;
       return createStagedUcxTransport(options);
 #else
       (void)cuda_device;
+      (void)writer_rank;
       return Status(WSYNC_ERR_UNSUPPORTED,
                     "this build of wsync has no CUDA (staged device transfers need it)");
 #endif

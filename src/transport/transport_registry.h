@@ -39,7 +39,9 @@ Result<TransportKind> targetTransportFor(MemoryKind memory);
 TransportKind writerTransportFor(TransportKind target, MemoryKind source);
 
 // Creates a backend; UNSUPPORTED when this build or machine does not have it (CUDA IPC without
-// CUDA or without a device). `cuda_device` is used by device backends.
-Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int cuda_device);
+// CUDA or without a device). `cuda_device` is used by device backends; `writer_rank` (a trainer's
+// rank, -1 for targets) is the rank a staged writer reports under in its targets' progress logs.
+Result<std::unique_ptr<WriteTransport>> createTransport(TransportKind kind, int cuda_device,
+                                                        int32_t writer_rank = -1);
 
 }  // namespace wsync

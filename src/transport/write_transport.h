@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -50,6 +51,14 @@ class ExposedMemory {
     (void)timeout;
     return Status::ok();
   }
+
+  // Early landing, where writers report what they delivered (the staged UCX backend's progress
+  // logs): the owner calls beginLanding() before writers start a round of writes (and after the
+  // previous round's land() returned), may call landArrived() any number of times while they
+  // write, to start moving what they reported so far (never blocks), and calls land() once they
+  // flushed, which then moves only what was not reported. No-ops where needsLanding() is false.
+  virtual Status beginLanding() { return Status::ok(); }
+  virtual Status landArrived() { return Status::ok(); }
 };
 
 // Local memory registered as a write source, so posting writes from it costs no registration.
@@ -130,6 +139,12 @@ class WriteTransport {
   // that takes longer than `timeout` (writes stay posted; a later flush() may complete them), or
   // the first error of a posted write.
   virtual Status flush(std::chrono::milliseconds timeout) = 0;
+
+  // Orders writes without waiting for them: every write posted before fence() is visible at its
+  // target before any write posted after it. UNSUPPORTED for backends that cannot (the default).
+  virtual Status fence() {
+    return Status(WSYNC_ERR_UNSUPPORTED, std::string(name()) + ": no fence");
+  }
 
   // Advances the transport's communication (incoming emulated writes, completions). Cheap when
   // idle; safe to call from a background thread concurrently with the owner's calls.

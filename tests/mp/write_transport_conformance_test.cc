@@ -291,6 +291,22 @@ std::vector<BackendFactory> backends() {
                    return cudaDeviceAvailable(0) ? std::string()
                                                  : std::string("no usable CUDA device");
                  }});
+  // The same with the writer reporting its writes into the target's progress log (early
+  // landing): land() then moves nothing itself when every write was reported, so these cases also
+  // check that the reports cover exactly the written bytes.
+  out.push_back({"ucx_staged_reporting",
+                 [] {
+                   StagedUcxTransportOptions options;
+                   options.chunk_bytes = 1 << 20;
+                   options.num_chunks = 3;
+                   options.writer_rank = rank();
+                   return createStagedUcxTransport(options);
+                 },
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
+                 [] {
+                   return cudaDeviceAvailable(0) ? std::string()
+                                                 : std::string("no usable CUDA device");
+                 }});
   // UCX's own device-memory puts (a UCX built with CUDA, e.g. the libucx-cu13 wheel).
   out.push_back({"ucx_cuda",
                  [] {
@@ -539,6 +555,7 @@ class Session {
   size_t regionBytes() const { return region_bytes_; }
   const std::vector<uint8_t>& attachedDescriptor() const { return attached_descriptor_; }
   ProgressThread& progressThread() { return progress_; }
+  ExposedMemory& target() { return *target_; }  // rank 1
 
  private:
   size_t region_bytes_ = 0;
@@ -921,6 +938,36 @@ INSTANTIATE_TEST_SUITE_P(Backends, WriteTransportBackend, ::testing::ValuesIn(ba
 
 // write() waits at most post_timeout for room among max_in_flight requests; a write that times
 // out was not posted, the ones before it land once the target progresses.
+// A descriptor extension (what the staged backend appends for its writers) travels with a UCX
+// descriptor: plain UCX attaches and writes the memory as if it were absent, descriptorExtension()
+// returns it, and bytes after the blob that are no extension are refused. Each rank on its own.
+TEST(UcxTransport, DescriptorExtensionsAreCarriedAndIgnored) {
+  auto created = createUcxTransport();
+  ASSERT_TRUE(created.isOk()) << created.status().toString();
+  WriteTransport& t = *created.value();
+  auto mem = t.allocateExposed(4096);
+  ASSERT_TRUE(mem.isOk()) << mem.status().toString();
+  const std::vector<uint8_t> extension = {1, 2, 3, 250};
+  const std::vector<uint8_t> extended =
+      withDescriptorExtension(mem.value()->descriptor(), extension);
+  EXPECT_EQ(descriptorExtension(extended), extension);
+  EXPECT_TRUE(descriptorExtension(mem.value()->descriptor()).empty());
+  ASSERT_TRUE(t.connect(rank(), t.localAddress()).isOk());
+  auto id = t.attach(rank(), extended);
+  ASSERT_TRUE(id.isOk()) << id.status().toString();
+  EXPECT_EQ(t.attachedSize(id.value()).value(), 4096u);
+  const std::vector<uint8_t> bytes(100, 0x3C);
+  ASSERT_TRUE(t.write(id.value(), 8, bytes.data(), bytes.size()).isOk());
+  ASSERT_TRUE(t.flush(kFlushTimeout).isOk());
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(mem.value()->data()) + 8, bytes.data(), 100), 0);
+  std::vector<uint8_t> trailing = mem.value()->descriptor();
+  trailing.push_back(7);
+  const auto refused = t.attach(rank(), trailing);
+  EXPECT_TRUE(hasCode(refused.status(), WSYNC_ERR_PROTOCOL));
+  EXPECT_TRUE(mentions(refused.status(), "after the blob"));
+  EXPECT_TRUE(descriptorExtension(trailing).empty());
+}
+
 TEST(UcxTransport, WriteWaitsBoundedForRoom) {
   constexpr size_t kChunk = 64 << 10;
   constexpr size_t kChunks = 256;
@@ -1129,6 +1176,69 @@ TEST(CudaIpcTransport, WritesFromEverySourceAndKernelsIntoPeerMemory) {
   if (rank() == kWriter) created = Status(WSYNC_ERR_INTERNAL, "closed");  // unmaps first
   barrier();
 }
+
+// Early landing: writes a staged writer reported reach the target's device memory through
+// landArrived() alone, before land() (which then has nothing left to move), over several rounds;
+// without reports (writer_rank -1) landArrived() moves nothing and land() moves everything.
+TEST(StagedUcxTransport, ReportedWritesLandBeforeLand) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr size_t kRegion = 6 << 20;
+  for (const bool reporting : {true, false}) {
+    SCOPED_TRACE(reporting ? "writer reports" : "writer does not report");
+    BackendFactory backend{"ucx_staged",
+                           [reporting] {
+                             StagedUcxTransportOptions options;
+                             options.chunk_bytes = 1 << 20;  // writes span chunks; the ring wraps
+                             options.num_chunks = 2;
+                             options.writer_rank = reporting ? rank() : -1;
+                             return createStagedUcxTransport(options);
+                           },
+                           /*allocated_is_one_sided=*/true, MemorySide::kDevice0};
+    Session session;
+    if (!session.open(backend, TargetKind::kAllocated, kRegion, /*target_progress=*/false)) {
+      session.close();
+      return;
+    }
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      // A contiguous 2.5 MiB write, 300 rows of 4 KiB at a 8 KiB pitch, and a short one.
+      const std::vector<WriteOp> ops = {contiguous(0, 0, (5 << 20) / 2),
+                                        {3 << 20, 8 << 10, 3 << 20, 4 << 10, 4 << 10, 300},
+                                        contiguous(kRegion - 100, 100, 100)};
+      std::vector<uint8_t> source(kRegion);
+      for (size_t i = 0; i < source.size(); ++i)
+        source[i] = static_cast<uint8_t>((i * 131 + round * 7) % 251);
+      if (rank() == kWriter) {
+        const Buffer device_source(session.device(), source);
+        const Status posted =
+            postAll(session.transport(), session.remote(), device_source.data(), ops);
+        EXPECT_TRUE(posted.isOk()) << posted.toString();
+        const Status flushed = session.transport().flush(kFlushTimeout);
+        EXPECT_TRUE(flushed.isOk()) << flushed.toString();
+      }
+      barrier();
+      if (rank() == kTarget) {
+        ExposedMemory& target = session.target();
+        fillBytes(session.device(), target.data(), kSentinel, kRegion);  // older rounds' bytes
+        const Status arrived = target.landArrived();
+        EXPECT_TRUE(arrived.isOk()) << arrived.toString();
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<uint8_t> want = expectedImage(kRegion, source, ops);
+        const std::vector<uint8_t> early = readBytes(session.device(), target.data(), kRegion);
+        if (reporting) {
+          expectBytes(early.data(), want, "after landArrived()");
+        } else {
+          EXPECT_EQ(early, std::vector<uint8_t>(kRegion, kSentinel))
+              << "landArrived() moved bytes nobody reported";
+        }
+        expectBytes(session.targetBytes(ops).data(), want, "after land()");
+      }
+      barrier();
+    }
+    session.close();
+  }
+}
+
 #endif  // WSYNC_HAVE_CUDA
 
 // On every rank but 0: print only failures, tagged with the rank, instead of gtest's full output.

@@ -109,7 +109,8 @@ using Clock = std::chrono::steady_clock;
 // from reaching UCX's own parsers.
 constexpr uint32_t kAddressTag = 0x41555357;     // "WSUA"
 constexpr uint32_t kDescriptorTag = 0x44555357;  // "WSUD"
-constexpr uint8_t kWireVersion = 2;
+constexpr uint32_t kExtensionTag = 0x58555357;   // "WSUX"
+constexpr uint8_t kWireVersion = 3;
 // Descriptor flags: the region is host memory, which a writer that maps it may copy into with the
 // CPU (device memory registered with a CUDA-capable UCX must only be written with puts).
 constexpr uint8_t kCpuMappable = 1;
@@ -132,10 +133,12 @@ std::vector<uint8_t> encodeBlob(uint32_t tag, const void* blob, size_t blob_byte
 }
 
 // Checks tag and version, reads base and size for descriptors, and returns the offset of the UCX
-// blob (which runs to the end) in `blob_offset`. Returns an explanation on failure.
+// blob in `blob_offset`; a descriptor's blob may be followed by an extension (see
+// withDescriptorExtension), whose bytes go to `extension` when given. Returns an explanation on
+// failure.
 std::string decodeBlob(const std::vector<uint8_t>& bytes, uint32_t tag, size_t& blob_offset,
-                       uint64_t* base = nullptr, uint64_t* size = nullptr,
-                       uint8_t* flags = nullptr) {
+                       uint64_t* base = nullptr, uint64_t* size = nullptr, uint8_t* flags = nullptr,
+                       std::vector<uint8_t>* extension = nullptr) {
   ByteReader r(bytes);
   uint32_t got_tag = 0;
   uint8_t version = 0;
@@ -153,10 +156,23 @@ std::string decodeBlob(const std::vector<uint8_t>& bytes, uint32_t tag, size_t& 
     if (*size == 0 || *base + *size < *base) return "empty or wrapping region";
   }
   uint64_t blob_bytes = 0;
-  if (!r.varuMax(blob_bytes, kMaxUcxBlobBytes) || blob_bytes == 0 || r.remaining() != blob_bytes) {
+  const bool may_extend = tag == kDescriptorTag;
+  if (!r.varuMax(blob_bytes, kMaxUcxBlobBytes) || blob_bytes == 0 || r.remaining() < blob_bytes ||
+      (!may_extend && r.remaining() != blob_bytes)) {
     return "blob length does not match the " + std::to_string(bytes.size()) + " bytes given";
   }
   blob_offset = bytes.size() - r.remaining();
+  if (r.remaining() == blob_bytes) return {};
+  ByteReader ext(bytes.data() + blob_offset + blob_bytes, r.remaining() - blob_bytes);
+  uint32_t ext_tag = 0;
+  uint64_t ext_bytes = 0;
+  if (!ext.fixed32(ext_tag) || ext_tag != kExtensionTag || !ext.varu(ext_bytes) ||
+      ext.remaining() != ext_bytes) {
+    return "malformed bytes after the blob (not a descriptor extension)";
+  }
+  if (extension != nullptr) {
+    extension->assign(bytes.end() - static_cast<ptrdiff_t>(ext_bytes), bytes.end());
+  }
   return {};
 }
 
@@ -374,6 +390,15 @@ class UcxTransport final : public WriteTransport {
     return Status::ok();
   }
 
+  Status fence() override {
+    runDeferred();
+    // Copies through mapped pointers (streaming stores included) are ordered before later ones.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const ucs_status_t status = ucp_worker_fence(worker_.get());
+    if (status != UCS_OK) return ucx::ucxError(status, "UCX fence (ucp_worker_fence)");
+    return Status::ok();
+  }
+
   Status flush(std::chrono::milliseconds timeout) override {
     runDeferred();
     // Copies through mapped pointers are complete; order them before whatever tells the target.
@@ -578,6 +603,29 @@ Result<std::unique_ptr<WriteTransport>> createUcxTransport(const UcxTransportOpt
   ucp_worker_release_address(worker.get(), raw_address);
   return std::unique_ptr<WriteTransport>(
       new UcxTransport(options, std::move(context), std::move(worker), std::move(address)));
+}
+
+std::vector<uint8_t> withDescriptorExtension(const std::vector<uint8_t>& descriptor,
+                                             const std::vector<uint8_t>& extension) {
+  ByteWriter w;
+  w.bytes(descriptor.data(), descriptor.size());
+  w.fixed32(kExtensionTag);
+  w.varu(extension.size());
+  w.bytes(extension.data(), extension.size());
+  return w.take();
+}
+
+std::vector<uint8_t> descriptorExtension(const std::vector<uint8_t>& descriptor) {
+  size_t blob_offset = 0;
+  uint64_t base = 0;
+  uint64_t size = 0;
+  uint8_t flags = 0;
+  std::vector<uint8_t> extension;
+  if (!decodeBlob(descriptor, kDescriptorTag, blob_offset, &base, &size, &flags, &extension)
+           .empty()) {
+    return {};
+  }
+  return extension;
 }
 
 }  // namespace wsync

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/write_transport.h"
@@ -37,5 +38,13 @@ struct UcxTransportOptions {
 // A UCX context (RMA feature, configured from UCX's UCX_* environment) with one worker in
 // UCS_THREAD_MODE_MULTI. UNSUPPORTED when UCX cannot give that thread mode.
 Result<std::unique_ptr<WriteTransport>> createUcxTransport(const UcxTransportOptions& options = {});
+
+// Descriptor extensions: bytes that a backend built on this one (the staged UCX backend) appends
+// to one of this backend's memory descriptors for its own writers. attach() accepts and ignores
+// them, so plain UCX writers can still attach the memory.
+std::vector<uint8_t> withDescriptorExtension(const std::vector<uint8_t>& descriptor,
+                                             const std::vector<uint8_t>& extension);
+// The extension of a UCX memory descriptor; empty when it has none or is malformed.
+std::vector<uint8_t> descriptorExtension(const std::vector<uint8_t>& descriptor);
 
 }  // namespace wsync

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <thread>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/wire.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -19,6 +22,69 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunkAlign = 256;  // bytes; every staged piece starts aligned in its chunk
+
+// Progress logs (early landing). A staged target exposes, next to each landing area, one log per
+// writer rank below the log count: a header whose first word is the writer's sealed record count,
+// then records of the writes it delivered since the round began. A writer appends the records of
+// its completed writes after a fence that orders them behind those writes' bytes, then (after a
+// second fence) the new count; the target moves each reported write to the device as soon as it
+// reads the count. Writers that cannot log (rank beyond the log count, a full log) are landed by
+// land() as before.
+constexpr uint64_t kLogHeaderBytes = 64;
+constexpr uint64_t kRecordWords = 4;  // remote offset, remote pitch, row bytes, rows
+constexpr uint64_t kRecordBytes = kRecordWords * sizeof(uint64_t);
+constexpr uint8_t kProgressVersion = 1;
+
+uint64_t logBytes(uint32_t records) {
+  return kLogHeaderBytes + records * kRecordBytes;
+}
+
+// A record count as written into a log header: the count in the low word, its complement in the
+// high word, so that a header read while it changes (or zeroed) never passes as a count.
+uint64_t sealCount(uint32_t count) {
+  return (static_cast<uint64_t>(~count) << 32) | count;
+}
+bool unsealCount(uint64_t word, uint32_t& count) {
+  count = static_cast<uint32_t>(word);
+  return static_cast<uint32_t>(word >> 32) == ~count;
+}
+
+// The descriptor extension of a staged target with progress logs: layout and the logs' UCX
+// descriptor.
+struct ProgressLayout {
+  uint32_t writers = 0;
+  uint32_t records = 0;
+  std::vector<uint8_t> log_descriptor;
+};
+
+std::vector<uint8_t> encodeProgressLayout(const ProgressLayout& p) {
+  ByteWriter w;
+  w.u8(kProgressVersion);
+  w.varu(p.writers);
+  w.varu(p.records);
+  w.varu(p.log_descriptor.size());
+  w.bytes(p.log_descriptor.data(), p.log_descriptor.size());
+  return w.take();
+}
+
+// False for an absent or malformed extension (the target is then landed by land() only).
+bool decodeProgressLayout(const std::vector<uint8_t>& bytes, ProgressLayout& p) {
+  if (bytes.empty()) return false;
+  ByteReader r(bytes.data(), bytes.size());
+  uint8_t version = 0;
+  uint64_t writers = 0;
+  uint64_t records = 0;
+  uint64_t descriptor_bytes = 0;
+  if (!r.u8(version) || version != kProgressVersion || !r.varuMax(writers, 1u << 16) ||
+      !r.varuMax(records, 1u << 24) || !r.varuMax(descriptor_bytes, 1u << 20) ||
+      r.remaining() != descriptor_bytes || writers == 0 || records == 0) {
+    return false;
+  }
+  p.writers = static_cast<uint32_t>(writers);
+  p.records = static_cast<uint32_t>(records);
+  p.log_descriptor.resize(descriptor_bytes);
+  return r.bytes(p.log_descriptor.data(), descriptor_bytes);
+}
 
 size_t alignUp(size_t n) {
   return (n + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
@@ -72,18 +138,31 @@ bool isDeviceMemory(const void* p) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
-// Device memory (owned, or the caller's) behind a UCX landing area of the same size.
+// Device memory (owned, or the caller's) behind a UCX landing area of the same size, with the
+// writers' progress logs when `logs` is set (`writers` logs of `records` records).
 class StagedExposedMemory final : public ExposedMemory {
  public:
   StagedExposedMemory(int device, std::unique_ptr<ExposedMemory> landing, uint8_t* device_data,
-                      bool owns_device_data, bool pinned, StreamPtr stream, EventPtr event)
+                      bool owns_device_data, bool pinned, StreamPtr stream, EventPtr event,
+                      std::unique_ptr<ExposedMemory> logs, uint32_t writers, uint32_t records)
       : device_(device),
         landing_(std::move(landing)),
         device_data_(device_data),
         owns_device_data_(owns_device_data),
         pinned_(pinned),
         stream_(std::move(stream)),
-        event_(std::move(event)) {}
+        event_(std::move(event)),
+        logs_(std::move(logs)),
+        writers_(logs_ ? writers : 0),
+        records_(records),
+        consumed_(writers_, 0) {
+    descriptor_ = landing_->descriptor();
+    if (logs_) {
+      std::memset(logs_->data(), 0, logs_->size());
+      descriptor_ = withDescriptorExtension(
+          descriptor_, encodeProgressLayout({writers_, records_, logs_->descriptor()}));
+    }
+  }
 
   ~StagedExposedMemory() override {
     (void)cudaUseDevice(device_);
@@ -97,14 +176,52 @@ class StagedExposedMemory final : public ExposedMemory {
 
   void* data() const override { return device_data_; }
   size_t size() const override { return landing_->size(); }
-  const std::vector<uint8_t>& descriptor() const override { return landing_->descriptor(); }
+  const std::vector<uint8_t>& descriptor() const override { return descriptor_; }
   bool needsLanding() const override { return true; }
+
+  Status beginLanding() override {
+    resetLogs();
+    return Status::ok();
+  }
+
+  Status landArrived() override {
+    if (writers_ == 0) return Status::ok();
+    WSYNC_RETURN_IF_ERROR(cudaUseDevice(device_));
+    auto* logs = static_cast<uint8_t*>(logs_->data());
+    for (uint32_t w = 0; w < writers_; ++w) {
+      uint8_t* log = logs + w * logBytes(records_);
+      uint32_t count = 0;
+      const uint64_t header = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(log))
+                                  .load(std::memory_order_acquire);
+      if (!unsealCount(header, count) || count <= consumed_[w]) continue;
+      if (count > records_) {  // not a count this log can hold: land() moves everything
+        complete_ = false;
+        consumed_[w] = count;
+        continue;
+      }
+      for (uint32_t i = consumed_[w]; i < count; ++i) {
+        uint64_t rec[kRecordWords];
+        std::memcpy(rec, log + kLogHeaderBytes + i * kRecordBytes, kRecordBytes);
+        WSYNC_RETURN_IF_ERROR(landRecord(rec[0], rec[1], rec[2], rec[3]));
+      }
+      consumed_[w] = count;
+    }
+    return Status::ok();
+  }
 
   Status land(const std::vector<ByteRange>& ranges, std::chrono::milliseconds timeout) override {
     const std::string what = "staged UCX landing";
     WSYNC_RETURN_IF_ERROR(cudaUseDevice(device_));
+    // What the writers reported is (being) moved already; when it is all of `ranges`, only the
+    // wait is left. Otherwise every range is moved (again): correct whatever was reported.
+    WSYNC_RETURN_IF_ERROR(landArrived());
+    uint64_t expected = 0;
+    for (const ByteRange& r : ranges)
+      expected += r.bytes;
+    const bool all_reported = complete_ && writers_ > 0 && early_bytes_ == expected;
+    resetLogs();
     const auto* from = static_cast<const uint8_t*>(landing_->data());
-    for (const ByteRange& r : ranges) {
+    for (const ByteRange& r : all_reported ? std::vector<ByteRange>{} : ranges) {
       if (r.bytes == 0) continue;
       if (r.offset > size() || r.bytes > size() - r.offset) {
         return invalidArgument(what + ": range [" + std::to_string(r.offset) + ", +" +
@@ -122,6 +239,41 @@ class StagedExposedMemory final : public ExposedMemory {
   }
 
  private:
+  // Starts moving one reported write (rows of the landing area to the same place in data()). A
+  // record outside the memory (a writer bug) is not moved and makes land() move everything.
+  Status landRecord(uint64_t offset, uint64_t pitch, uint64_t row_bytes, uint64_t rows) {
+    uint64_t extent = 0;
+    uint64_t end = 0;
+    if (row_bytes == 0 || rows == 0 || (rows > 1 && pitch < row_bytes) ||
+        __builtin_mul_overflow(rows - 1, pitch, &extent) ||
+        __builtin_add_overflow(extent, row_bytes, &extent) ||
+        __builtin_add_overflow(offset, extent, &end) || end > size()) {
+      complete_ = false;
+      return Status::ok();
+    }
+    const auto* from = static_cast<const uint8_t*>(landing_->data());
+    const size_t p = rows > 1 ? pitch : row_bytes;
+    WSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy2DAsync(device_data_ + offset, p, from + offset, p, row_bytes, rows,
+                          cudaMemcpyHostToDevice, stream_.get()),
+        "staged UCX early landing: cudaMemcpy2DAsync of " + std::to_string(rows) + " rows of " +
+            std::to_string(row_bytes) + " bytes");
+    early_bytes_ += row_bytes * rows;
+    return Status::ok();
+  }
+
+  // A new round: empty logs (their headers zeroed), nothing reported.
+  void resetLogs() {
+    auto* logs = static_cast<uint8_t*>(writers_ > 0 ? logs_->data() : nullptr);
+    for (uint32_t w = 0; w < writers_; ++w) {
+      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(logs + w * logBytes(records_)))
+          .store(0, std::memory_order_release);
+      consumed_[w] = 0;
+    }
+    early_bytes_ = 0;
+    complete_ = true;
+  }
+
   int device_;
   std::unique_ptr<ExposedMemory> landing_;
   uint8_t* device_data_;
@@ -129,6 +281,13 @@ class StagedExposedMemory final : public ExposedMemory {
   bool pinned_;  // the landing area is page-locked for CUDA (cudaHostRegister)
   StreamPtr stream_;
   EventPtr event_;
+  std::unique_ptr<ExposedMemory> logs_;  // UCX memory of the progress logs, or null
+  uint32_t writers_;                     // logs (0 without logs)
+  uint32_t records_;                     // records per log
+  std::vector<uint32_t> consumed_;       // records of each log already moved this round
+  uint64_t early_bytes_ = 0;             // bytes moved from reports this round
+  bool complete_ = true;                 // no report this round was unusable
+  std::vector<uint8_t> descriptor_;
 };
 
 // Device memory that a CUDA-capable UCX registered itself (writes land in data() directly); owns
@@ -237,17 +396,43 @@ class StagedUcxTransport final : public WriteTransport {
     return ucx_->connect(peer, peer_address);
   }
 
+  // This transport's ids index attached_; each names the inner UCX transport's id, so that the
+  // progress logs it attaches as well stay out of the caller's id space.
   Result<RemoteMemoryId> attach(int32_t peer, const std::vector<uint8_t>& descriptor) override {
-    WSYNC_ASSIGN_OR_RETURN(const RemoteMemoryId id, ucx_->attach(peer, descriptor));
-    if (static_cast<size_t>(id) >= peer_of_remote_.size()) {
-      peer_of_remote_.resize(static_cast<size_t>(id) + 1, -1);
+    WSYNC_ASSIGN_OR_RETURN(const RemoteMemoryId inner, ucx_->attach(peer, descriptor));
+    Attached a;
+    a.peer = peer;
+    a.inner = inner;
+    // This writer reports into the target's progress log of its rank, when the target has one.
+    ProgressLayout layout;
+    if (!direct_ && options_.writer_rank >= 0 &&
+        decodeProgressLayout(descriptorExtension(descriptor), layout) &&
+        static_cast<uint32_t>(options_.writer_rank) < layout.writers) {
+      WSYNC_ASSIGN_OR_RETURN(const RemoteMemoryId log_remote,
+                             ucx_->attach(peer, layout.log_descriptor));
+      auto log = std::make_unique<ProgressLog>();
+      log->remote = log_remote;
+      log->offset = static_cast<uint64_t>(options_.writer_rank) * logBytes(layout.records);
+      log->capacity = layout.records;
+      // Sources of the log writes: each record and each count has its own words, unchanged
+      // until the flush that ends the round.
+      log->records.assign(static_cast<size_t>(layout.records) * kRecordWords, 0);
+      log->counts.assign(layout.records, 0);
+      WSYNC_ASSIGN_OR_RETURN(
+          log->records_registration,
+          ucx_->registerSource(log->records.data(), log->records.size() * sizeof(uint64_t)));
+      WSYNC_ASSIGN_OR_RETURN(
+          log->counts_registration,
+          ucx_->registerSource(log->counts.data(), log->counts.size() * sizeof(uint64_t)));
+      a.log = std::move(log);
     }
-    peer_of_remote_[static_cast<size_t>(id)] = peer;
-    return id;
+    attached_.push_back(std::move(a));
+    return static_cast<RemoteMemoryId>(attached_.size() - 1);
   }
 
   Result<uint64_t> attachedSize(RemoteMemoryId remote) const override {
-    return ucx_->attachedSize(remote);
+    WSYNC_ASSIGN_OR_RETURN(const Attached* a, attachedAt(remote, "staged UCX"));
+    return ucx_->attachedSize(a->inner);
   }
 
   Status write(RemoteMemoryId remote, uint64_t remote_offset, const void* src,
@@ -260,33 +445,42 @@ class StagedUcxTransport final : public WriteTransport {
     if (rows == 0 || row_bytes == 0) return Status::ok();
     WSYNC_RETURN_IF_ERROR(cudaUseDevice(options_.device));
     // Host sources (and bad input) go to UCX as is; so do device sources when UCX handles CUDA.
+    WSYNC_ASSIGN_OR_RETURN(const Attached* target, attachedAt(remote, "staged UCX write"));
     if (direct_ || src == nullptr || !isDeviceMemory(src)) {
-      return ucx_->write2d(remote, remote_offset, remote_pitch, src, src_pitch, row_bytes, rows);
+      return ucx_->write2d(target->inner, remote_offset, remote_pitch, src, src_pitch, row_bytes,
+                           rows);
     }
     // Checks the target range the way UCX would, before any piece is staged: a zero-row dry run
     // costs nothing and posts nothing.
     WSYNC_RETURN_IF_ERROR(
-        checkRange(remote, remote_offset, remote_pitch, src_pitch, row_bytes, rows));
+        checkRange(*target, remote, remote_offset, remote_pitch, src_pitch, row_bytes, rows));
+    const RemoteMemoryId inner = target->inner;
     const auto* s = static_cast<const uint8_t*>(src);
+    Chunk* last = nullptr;  // holds the write's last piece
     for (size_t row = 0; row < rows;) {
       if (row_bytes <= options_.chunk_bytes) {  // whole rows, as many as the chunk holds
-        WSYNC_ASSIGN_OR_RETURN(Chunk * c, chunkWithRoom(row_bytes));
-        const size_t n = std::min(rows - row, (options_.chunk_bytes - c->used) / row_bytes);
+        WSYNC_ASSIGN_OR_RETURN(last, chunkWithRoom(row_bytes));
+        const size_t n = std::min(rows - row, (options_.chunk_bytes - last->used) / row_bytes);
         WSYNC_RETURN_IF_ERROR(stage(
-            *c, {remote, remote_offset + row * remote_pitch, remote_pitch, c->used, row_bytes, n},
+            *last,
+            {inner, remote_offset + row * remote_pitch, remote_pitch, last->used, row_bytes, n},
             s + row * src_pitch, src_pitch));
         row += n;
         continue;
       }
       for (size_t col = 0; col < row_bytes;) {  // a row larger than a chunk goes in pieces
-        WSYNC_ASSIGN_OR_RETURN(Chunk * c, chunkWithRoom(1));
-        const size_t n = std::min(row_bytes - col, options_.chunk_bytes - c->used);
+        WSYNC_ASSIGN_OR_RETURN(last, chunkWithRoom(1));
+        const size_t n = std::min(row_bytes - col, options_.chunk_bytes - last->used);
         WSYNC_RETURN_IF_ERROR(
-            stage(*c, {remote, remote_offset + row * remote_pitch + col, n, c->used, n, 1},
+            stage(*last, {inner, remote_offset + row * remote_pitch + col, n, last->used, n, 1},
                   s + row * src_pitch + col, n));
         col += n;
       }
       ++row;
+    }
+    // Reported once the chunk with its last piece is posted (the earlier pieces went before).
+    if (target->log) {
+      last->reports.push_back({remote, {remote_offset, remote_pitch, row_bytes, rows}});
     }
     return postCopied();
   }
@@ -304,6 +498,10 @@ class StagedUcxTransport final : public WriteTransport {
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     WSYNC_RETURN_IF_ERROR(ucx_->flush(std::max(left, std::chrono::milliseconds(1))));
     releasePosted();
+    // A round ends: every log write completed, the next round starts its logs afresh.
+    for (Attached& a : attached_) {
+      if (a.log) a.log->count = 0;
+    }
     return Status::ok();
   }
 
@@ -333,41 +531,74 @@ class StagedUcxTransport final : public WriteTransport {
       if (pinned) (void)cudaHostUnregister(landing->data());
       return stream.isOk() ? event.status() : stream.status();
     }
-    return std::unique_ptr<ExposedMemory>(
-        new StagedExposedMemory(options_.device, std::move(landing), device_data, owns, pinned,
-                                std::move(stream).value(), std::move(event).value()));
+    // Progress logs: without them (options, or UCX refusing the memory) land() moves everything.
+    std::unique_ptr<ExposedMemory> logs;
+    if (options_.progress_writers > 0 && options_.progress_records > 0) {
+      auto allocated =
+          ucx_->allocateExposed(options_.progress_writers * logBytes(options_.progress_records));
+      if (allocated.isOk()) logs = std::move(allocated).value();
+    }
+    return std::unique_ptr<ExposedMemory>(new StagedExposedMemory(
+        options_.device, std::move(landing), device_data, owns, pinned, std::move(stream).value(),
+        std::move(event).value(), std::move(logs), options_.progress_writers,
+        options_.progress_records));
   }
 
   // One UCX put of a staged piece: `rows` rows of `row_bytes` packed at `chunk_offset`.
   struct Put {
-    RemoteMemoryId remote;
+    RemoteMemoryId remote;  // the UCX transport's id
     uint64_t remote_offset;
     uint64_t remote_pitch;
     size_t chunk_offset;
     size_t row_bytes;
     size_t rows;
   };
+  // A whole write2d() to report in the target's progress log (see kRecordWords).
+  struct Report {
+    RemoteMemoryId remote;  // this transport's id
+    uint64_t words[kRecordWords];
+  };
+  // This writer's progress log at one target (attach()).
+  struct ProgressLog {
+    RemoteMemoryId remote = -1;     // the target's logs, attached
+    uint64_t offset = 0;            // of this writer's log in them
+    uint32_t capacity = 0;          // records
+    uint32_t count = 0;             // records written this round
+    std::vector<uint64_t> records;  // sources of the record writes
+    std::vector<uint64_t> counts;   // sources of the header writes: counts[n - 1] = sealCount(n)
+    std::unique_ptr<SourceRegistration> records_registration;
+    std::unique_ptr<SourceRegistration> counts_registration;
+  };
+  // Memory attach() attached.
+  struct Attached {
+    int32_t peer = -1;
+    RemoteMemoryId inner = -1;         // the UCX transport's id of it
+    std::unique_ptr<ProgressLog> log;  // this writer's log there, when it reports
+  };
+  // INVALID_ARGUMENT naming `remote` when attach() did not return it.
+  Result<const Attached*> attachedAt(RemoteMemoryId remote, const std::string& what) const {
+    if (remote < 0 || static_cast<size_t>(remote) >= attached_.size()) {
+      return invalidArgument(what + ": unknown remote memory id " + std::to_string(remote) + " (" +
+                             std::to_string(attached_.size()) + " attached)");
+    }
+    return &attached_[static_cast<size_t>(remote)];
+  }
   enum class ChunkState { kFree, kFilling, kCopying, kPosted };
   struct Chunk {
     uint8_t* host = nullptr;
     size_t used = 0;
     ChunkState state = ChunkState::kFree;
     std::vector<Put> puts;
-    EventPtr copied;  // recorded after the chunk's device copies
+    std::vector<Report> reports;  // writes whose last piece is in this chunk
+    EventPtr copied;              // recorded after the chunk's device copies
     std::unique_ptr<SourceRegistration> registration;
   };
 
   // The checks UCX makes before posting (ids, pitches, bounds), made before anything is staged,
   // so a bad write posts nothing; messages name the peer and the remote id as UCX's do.
-  Status checkRange(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
-                    size_t src_pitch, size_t row_bytes, size_t rows) const {
-    if (remote < 0 || static_cast<size_t>(remote) >= peer_of_remote_.size()) {
-      return invalidArgument("staged UCX write: unknown remote memory id " +
-                             std::to_string(remote) + " (" +
-                             std::to_string(peer_of_remote_.size()) + " attached)");
-    }
-    const std::string where = "staged UCX write to peer " +
-                              std::to_string(peer_of_remote_[static_cast<size_t>(remote)]) +
+  Status checkRange(const Attached& target, RemoteMemoryId remote, uint64_t remote_offset,
+                    uint64_t remote_pitch, size_t src_pitch, size_t row_bytes, size_t rows) const {
+    const std::string where = "staged UCX write to peer " + std::to_string(target.peer) +
                               ", remote memory " + std::to_string(remote) + ": ";
     if (rows > 1 && (remote_pitch < row_bytes || src_pitch < row_bytes)) {
       return invalidArgument(where + "pitches (remote " + std::to_string(remote_pitch) +
@@ -375,7 +606,7 @@ class StagedUcxTransport final : public WriteTransport {
                              std::to_string(row_bytes) + " bytes) of a " + std::to_string(rows) +
                              "-row write");
     }
-    WSYNC_ASSIGN_OR_RETURN(const uint64_t size, ucx_->attachedSize(remote));
+    WSYNC_ASSIGN_OR_RETURN(const uint64_t size, ucx_->attachedSize(target.inner));
     uint64_t extent = 0;
     uint64_t end = 0;
     if (__builtin_mul_overflow(rows - 1, remote_pitch, &extent) ||
@@ -482,6 +713,37 @@ class StagedUcxTransport final : public WriteTransport {
                                           c.host + p.chunk_offset, p.row_bytes, p.row_bytes,
                                           p.rows));
     }
+    std::vector<Report> reports;
+    reports.swap(c.reports);
+    return report(reports);
+  }
+
+  // Appends `reports` to their targets' progress logs: the records after a fence (so they arrive
+  // after the bytes they describe), then each touched log's new count after another.
+  Status report(const std::vector<Report>& reports) {
+    if (reports.empty()) return Status::ok();
+    WSYNC_RETURN_IF_ERROR(ucx_->fence());
+    std::vector<RemoteMemoryId> touched;
+    for (const Report& r : reports) {
+      ProgressLog& log = *attached_[static_cast<size_t>(r.remote)].log;
+      if (log.count == log.capacity) continue;  // full: land() moves the rest
+      uint64_t* words = log.records.data() + static_cast<size_t>(log.count) * kRecordWords;
+      std::copy(r.words, r.words + kRecordWords, words);
+      WSYNC_RETURN_IF_ERROR(ucx_->write(log.remote,
+                                        log.offset + kLogHeaderBytes + log.count * kRecordBytes,
+                                        words, kRecordBytes));
+      ++log.count;
+      if (std::find(touched.begin(), touched.end(), r.remote) == touched.end())
+        touched.push_back(r.remote);
+    }
+    if (touched.empty()) return Status::ok();
+    WSYNC_RETURN_IF_ERROR(ucx_->fence());
+    for (const RemoteMemoryId remote : touched) {
+      ProgressLog& log = *attached_[static_cast<size_t>(remote)].log;
+      uint64_t& sealed = log.counts[log.count - 1];
+      sealed = sealCount(log.count);
+      WSYNC_RETURN_IF_ERROR(ucx_->write(log.remote, log.offset, &sealed, sizeof(sealed)));
+    }
     return Status::ok();
   }
 
@@ -498,8 +760,8 @@ class StagedUcxTransport final : public WriteTransport {
   const bool direct_;  // the UCX in use reads and writes CUDA memory: no staging at all
   std::vector<Chunk> chunks_;
   int filling_ = -1;
-  std::deque<ptrdiff_t> copying_;        // chunk indices, oldest first
-  std::vector<int32_t> peer_of_remote_;  // RemoteMemoryId -> peer, for messages
+  std::deque<ptrdiff_t> copying_;   // chunk indices, oldest first
+  std::vector<Attached> attached_;  // by this transport's RemoteMemoryId
 };
 
 }  // namespace

@@ -131,6 +131,40 @@ TEST(BatchedCopy, ManyRegionsMatchTheHostReference) {
   EXPECT_EQ(wrong, 0u) << "first wrong byte at " << first;
 }
 
+// Seconds of the fastest of 3 timed rounds of `enqueue` (after one untimed), by CUDA events on the
+// legacy stream.
+template <typename Enqueue>
+double bestSeconds(Enqueue&& enqueue) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  float best = 1e30f;
+  for (int round = 0; round < 4; ++round) {
+    cudaEventRecord(a);
+    enqueue();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    if (round > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best / 1e3;
+}
+
+// bestSeconds of one launch copying `tasks`.
+double batchedCopySeconds(std::vector<CopyTask> tasks) {
+  const uint64_t tiles = planBatchedCopy(tasks);
+  DeviceBytes table(tasks.size() * sizeof(CopyTask));
+  EXPECT_EQ(cudaMemcpy(table.data, tasks.data(), table.size, cudaMemcpyHostToDevice), cudaSuccess);
+  return bestSeconds([&] {
+    EXPECT_TRUE(launchBatchedCopy(static_cast<CopyTask*>(table.data),
+                                  static_cast<int64_t>(tasks.size()), tiles, nullptr)
+                    .isOk());
+  });
+}
+
 // 4 GiB as 2 KiB-row halves of 4 KiB rows (a TP-2 split along the last dim) in one launch, and
 // as contiguous 64 MiB regions, next to cudaMemcpy D2D of the same bytes.
 TEST(BatchedCopy, Throughput) {
@@ -139,35 +173,6 @@ TEST(BatchedCopy, Throughput) {
   constexpr size_t kBytes = size_t{4} << 30;
   DeviceBytes src(kBytes), dst(kBytes);
   ASSERT_EQ(cudaMemset(src.data, 1, kBytes), cudaSuccess);
-  auto time = [](auto&& enqueue) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int round = 0; round < 4; ++round) {
-      cudaEventRecord(a);
-      enqueue();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      if (round > 0) best = std::min(best, ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return best / 1e3;
-  };
-  auto run = [&](std::vector<CopyTask> tasks) {
-    const uint64_t tiles = planBatchedCopy(tasks);
-    DeviceBytes table(tasks.size() * sizeof(CopyTask));
-    EXPECT_EQ(cudaMemcpy(table.data, tasks.data(), table.size, cudaMemcpyHostToDevice),
-              cudaSuccess);
-    return time([&] {
-      EXPECT_TRUE(launchBatchedCopy(static_cast<CopyTask*>(table.data),
-                                    static_cast<int64_t>(tasks.size()), tiles, nullptr)
-                      .isOk());
-    });
-  };
   std::vector<CopyTask> halves;
   constexpr size_t kRegion = 64 << 20;  // 64 MiB source blocks of 4 KiB rows
   for (size_t off = 0; off < kBytes; off += kRegion) {
@@ -190,10 +195,10 @@ TEST(BatchedCopy, Throughput) {
     t.row_bytes = kRegion;
     runs.push_back(t);
   }
-  const double strided = run(halves);
-  const double contiguous = run(runs);
+  const double strided = batchedCopySeconds(halves);
+  const double contiguous = batchedCopySeconds(runs);
   const double memcpy_s =
-      time([&] { cudaMemcpyAsync(dst.data, src.data, kBytes, cudaMemcpyDeviceToDevice); });
+      bestSeconds([&] { cudaMemcpyAsync(dst.data, src.data, kBytes, cudaMemcpyDeviceToDevice); });
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::printf(
       "[ info ] batched copy of 4 GiB: %zu 2-KiB-row halves %.1f GB/s, %zu contiguous "
@@ -256,39 +261,10 @@ TEST(BatchedCopy, LlamaShapesThroughput) {
     }
     offset += bytes;
   }
-  auto time = [](auto&& enqueue) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int round = 0; round < 4; ++round) {
-      cudaEventRecord(a);
-      enqueue();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      if (round > 0) best = std::min(best, ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return best / 1e3;
-  };
-  auto run = [&](std::vector<CopyTask> tasks) {
-    const uint64_t tiles = planBatchedCopy(tasks);
-    DeviceBytes table(tasks.size() * sizeof(CopyTask));
-    EXPECT_EQ(cudaMemcpy(table.data, tasks.data(), table.size, cudaMemcpyHostToDevice),
-              cudaSuccess);
-    return time([&] {
-      EXPECT_TRUE(launchBatchedCopy(static_cast<CopyTask*>(table.data),
-                                    static_cast<int64_t>(tasks.size()), tiles, nullptr)
-                      .isOk());
-    });
-  };
-  const double whole_s = run(whole);
-  const double halves_s = run(halves);
+  const double whole_s = batchedCopySeconds(whole);
+  const double halves_s = batchedCopySeconds(halves);
   const double memcpy_s =
-      time([&] { cudaMemcpyAsync(dst.data, src.data, total, cudaMemcpyDeviceToDevice); });
+      bestSeconds([&] { cudaMemcpyAsync(dst.data, src.data, total, cudaMemcpyDeviceToDevice); });
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::printf(
       "[ info ] Llama-3-8B bf16 (%.2f GB) in one launch: %zu whole tensors %.1f GB/s (%.3f x "

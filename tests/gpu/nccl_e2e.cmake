@@ -15,7 +15,8 @@ if(WSYNC_HAVE_CUDA AND TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
               : -n ${rollouts} $<TARGET_FILE:wsync-rollout-demo> ${common}
                 --replicas ${replicas} --layout match --dtype ${dtype})
     set_tests_properties(${name} PROPERTIES
-      LABELS "gpu;mp;e2e;multi-gpu" SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2)
+      LABELS "gpu;mp;e2e;multi-gpu" SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2
+      ENVIRONMENT "NCCL_NVLS_ENABLE=0")  # NVLink multicast stays off on the lent machines
   endfunction()
   wsync_add_nccl_e2e_test(wsync_gpu_e2e_nccl_1x1 1 1 1 float32)        # needs 2 GPUs
   wsync_add_nccl_e2e_test(wsync_gpu_e2e_nccl_2x2 2 2 1 float32)        # needs 4 GPUs

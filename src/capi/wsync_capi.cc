@@ -1,5 +1,6 @@
 // The C API shim: validates arguments, converts C structs into wsync's C++ types, turns Status
 // into wsync_status_t plus the context's last-error string, and never lets an exception cross.
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -119,6 +120,24 @@ wsync::Result<wsync::Piece> pieceFrom(wsync::Context& ctx, const wsync_piece_t& 
 
 extern "C" {
 
+namespace {
+// TEMPORARY until the options module lands: the environment's switches.
+void applyEnvironment(wsync::ContextOptions& o) {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  o.coordinator_host = env("WSYNC_COORDINATOR_HOST");
+  o.log_coordinator = std::getenv("WSYNC_LOG") != nullptr;
+  o.device_transport = env("WSYNC_DEVICE_TRANSPORT");
+  o.cuda_ipc_export = env("WSYNC_CUDA_IPC_EXPORT");
+  o.debug_timing = env("WSYNC_DEBUG_TIMING") == "1";
+  o.debug_no_early_landing = env("WSYNC_DEBUG_NO_EARLY_LANDING") == "1";
+  o.debug_no_copy_batch = env("WSYNC_DEBUG_NO_COPY_BATCH") == "1";
+  o.debug_send_delay_ms = std::atoi(env("WSYNC_DEBUG_SEND_DELAY_MS").c_str());
+}
+}  // namespace
+
 wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* out) {
   return guarded(nullptr, [&]() -> wsync_status_t {
     if (config == nullptr || out == nullptr)
@@ -153,6 +172,7 @@ wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_
     if (config->coordinator_address) o.coordinator_address = config->coordinator_address;
     if (config->secret) o.secret = config->secret;
     o.cuda_device = config->cuda_device;
+    applyEnvironment(o);
     auto ctx = wsync::Context::create(o);
     if (!ctx.isOk()) return record(nullptr, ctx.status());
     auto* handle = new wsync_context_s;

@@ -69,4 +69,14 @@ inline Status cudaUseDevice(int device) {
   return cudaCheck(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
 }
 
+// OK when this process sees at least one CUDA device; UNSUPPORTED saying why otherwise (the
+// viability check of device backends).
+inline Status cudaDevicesPresent() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) return cudaCheck(error, "no usable CUDA device: cudaGetDeviceCount");
+  if (count <= 0) return {WSYNC_ERR_UNSUPPORTED, "no CUDA device"};
+  return Status::ok();
+}
+
 }  // namespace wsync

@@ -173,6 +173,11 @@ void FrameServer::close(ConnectionId id) {
 }
 
 void FrameServer::stop() {
+  stop(std::chrono::milliseconds(0));
+}
+
+void FrameServer::stop(std::chrono::milliseconds drain_timeout) {
+  drain_until_.store((SteadyClock::now() + drain_timeout).time_since_epoch().count());
   stop_requested_.store(true);
   wake_.notify();
   if (std::this_thread::get_id() == loop_id_.load()) return;  // from a handler: no self-join
@@ -196,8 +201,12 @@ void FrameServer::run() {
   loop_id_.store(std::this_thread::get_id());
   std::vector<pollfd> fds;
   std::vector<Connection*> owners;
-  while (!stop_requested_.load()) {
+  while (true) {
     applyRequests();
+    if (stop_requested_.load()) {
+      const SteadyClock::time_point drain_until{SteadyClock::duration(drain_until_.load())};
+      if (!hasQueuedOutput() || SteadyClock::now() >= drain_until) break;
+    }
 
     fds.clear();
     owners.clear();
@@ -240,6 +249,12 @@ void FrameServer::run() {
     if (!ptr->dead) kill(*ptr, {WSYNC_ERR_ABORTED, "the control server was stopped"});
   }
   all_.clear();
+}
+
+bool FrameServer::hasQueuedOutput() const {
+  for (const auto& [ptr, owned] : all_)
+    if (!ptr->dead && !ptr->out.empty()) return true;
+  return false;
 }
 
 void FrameServer::applyRequests() {

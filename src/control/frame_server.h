@@ -76,6 +76,9 @@ class FrameServer {
   // Closes every connection (on_close(ABORTED) for each open one, on the server thread) and joins
   // the thread. Idempotent. From a handler it only requests the stop; the destructor joins.
   void stop();
+  // Like stop(), after flushing what is queued for every connection (frames sent before this
+  // call), for at most `drain_timeout`: so that a final Error reaches the peers.
+  void stop(std::chrono::milliseconds drain_timeout);
 
  private:
   struct Connection;
@@ -119,6 +122,9 @@ class FrameServer {
   bool stopped_ = false;
 
   std::atomic<bool> stop_requested_{false};
+  std::atomic<SteadyClock::rep> drain_until_{
+      0};  // stop(drain): flush until then (time_since_epoch)
+  bool hasQueuedOutput() const;
   std::atomic<std::thread::id> loop_id_{};
   std::mutex stop_mu_;  // serializes joins
   std::thread thread_;

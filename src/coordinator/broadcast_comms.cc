@@ -70,10 +70,11 @@ void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
     if (isMember(plan.groups[g], role, rank)) msg->group_comm.push_back(map.group_comm[g]);
   }
   const auto& own = role == Role::kTrainer ? world.trainer_ranks : world.rollout_ranks;
-  msg->nccl.unique_id = unique_id;
-  msg->nccl.rank = own[static_cast<size_t>(rank)];
-  msg->nccl.world_size = world.size;
-  msg->nccl.trainer_ranks = world.trainer_ranks;
+  msg->broadcast.backend = "nccl";
+  msg->broadcast.world_token = unique_id;
+  msg->broadcast.world_rank = own[static_cast<size_t>(rank)];
+  msg->broadcast.world_size = world.size;
+  msg->broadcast.root_ranks = world.trainer_ranks;
 }
 
 }  // namespace wsync

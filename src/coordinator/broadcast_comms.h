@@ -38,9 +38,9 @@ NcclWorldNumbering numberNcclWorld(int32_t num_trainers, int32_t num_rollouts);
 
 // One rank's device-broadcast share of its PlanAssignment: sets msg->comms to every communicator
 // of `map` (each NCCL split is collective over the whole world), msg->group_comm to the
-// communicator of each of its groups in plan order (its RankPlan's), and msg->nccl to the unique
-// id, its NCCL rank, the world size and the trainers' NCCL ranks. `map` was built with `world`'s
-// ranks.
+// communicator of each of its groups in plan order (its RankPlan's), and msg->broadcast to the
+// "nccl" world: the unique id, its NCCL rank, the world size and the trainers' NCCL ranks. `map`
+// was built with `world`'s ranks.
 void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
                           const NcclWorldNumbering& world, const std::vector<uint8_t>& unique_id,
                           Role role, int32_t rank, PlanAssignmentMsg* msg);

@@ -20,6 +20,10 @@
 
 namespace wsync {
 namespace {
+// How long stopping a coordinator keeps flushing its last frames to the ranks.
+constexpr std::chrono::milliseconds kFinalFlushTimeout{2000};
+}  // namespace
+namespace {
 
 using Clock = std::chrono::steady_clock;
 
@@ -102,7 +106,8 @@ class Coordinator::Impl {
     }
     queue_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    if (server_) server_->stop();
+    // The last frames (a failed job's Error) reach the ranks before the connections close.
+    if (server_) server_->stop(kFinalFlushTimeout);
   }
 
  private:
@@ -499,6 +504,13 @@ class Coordinator::Impl {
                              &msg);
       } else {
         rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
+        if (!msg.comms.empty()) {  // host broadcast groups: MPI world ranks
+          const Participant& self = role == Role::kTrainer ? trainer(rank) : rollout(rank);
+          msg.broadcast.backend = "mpi";
+          msg.broadcast.world_rank = self.hello.world_rank;
+          msg.broadcast.world_size = opt_.mpi_world_size;
+          msg.broadcast.root_ranks = trainer_world;
+        }
       }
       msg.replica_of_rollout = replica_of_rollout_;
       return encode(msg);

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cxxopts.hpp>
 
+#include "bootstrap/mpi_bootstrap.h"
 #include "coordinator/coordinator.h"
-#include "runtime/bootstrap.h"
 
 namespace {
 
@@ -50,7 +50,8 @@ int run(int argc, char** argv) {
       wsync::internalError("not started");
   if (args.count("mpi")) {
     opt.first_participant_world_rank = 1;
-    coordinator = wsync::hostCoordinatorForMpiJob(std::move(opt));
+    const char* host = std::getenv("WSYNC_COORDINATOR_HOST");
+    coordinator = wsync::hostCoordinatorForMpiJob(std::move(opt), host != nullptr ? host : "");
   } else {
     if (opt.control.secret.empty()) {
       std::fprintf(stderr, "wsync-coordinator: a secret is required (--secret or WSYNC_SECRET)\n");

@@ -12,6 +12,7 @@ constexpr uint64_t kMaxBlobBytes = 1ull << 30;
 constexpr uint64_t kMaxSlots = 64;
 constexpr size_t kMaxStringBytes = 1 << 16;
 constexpr uint64_t kMaxNcclUniqueIdBytes = 1024;  // NCCL's is 128 bytes
+constexpr size_t kMaxNameBytes = 64;              // backend names
 
 void putBlob(ByteWriter& w, const std::vector<uint8_t>& b) {
   w.varu(b.size());
@@ -166,7 +167,7 @@ Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m) {
 std::vector<uint8_t> encode(const RegisterMsg& m) {
   ByteWriter w;
   putBlob(w, m.registration);
-  w.u8(m.transport);
+  w.str(m.transport);
   putBlob(w, m.transport_address);
   w.str(m.device_id);
   putBlobs(w, m.slot_descriptors);
@@ -176,9 +177,10 @@ std::vector<uint8_t> encode(const RegisterMsg& m) {
 }
 Status decode(const std::vector<uint8_t>& bytes, RegisterMsg& m) {
   ByteReader r(bytes);
-  getBlob(r, m.registration) && r.u8(m.transport) && getBlob(r, m.transport_address) &&
-      r.str(m.device_id, kMaxStringBytes) && getBlobs(r, m.slot_descriptors) &&
-      getU64s(r, m.buffer_byte_offsets) && getBlob(r, m.nccl_unique_id, kMaxNcclUniqueIdBytes);
+  getBlob(r, m.registration) && r.str(m.transport, kMaxNameBytes) &&
+      getBlob(r, m.transport_address) && r.str(m.device_id, kMaxStringBytes) &&
+      getBlobs(r, m.slot_descriptors) && getU64s(r, m.buffer_byte_offsets) &&
+      getBlob(r, m.nccl_unique_id, kMaxNcclUniqueIdBytes);
   return finish(r, "Register");
 }
 
@@ -188,7 +190,7 @@ std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
   w.varu(m.peers.size());
   for (const PeerInfo& p : m.peers) {
     w.vari(p.rank);
-    w.u8(p.transport);
+    w.str(p.transport);
     putBlob(w, p.transport_address);
     putBlobs(w, p.slot_descriptors);
     putU64s(w, p.buffer_byte_offsets);
@@ -200,10 +202,11 @@ std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
   }
   putInts(w, m.group_comm);
   putInts(w, m.replica_of_rollout);
-  putBlob(w, m.nccl.unique_id);
-  w.vari(m.nccl.rank);
-  w.vari(m.nccl.world_size);
-  putInts(w, m.nccl.trainer_ranks);
+  w.str(m.broadcast.backend);
+  putBlob(w, m.broadcast.world_token);
+  w.vari(m.broadcast.world_rank);
+  w.vari(m.broadcast.world_size);
+  putInts(w, m.broadcast.root_ranks);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
@@ -212,8 +215,9 @@ Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
   if (getBlob(r, m.rank_plan) && r.count(n, kMaxRanks)) {
     m.peers.resize(n);
     for (PeerInfo& p : m.peers) {
-      if (!(getI32(r, p.rank) && r.u8(p.transport) && getBlob(r, p.transport_address) &&
-            getBlobs(r, p.slot_descriptors) && getU64s(r, p.buffer_byte_offsets))) {
+      if (!(getI32(r, p.rank) && r.str(p.transport, kMaxNameBytes) &&
+            getBlob(r, p.transport_address) && getBlobs(r, p.slot_descriptors) &&
+            getU64s(r, p.buffer_byte_offsets))) {
         break;
       }
     }
@@ -225,29 +229,35 @@ Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
     }
   }
   getInts(r, m.group_comm, 1ull << 32) && getInts(r, m.replica_of_rollout) &&
-      getBlob(r, m.nccl.unique_id, kMaxNcclUniqueIdBytes) && getI32(r, m.nccl.rank) &&
-      getI32(r, m.nccl.world_size) && getInts(r, m.nccl.trainer_ranks);
+      r.str(m.broadcast.backend, kMaxNameBytes) &&
+      getBlob(r, m.broadcast.world_token, kMaxNcclUniqueIdBytes) &&
+      getI32(r, m.broadcast.world_rank) && getI32(r, m.broadcast.world_size) &&
+      getInts(r, m.broadcast.root_ranks);
   WSYNC_RETURN_IF_ERROR(finish(r, "PlanAssignment"));
   for (int32_t c : m.group_comm) {
     if (c < 0 || static_cast<size_t>(c) >= m.comms.size()) {
       return protocolError("PlanAssignment: group communicator index out of range");
     }
   }
-  if (!m.nccl.unique_id.empty()) {
-    const auto in_world = [&](int32_t rank) { return rank >= 0 && rank < m.nccl.world_size; };
-    if (!in_world(m.nccl.rank) ||
-        !std::all_of(m.nccl.trainer_ranks.begin(), m.nccl.trainer_ranks.end(), in_world)) {
-      return protocolError("PlanAssignment: NCCL rank " + std::to_string(m.nccl.rank) +
-                           " or a trainer's NCCL rank is outside the NCCL world of " +
-                           std::to_string(m.nccl.world_size) + " ranks");
+  if (!m.broadcast.backend.empty()) {
+    const BroadcastWorldAssignment& b = m.broadcast;
+    const auto in_world = [&](int32_t rank) { return rank >= 0 && rank < b.world_size; };
+    if (!in_world(b.world_rank) ||
+        !std::all_of(b.root_ranks.begin(), b.root_ranks.end(), in_world)) {
+      return protocolError("PlanAssignment: " + b.backend + " world rank " +
+                           std::to_string(b.world_rank) +
+                           " or a trainer's rank is outside the world of " +
+                           std::to_string(b.world_size) + " ranks");
     }
     for (const BroadcastComm& c : m.comms) {
       if (!std::all_of(c.world_ranks.begin(), c.world_ranks.end(), in_world)) {
         return protocolError("PlanAssignment: broadcast communicator " + std::to_string(c.id) +
-                             " names a rank outside the NCCL world of " +
-                             std::to_string(m.nccl.world_size) + " ranks");
+                             " names a rank outside the " + b.backend + " world of " +
+                             std::to_string(b.world_size) + " ranks");
       }
     }
+  } else if (!m.comms.empty()) {
+    return protocolError("PlanAssignment: broadcast communicators without a broadcast backend");
   }
   return Status::ok();
 }

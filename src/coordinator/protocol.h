@@ -24,6 +24,7 @@
 
 #include "common/status.h"
 #include "layout/registration.h"
+#include "plan/broadcast_comm.h"
 
 namespace wsync {
 
@@ -47,7 +48,7 @@ enum class MessageType : uint16_t {
 };
 const char* messageTypeName(MessageType t);
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: NCCL unique id and world in the messages
+inline constexpr uint32_t kProtocolVersion = 3;  // 3: backends by name, a generic broadcast world
 
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
@@ -68,7 +69,7 @@ struct WelcomeMsg {
 
 struct RegisterMsg {
   std::vector<uint8_t> registration;       // encodeRegistration()
-  uint8_t transport = 0;                   // TransportKind of the slots (rollouts)
+  std::string transport;                   // rollouts: the write backend of the slots
   std::vector<uint8_t> transport_address;  // WriteTransport::localAddress()
   std::string device_id;  // "host/GPU-uuid" of a device-memory rank; empty for host memory
   // Trainer 0 on device memory in a CUDA (hence NCCL) build: the NCCL unique id of the job's NCCL
@@ -82,39 +83,33 @@ struct RegisterMsg {
 // What a rank needs to know about a peer of the other role.
 struct PeerInfo {
   int32_t rank = -1;
-  uint8_t transport = 0;  // TransportKind
+  std::string transport;  // the write backend of its slots
   std::vector<uint8_t> transport_address;
   std::vector<std::vector<uint8_t>> slot_descriptors;
   std::vector<uint64_t> buffer_byte_offsets;
 };
 
-// A broadcast communicator: an MPI sub-communicator (host memory; world ranks are MPI world ranks)
-// or an NCCL split (device memory; world ranks are NCCL world ranks). Created by every member in
-// increasing id order.
-struct BroadcastComm {
-  int32_t id = 0;
-  std::vector<int32_t> world_ranks;  // sorted; the sender is one of them
-};
-
-// The NCCL world of a job whose plan has device broadcast groups: every rank of the job is one
-// NCCL rank (NcclBroadcaster::create's arguments). Empty `unique_id`: no NCCL world.
-struct NcclWorldAssignment {
-  std::vector<uint8_t> unique_id;      // trainer 0's RegisterMsg::nccl_unique_id
-  int32_t rank = -1;                   // this rank's NCCL world rank, in [0, world_size)
-  int32_t world_size = 0;              // every trainer and rollout rank of the job
-  std::vector<int32_t> trainer_ranks;  // NCCL world rank of every trainer (broadcast roots)
+// The world of a job's broadcast backend, when its plan has broadcast groups: "mpi" (host memory;
+// world ranks are MPI world ranks) or "nccl" (device memory; every rank of the job is one NCCL
+// rank, trainers first). Empty `backend`: no broadcast groups.
+struct BroadcastWorldAssignment {
+  std::string backend;
+  std::vector<uint8_t> world_token;  // NCCL: trainer 0's RegisterMsg::nccl_unique_id
+  int32_t world_rank = -1;           // this rank in that world, in [0, world_size)
+  int32_t world_size = 0;
+  std::vector<int32_t> root_ranks;  // the world rank of every trainer (broadcast roots)
 };
 
 struct PlanAssignmentMsg {
   std::vector<uint8_t> rank_plan;  // encodeRankPlan()
   std::vector<PeerInfo> peers;
-  // Host broadcasts (MPI): the communicators this rank belongs to, increasing id. Device
-  // broadcasts (nccl.unique_id set): every communicator of the job in id order, since each NCCL
-  // split is collective over the whole NCCL world.
+  // The communicators this rank creates, in increasing id order: host broadcasts (MPI) the ones
+  // it belongs to; device broadcasts (NCCL) every communicator of the job, since each NCCL split is
+  // collective over the whole NCCL world.
   std::vector<BroadcastComm> comms;
   std::vector<int32_t> group_comm;          // per RankPlan group: index into `comms`
   std::vector<int32_t> replica_of_rollout;  // replica of every rollout rank
-  NcclWorldAssignment nccl;
+  BroadcastWorldAssignment broadcast;
 };
 
 struct VersionMsg {  // Publish, Sent, Received, Delivered, CommitDone(version 0)

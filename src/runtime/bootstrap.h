@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap/mpi_bootstrap.h"
 #include "common/status.h"
 #include "control/frame_channel.h"
 #include "coordinator/coordinator.h"
@@ -26,6 +27,10 @@ struct BootstrapOptions {
   int32_t rank = -1;
   std::string coordinator_address;  // "host:port"
   std::string secret;
+  // MPI bootstrap, world rank 0: the address its coordinator advertises and binds (empty: every
+  // interface, advertised by host name), and whether that coordinator logs its decisions.
+  std::string coordinator_host;
+  bool log_coordinator = false;
 };
 
 struct JobConnection {
@@ -35,9 +40,6 @@ struct JobConnection {
   bool mpi = false;
   int32_t world_rank = -1;
 };
-
-// Initializes MPI (MPI_THREAD_MULTIPLE) when needed and MPI was asked for.
-Status ensureMpiInitialized();
 
 // Joins the job and returns once the coordinator has welcomed this rank (every rank of the job
 // has joined). TIMEOUT names what did not arrive.
@@ -51,9 +53,5 @@ inline constexpr std::chrono::milliseconds kCoordinatorReplyGrace{5000};
 // protocol error. Used while the calling thread owns the channel (create, commit).
 Result<Frame> expectFrame(FrameChannel& channel, MessageType expected,
                           std::chrono::milliseconds timeout);
-
-// For the wsync-coordinator program under mpirun (it is world rank 0): starts the coordinator and
-// sends its address to every other world rank.
-Result<std::unique_ptr<Coordinator>> hostCoordinatorForMpiJob(CoordinatorOptions options);
 
 }  // namespace wsync

@@ -7,6 +7,7 @@
 #include "runtime/device_ops.h"
 #include "runtime/rollout_context.h"
 #include "runtime/trainer_context.h"
+#include "transport/registry.h"
 
 namespace wsync {
 
@@ -53,6 +54,8 @@ Status Context::joinJob() {
   b.rank = options_.rank;
   b.coordinator_address = options_.coordinator_address;
   b.secret = options_.secret;
+  b.coordinator_host = options_.coordinator_host;
+  b.log_coordinator = options_.log_coordinator;
   WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
   registration_.role = options_.role;
   registration_.rank = job_.welcome.role_rank;
@@ -215,6 +218,52 @@ Status Context::finalize() {
     if (s.isOk() && !job.isOk() && job.code() != WSYNC_ERR_TIMEOUT) s = job;
   }
   return s;
+}
+
+TransportSetup Context::transportSetup(int32_t writer_rank) const {
+  TransportSetup setup;
+  // A host-memory trainer reaches device slots through the GPU it shares the node with.
+  setup.cuda_device = options_.cuda_device >= 0 ? options_.cuda_device : 0;
+  setup.writer_rank = writer_rank;
+  setup.timeout = options_.timeout;
+  setup.cuda_ipc_vmm_exports = options_.cuda_ipc_export != "legacy";
+  setup.batch_device_copies = !options_.debug_no_copy_batch;
+  setup.time_device_copies = options_.debug_timing;
+  setup.ucx_device_puts = options_.device_transport == "ucx_cuda";
+  setup.early_landing = !options_.debug_no_early_landing;
+  return setup;
+}
+
+Result<std::unique_ptr<Broadcaster>> Context::createBroadcaster(
+    const RankPlan& plan, const PlanAssignmentMsg& assignment) const {
+  const BroadcastWorldAssignment& world = assignment.broadcast;
+  if (world.backend.empty()) {
+    if (!plan.groups.empty()) {
+      return protocolError("the plan assignment has broadcast groups but no broadcast backend");
+    }
+    return std::unique_ptr<Broadcaster>();
+  }
+  WSYNC_ASSIGN_OR_RETURN(const BroadcastBackend* backend, broadcastBackendNamed(world.backend));
+  if (backend->memory != memoryKind()) {
+    return protocolError("the coordinator assigned " + world.backend + " broadcasts (" +
+                         memoryKindName(backend->memory) + " memory) to a " +
+                         memoryKindName(memoryKind()) + "-memory " + roleName(role()));
+  }
+  BroadcastSetup setup;
+  setup.comms = assignment.comms;
+  setup.world_token = world.world_token;
+  setup.world_rank = world.world_rank;
+  setup.world_size = world.world_size;
+  setup.root_ranks = world.root_ranks;
+  setup.cuda_device = options_.cuda_device;
+  setup.timeout = options_.timeout;
+  Result<std::unique_ptr<Broadcaster>> broadcaster = backend->create(setup);
+  if (!broadcaster.isOk()) {
+    return broadcaster.status().withContext(world.backend + " broadcasts for " +
+                                            std::to_string(plan.groups.size()) +
+                                            " broadcast groups");
+  }
+  return broadcaster;
 }
 
 }  // namespace wsync

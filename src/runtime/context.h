@@ -19,6 +19,7 @@
 #include "layout/registration.h"
 #include "plan/plan.h"
 #include "runtime/bootstrap.h"
+#include "transport/backend.h"
 
 namespace wsync {
 
@@ -37,6 +38,21 @@ struct ContextOptions {
   int32_t num_rollouts = 0;
   std::string coordinator_address;
   std::string secret;
+  // MPI bootstrap, world rank 0: the address its coordinator advertises (WSYNC_COORDINATOR_HOST)
+  // and whether it logs its decisions (WSYNC_LOG).
+  std::string coordinator_host;
+  bool log_coordinator = false;
+  // Data plane: the write backend of device-memory slots ("": the registry's choice; "cuda_ipc",
+  // "staged" or "ucx_cuda"), and how CUDA IPC slots are shared ("": VMM where the driver can;
+  // "legacy": cudaIpcGetMemHandle).
+  std::string device_transport;
+  std::string cuda_ipc_export;
+  // Debug switches (see the options module): per-version phase times on stderr; staged writers
+  // report no progress; CUDA IPC writers copy op by op; trainers sleep before each send (ms).
+  bool debug_timing = false;
+  bool debug_no_early_landing = false;
+  bool debug_no_copy_batch = false;
+  int debug_send_delay_ms = 0;
 };
 
 class Context {
@@ -101,6 +117,12 @@ class Context {
   std::vector<void*> buffer_data_;  // trainers: the caller's memory; rollouts: live memory or null
   // The memory kind of this rank's buffers (all of them share one); host when none.
   MemoryKind memoryKind() const;
+  // What creating a write backend needs, from the options (writer_rank: this trainer's rank).
+  TransportSetup transportSetup(int32_t writer_rank) const;
+  // The broadcaster of this rank's share of the plan (null when it has no broadcast groups): the
+  // backend the coordinator chose, created collectively with the other members.
+  Result<std::unique_ptr<Broadcaster>> createBroadcaster(const RankPlan& plan,
+                                                         const PlanAssignmentMsg& assignment) const;
 
  private:
   Status joinJob();

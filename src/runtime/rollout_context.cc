@@ -4,7 +4,8 @@
 #include <cstring>
 
 #include "runtime/landing_ranges.h"
-#include "transport/transport_registry.h"
+#include "runtime/plan_names.h"
+#include "transport/registry.h"
 
 namespace wsync {
 namespace {
@@ -20,9 +21,10 @@ RolloutContext::~RolloutContext() {
 
 Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   const MemoryKind memory = memoryKind();
-  WSYNC_ASSIGN_OR_RETURN(const TransportKind kind, targetTransportFor(memory));
-  WSYNC_ASSIGN_OR_RETURN(transport_, createTransport(kind, options_.cuda_device));
-  msg.transport = static_cast<uint8_t>(kind);
+  WSYNC_ASSIGN_OR_RETURN(const WriteBackend* backend,
+                         targetBackendFor(memory, preferredTargetBackend(memory)));
+  WSYNC_ASSIGN_OR_RETURN(transport_, backend->create(transportSetup(-1)));
+  msg.transport = backend->name;
   msg.transport_address = transport_->localAddress();
   if (memory == MemoryKind::kDevice) {
     WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
@@ -49,38 +51,26 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   return Status::ok();
 }
 
+// The write backend the options ask for device-memory slots ("staged" and "ucx_cuda" are the
+// staged UCX backend, with or without UCX's own device puts); empty: the registry's choice.
+std::string RolloutContext::preferredTargetBackend(MemoryKind memory) const {
+  if (memory != MemoryKind::kDevice) return {};
+  const std::string& choice = options_.device_transport;
+  return choice == "staged" || choice == "ucx_cuda" ? "ucx_staged" : choice;
+}
+
 Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   plan_ = std::move(plan);
   group_comm_ = std::move(assignment.group_comm);
   if (group_comm_.size() != plan_.groups.size()) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
-  // Broadcast groups: device memory through the job's NCCL world (collective over every rank,
-  // members of no group included), host memory through MPI sub-communicators.
-  const bool device = memoryKind() == MemoryKind::kDevice;
-  if (!assignment.nccl.unique_id.empty()) {
-    if (!device) {
-      return protocolError("the coordinator assigned an NCCL world to a host-memory rollout");
-    }
+  // Broadcast groups: collective with every member of the backend's world (members of no group
+  // included, for NCCL). Device broadcasts run on their own stream while generation reads others.
+  if (memoryKind() == MemoryKind::kDevice && !assignment.broadcast.backend.empty()) {
     WSYNC_ASSIGN_OR_RETURN(broadcast_stream_, DeviceStream::create(options_.cuda_device));
-    Result<std::unique_ptr<DeviceBroadcaster>> device_broadcaster =
-        DeviceBroadcaster::create(assignment, options_.cuda_device, options_.timeout);
-    if (!device_broadcaster.isOk()) {
-      return device_broadcaster.status().withContext(
-          "NCCL world for " + std::to_string(plan_.groups.size()) + " device broadcast groups");
-    }
-    device_broadcaster_ = std::move(device_broadcaster).value();
-  } else if (!assignment.comms.empty()) {
-    if (device) {
-      return protocolError(
-          "the coordinator assigned MPI broadcast communicators to a device-memory rollout");
-    }
-    WSYNC_ASSIGN_OR_RETURN(broadcaster_,
-                           HostBroadcaster::create(assignment.comms, job_.world_rank));
   }
-  if (!plan_.groups.empty() && !broadcaster_ && !device_broadcaster_) {
-    return protocolError("the plan assignment has broadcast groups but no communicators");
-  }
+  WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   if (!slots_.empty() && slots_.front()->needsLanding())
     landing_ranges_ = landingRanges(plan_, buffer_byte_offsets_);
   return Status::ok();
@@ -241,7 +231,7 @@ Status RolloutContext::handle(const Frame& frame) {
 // (every group of the plan view belongs to this rank's replica, which takes the version).
 Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
   (void)go;
-  if (plan_.groups.empty()) return Status::ok();
+  if (plan_.groups.empty() || !broadcaster_) return Status::ok();
   uint8_t* slot = static_cast<uint8_t*>(slots_[static_cast<size_t>(prepared_slot_)]->data());
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
@@ -251,12 +241,7 @@ Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
       uint8_t* data = slot + buffer_byte_offsets_[static_cast<size_t>(d.buffer)] +
                       static_cast<size_t>(d.offset) * dsz;
       const size_t bytes = static_cast<size_t>(g.num_elements) * dsz;
-      const Status s =
-          device_broadcaster_
-              ? device_broadcaster_->post(group_comm_[i], g.src.rank, data, bytes)
-              : broadcaster_->post(
-                    group_comm_[i],
-                    job_.welcome.trainer_world_ranks[static_cast<size_t>(g.src.rank)], data, bytes);
+      const Status s = broadcaster_->post(group_comm_[i], g.src.rank, data, bytes);
       if (!s.isOk()) {
         return s.withContext("broadcast of tensor '" +
                              plan_.tensors[static_cast<size_t>(g.tensor)].name + "' from trainer " +
@@ -264,12 +249,10 @@ Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
       }
     }
   }
-  if (broadcaster_) return broadcaster_->waitAll(options_.timeout);
-  WSYNC_RETURN_IF_ERROR(
-      device_broadcaster_->launch(broadcast_stream_.get())
-          .withContext("launching the device broadcasts of " + groupTensors(plan_)));
-  return device_broadcaster_->wait(broadcast_stream_.get(), options_.timeout)
-      .withContext("device broadcasts of " + groupTensors(plan_));
+  WSYNC_RETURN_IF_ERROR(broadcaster_->start(broadcast_stream_.get())
+                            .withContext("starting the broadcasts of " + groupTensors(plan_)));
+  return broadcaster_->wait(broadcast_stream_.get(), options_.timeout)
+      .withContext("broadcasts of " + groupTensors(plan_));
 }
 
 // ---- shutdown --------------------------------------------------------------------------------

@@ -9,11 +9,9 @@
 #include <vector>
 
 #include "runtime/context.h"
-#include "runtime/device_broadcast.h"
 #include "runtime/device_ops.h"
 #include "store/slot_store.h"
-#include "transport/mpi/host_broadcast.h"
-#include "transport/write_transport.h"
+#include "transport/backend.h"
 
 namespace wsync {
 
@@ -43,6 +41,7 @@ class RolloutContext final : public Context {
   Status prepareRegistration(RegisterMsg& msg) override;
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
+  std::string preferredTargetBackend(MemoryKind memory) const;
 
   void receiverLoop();
   Status handle(const Frame& frame);
@@ -60,12 +59,11 @@ class RolloutContext final : public Context {
   std::vector<ByteRange> landing_ranges_;
   RankPlan plan_;
   std::vector<int32_t> group_comm_;
-  std::unique_ptr<HostBroadcaster> broadcaster_;  // host memory broadcast groups (MPI)
-  // Device memory broadcast groups (NCCL): the receiver thread launches them on broadcast_stream_
-  // (generation keeps reading other slots on its own streams). Declared after the slots and the
+  // Broadcast groups: the receiver thread runs them (device backends on broadcast_stream_, while
+  // generation keeps reading other slots on its own streams). Declared after the slots and the
   // stream: destroyed (waiting for in-flight work) before them.
   DeviceStream broadcast_stream_;
-  std::unique_ptr<DeviceBroadcaster> device_broadcaster_;
+  std::unique_ptr<Broadcaster> broadcaster_;
   int32_t prepared_slot_ = -1;  // receiver thread: the slot drained for the version in flight
   uint64_t prepared_version_ = 0;
   int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)

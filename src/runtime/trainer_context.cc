@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "runtime/host_convert.h"
+#include "runtime/plan_names.h"
+#include "transport/registry.h"
 
 namespace wsync {
 
@@ -62,11 +64,6 @@ TrainerContext::~TrainerContext() {
 }
 
 Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
-  if (const char* delay = std::getenv("WSYNC_DEBUG_SEND_DELAY_MS")) {
-    debug_send_delay_ms_ = std::atoi(delay);
-  }
-  const char* timing = std::getenv("WSYNC_DEBUG_TIMING");
-  debug_timing_ = timing != nullptr && std::string(timing) == "1";
   memory_ = memoryKind();
   size_t total = 0;
   for (const LocalBuffer& b : registration_.buffers) {
@@ -77,11 +74,11 @@ Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
     WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
     WSYNC_ASSIGN_OR_RETURN(stream_, DeviceStream::create(options_.cuda_device));
     if (rank() == 0) {
-      // The id of the job's NCCL world, used only when the coordinator plans device broadcast
-      // groups. Without one (NCCL found no bootstrap interface) the job goes by writes, and the
+      // The bootstrap bytes of the device broadcast backend's world (NCCL's unique id), used only
+      // when the coordinator plans device broadcast groups. Without them (a build without such a
+      // backend, or NCCL found no bootstrap interface) the job goes by writes, and the
       // coordinator logs why.
-      Result<std::vector<uint8_t>> nccl_id = makeNcclWorldId();
-      if (nccl_id.isOk()) msg.nccl_unique_id = std::move(nccl_id).value();
+      msg.nccl_unique_id = broadcastWorldToken(MemoryKind::kDevice);
     }
     if (options_.snapshot) {
       WSYNC_ASSIGN_OR_RETURN(device_snapshot_, DeviceBuffer::allocate(total, options_.cuda_device));
@@ -100,48 +97,63 @@ uint8_t* TrainerContext::stagingAt(size_t offset) const {
 
 Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   plan_ = std::move(plan);
-  {
-    std::lock_guard lock(scale_mu_);
-    plan_scales_.assign(plan_.tensors.size(), 1.0f);
-    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-      auto it = scale_by_name_.find(plan_.tensors[i].name);
-      if (it != scale_by_name_.end()) plan_scales_[i] = it->second;
-    }
-  }
+  adoptScales();
   replica_of_rollout_ = std::move(assignment.replica_of_rollout);
   group_comm_ = std::move(assignment.group_comm);
   if (group_comm_.size() != plan_.groups.size()) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
-  // Conversion staging: every converting write and group gets its own range.
+  WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
+  WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
+  if (onDevice() && !options_.debug_no_copy_batch) {
+    for (const Backend& b : transports_) {
+      Result<std::unique_ptr<DeviceCopyBatch>> batch =
+          DeviceCopyBatch::create(b.transport.get(), options_.debug_timing);
+      if (!batch.isOk()) continue;  // not the CUDA IPC backend
+      copy_batch_ = std::move(batch).value();
+      batch_transport_ = b.transport.get();
+    }
+  }
+  WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
+  return Status::ok();
+}
+
+// Scales set by name before commit apply to the plan's tensors of that name.
+void TrainerContext::adoptScales() {
+  std::lock_guard lock(scale_mu_);
+  plan_scales_.assign(plan_.tensors.size(), 1.0f);
+  for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+    auto it = scale_by_name_.find(plan_.tensors[i].name);
+    if (it != scale_by_name_.end()) plan_scales_[i] = it->second;
+  }
+}
+
+// Conversion staging: every converting write and group gets its own range (UNSUPPORTED naming
+// the tensor for a pair this memory cannot convert).
+Status TrainerContext::sizeConversionStaging() {
   auto convertible = [this](DType from, DType to) {
     return onDevice() ? deviceCanConvertTypes(from, to) : hostCanConvert(from, to);
+  };
+  auto unsupported = [this](int32_t tensor, DType from, DType to, const char* what) {
+    return Status(WSYNC_ERR_UNSUPPORTED,
+                  "tensor '" + plan_.tensors[static_cast<size_t>(tensor)].name +
+                      "': " + memoryKindName(memory_) + " memory cannot convert " +
+                      dtypeName(from) + " to " + dtypeName(to) + what);
   };
   size_t staging = 0;
   for (const WriteOp& op : plan_.writes) {
     write_staging_offsets_.push_back(staging);
-    if (op.converts()) {
-      if (!convertible(op.src_dtype, op.dst_dtype)) {
-        return Status(WSYNC_ERR_UNSUPPORTED,
-                      "tensor '" + plan_.tensors[static_cast<size_t>(op.tensor)].name +
-                          "': " + memoryKindName(memory_) + " memory cannot convert " +
-                          dtypeName(op.src_dtype) + " to " + dtypeName(op.dst_dtype));
-      }
-      staging += static_cast<size_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
-    }
+    if (!op.converts()) continue;
+    if (!convertible(op.src_dtype, op.dst_dtype))
+      return unsupported(op.tensor, op.src_dtype, op.dst_dtype, "");
+    staging += static_cast<size_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
   }
   for (const BroadcastGroup& g : plan_.groups) {
     group_staging_offsets_.push_back(staging);
-    if (g.src_dtype != g.dst_dtype) {
-      if (!convertible(g.src_dtype, g.dst_dtype)) {
-        return Status(WSYNC_ERR_UNSUPPORTED,
-                      "tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
-                          "': " + memoryKindName(memory_) + " memory cannot convert " +
-                          dtypeName(g.src_dtype) + " to " + dtypeName(g.dst_dtype) +
-                          " for a broadcast");
-      }
-      staging += static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
-    }
+    if (g.src_dtype == g.dst_dtype) continue;
+    if (!convertible(g.src_dtype, g.dst_dtype))
+      return unsupported(g.tensor, g.src_dtype, g.dst_dtype, " for a broadcast");
+    staging += static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
   }
   if (onDevice()) {
     WSYNC_ASSIGN_OR_RETURN(device_convert_staging_,
@@ -149,43 +161,62 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   } else {
     convert_staging_.resize(staging);
   }
-  // Peers: the backend each one's slots need; connect once, attach every slot once.
+  return Status::ok();
+}
+
+// The transport of `backend`, created (and given every source to register) on first use.
+Result<WriteTransport*> TrainerContext::transportFor(const WriteBackend* backend) {
+  for (const Backend& b : transports_)
+    if (b.backend == backend) return b.transport.get();
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<WriteTransport> transport,
+                         backend->create(transportSetup(rank())));
+  WSYNC_RETURN_IF_ERROR(registerSources(*transport));
+  transports_.push_back({backend, std::move(transport)});
+  return transports_.back().transport.get();
+}
+
+// Every memory writes read from (the buffers or their snapshot, and the conversion staging),
+// registered once with `transport`.
+Status TrainerContext::registerSources(WriteTransport& transport) {
+  auto add = [&](const void* base, size_t bytes) -> Status {
+    if (bytes == 0 || base == nullptr) return Status::ok();
+    WSYNC_ASSIGN_OR_RETURN(auto reg, transport.registerSource(base, bytes));
+    source_registrations_.push_back(std::move(reg));
+    return Status::ok();
+  };
+  if (options_.snapshot) {
+    WSYNC_RETURN_IF_ERROR(onDevice() ? add(device_snapshot_.data(), device_snapshot_.size())
+                                     : add(snapshot_.data(), snapshot_.size()));
+  } else {
+    for (size_t i = 0; i < registration_.buffers.size(); ++i) {
+      const LocalBuffer& b = registration_.buffers[i];
+      WSYNC_RETURN_IF_ERROR(
+          add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
+    }
+  }
+  return onDevice() ? add(device_convert_staging_.data(), device_convert_staging_.size())
+                    : add(convert_staging_.data(), convert_staging_.size());
+}
+
+// Peers: the write backend that reaches each one's slots from this trainer's memory; connect
+// once, attach every slot once.
+Status TrainerContext::connectPeers(const std::vector<PeerInfo>& peers) {
   peer_of_rollout_.assign(static_cast<size_t>(numRollouts()), -1);
-  for (const PeerInfo& p : assignment.peers) {
-    if (p.rank < 0 || p.rank >= numRollouts() || !validTransportKind(p.transport)) {
-      return protocolError("plan assignment names an unknown rollout or transport");
+  for (const PeerInfo& p : peers) {
+    if (p.rank < 0 || p.rank >= numRollouts()) {
+      return protocolError("plan assignment names unknown rollout " + std::to_string(p.rank));
     }
-    // The rollout's slots decide the target kind; this trainer's memory decides how to reach it.
-    const auto kind = writerTransportFor(static_cast<TransportKind>(p.transport), memory_);
-    std::unique_ptr<WriteTransport>& transport = transports_[static_cast<size_t>(kind)];
-    if (!transport) {
-      // A host-memory trainer reaches device slots through the GPU it shares the node with.
-      const int device = options_.cuda_device >= 0 ? options_.cuda_device : 0;
-      WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, device, rank()));
-      if (kind == TransportKind::kUcx) {  // register every source once
-        auto add = [&](const void* base, size_t bytes) -> Status {
-          if (bytes == 0) return Status::ok();
-          WSYNC_ASSIGN_OR_RETURN(auto reg, transport->registerSource(base, bytes));
-          source_registrations_.push_back(std::move(reg));
-          return Status::ok();
-        };
-        if (options_.snapshot) {
-          WSYNC_RETURN_IF_ERROR(add(snapshot_.data(), snapshot_.size()));
-        } else {
-          for (size_t i = 0; i < registration_.buffers.size(); ++i) {
-            const LocalBuffer& b = registration_.buffers[i];
-            WSYNC_RETURN_IF_ERROR(
-                add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
-          }
-        }
-        WSYNC_RETURN_IF_ERROR(add(convert_staging_.data(), convert_staging_.size()));
-      }
+    const std::string where = "rollout " + std::to_string(p.rank) + " (" + p.transport + ")";
+    Result<const WriteBackend*> backend = writerBackendFor(p.transport, memory_);
+    if (!backend.isOk()) return backend.status().withContext(where);
+    WSYNC_ASSIGN_OR_RETURN(WriteTransport * transport, transportFor(*backend));
+    if ((*backend)->reaches != nullptr) {
+      const Status reach = (*backend)->reaches(transport->localAddress(), p.transport_address);
+      if (!reach.isOk()) return reach.withContext(where);
     }
-    Status s = transport->connect(p.rank, p.transport_address);
-    if (!s.isOk())
-      return s.withContext("rollout " + std::to_string(p.rank) + " (" + transportName(kind) + ")");
+    WSYNC_RETURN_IF_ERROR(transport->connect(p.rank, p.transport_address).withContext(where));
     Peer peer;
-    peer.transport = transport.get();
+    peer.transport = transport;
     for (const auto& descriptor : p.slot_descriptors) {
       WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport->attach(p.rank, descriptor));
       peer.slot_memory.push_back(id);
@@ -200,35 +231,6 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
       return protocolError("a write targets rollout " + std::to_string(op.dst_rank) +
                            " with no peer information");
     }
-  }
-  const char* no_batch = std::getenv("WSYNC_DEBUG_NO_COPY_BATCH");
-  const auto& ipc = transports_[static_cast<size_t>(TransportKind::kCudaIpc)];
-  if (onDevice() && ipc && (no_batch == nullptr || std::string(no_batch) != "1")) {
-    WSYNC_ASSIGN_OR_RETURN(copy_batch_, DeviceCopyBatch::create(ipc.get(), debug_timing_));
-  }
-  // Broadcast groups: device memory through the job's NCCL world (collective over every rank),
-  // host memory through MPI sub-communicators.
-  if (!assignment.nccl.unique_id.empty()) {
-    if (!onDevice()) {
-      return protocolError("the coordinator assigned an NCCL world to a host-memory trainer");
-    }
-    Result<std::unique_ptr<DeviceBroadcaster>> device_broadcaster =
-        DeviceBroadcaster::create(assignment, options_.cuda_device, options_.timeout);
-    if (!device_broadcaster.isOk()) {
-      return device_broadcaster.status().withContext(
-          "NCCL world for " + std::to_string(plan_.groups.size()) + " device broadcast groups");
-    }
-    device_broadcaster_ = std::move(device_broadcaster).value();
-  } else if (!assignment.comms.empty()) {
-    if (onDevice()) {
-      return protocolError(
-          "the coordinator assigned MPI broadcast communicators to a device-memory trainer");
-    }
-    WSYNC_ASSIGN_OR_RETURN(broadcaster_,
-                           HostBroadcaster::create(assignment.comms, job_.world_rank));
-  }
-  if (!plan_.groups.empty() && !broadcaster_ && !device_broadcaster_) {
-    return protocolError("the plan assignment has broadcast groups but no communicators");
   }
   return Status::ok();
 }
@@ -334,8 +336,8 @@ Status TrainerContext::publishOne(uint64_t version) {
                         " while this trainer publishes " + what +
                         ": every trainer must publish the same versions");
   }
-  if (debug_send_delay_ms_ > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(debug_send_delay_ms_));
+  if (options_.debug_send_delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.debug_send_delay_ms));
   const Clock::time_point got_go = Clock::now();
   Status s = transfer(go);
   const Clock::time_point sent = Clock::now();
@@ -356,26 +358,31 @@ Status TrainerContext::publishOne(uint64_t version) {
   WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
   if (d.version != version)
     return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
-  if (debug_timing_) {
-    auto ms = [](Clock::time_point a, Clock::time_point b) {
-      return std::chrono::duration<double, std::milli>(b - a).count();
+  if (options_.debug_timing) {
+    auto ms = [](Clock::time_point x, Clock::time_point y) {
+      return std::chrono::duration<double, std::milli>(y - x).count();
     };
-    std::string kernel;
-    if (copy_batch_) {
-      const DeviceCopyBatch::LaunchTiming t = copy_batch_->lastLaunch();
-      if (t.device_ms > 0) {
-        kernel = " (copy kernel " + std::to_string(t.device_ms) + " ms for " +
-                 std::to_string(t.bytes) + " bytes, " +
-                 std::to_string(static_cast<double>(t.bytes) / t.device_ms / 1e6) + " GB/s)";
-      }
-    }
-    std::fprintf(stderr,
-                 "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms%s, sent -> "
-                 "delivered %.3f ms\n",
-                 rank(), what.c_str(), ms(started, got_go), ms(got_go, sent), kernel.c_str(),
-                 ms(sent, Clock::now()));
+    printTiming(what, ms(started, got_go), ms(got_go, sent), ms(sent, Clock::now()));
   }
   return Status::ok();
+}
+
+// WSYNC_DEBUG_TIMING: one line per version on stderr.
+void TrainerContext::printTiming(const std::string& what, double to_go_ms, double transfer_ms,
+                                 double to_delivered_ms) const {
+  std::string kernel;
+  if (copy_batch_) {
+    const DeviceCopyBatch::LaunchTiming t = copy_batch_->lastLaunch();
+    if (t.device_ms > 0) {
+      kernel = " (copy kernel " + std::to_string(t.device_ms) + " ms for " +
+               std::to_string(t.bytes) + " bytes, " +
+               std::to_string(static_cast<double>(t.bytes) / t.device_ms / 1e6) + " GB/s)";
+    }
+  }
+  std::fprintf(stderr,
+               "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms%s, sent -> "
+               "delivered %.3f ms\n",
+               rank(), what.c_str(), to_go_ms, transfer_ms, kernel.c_str(), to_delivered_ms);
 }
 
 const uint8_t* TrainerContext::sourceOf(int32_t buffer) const {
@@ -439,6 +446,7 @@ Status TrainerContext::convertIntoStaging(const GoMsg& go) {
 // Queues this trainer's broadcast of every group whose replica takes the version (host memory:
 // converting here first; device memory: convertIntoStaging did).
 Status TrainerContext::postGroups(const GoMsg& go) {
+  if (!broadcaster_) return Status::ok();
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
     if (!replicaTakes(go, g)) continue;  // that replica skips this version
@@ -452,91 +460,97 @@ Status TrainerContext::postGroups(const GoMsg& go) {
       }
     }
     const size_t bytes = static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
-    const Status s = device_broadcaster_
-                         ? device_broadcaster_->post(group_comm_[i], rank(), data, bytes)
-                         : broadcaster_->post(group_comm_[i], job_.world_rank, data, bytes);
+    const Status s = broadcaster_->post(group_comm_[i], rank(), data, bytes);
     if (!s.isOk()) {
       return s.withContext("broadcast of tensor '" +
                            plan_.tensors[static_cast<size_t>(g.tensor)].name +
                            "' to rollout ranks " + groupReceivers(g));
     }
   }
-  if (!device_broadcaster_) return Status::ok();
-  // Broadcasts go on stream_ after the conversions; they run while the writes below are issued.
-  return device_broadcaster_->launch(stream_.get())
-      .withContext("launching the device broadcasts of " + groupTensors(plan_));
+  if (!broadcaster_) return Status::ok();
+  // Device broadcasts go on stream_ after the conversions; they run while the writes are issued.
+  return broadcaster_->start(stream_.get())
+      .withContext("starting the broadcasts of " + groupTensors(plan_));
 }
 
 Status TrainerContext::waitGroups() {
-  if (broadcaster_) return broadcaster_->waitAll(options_.timeout);
-  if (!device_broadcaster_) return Status::ok();
-  return device_broadcaster_->wait(stream_.get(), options_.timeout)
-      .withContext("device broadcasts of " + groupTensors(plan_));
+  if (!broadcaster_) return Status::ok();
+  return broadcaster_->wait(stream_.get(), options_.timeout)
+      .withContext("broadcasts of " + groupTensors(plan_));
 }
 
 Status TrainerContext::transfer(const GoMsg& go) {
   if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   WSYNC_RETURN_IF_ERROR(postGroups(go));
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
-    const WriteOp& op = plan_.writes[i];
-    const int32_t slot = slotFor(go, replica_of_rollout_, op.dst_rank);
-    if (slot < 0) continue;
-    const Peer& peer =
-        peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
-    if (static_cast<size_t>(slot) >= peer.slot_memory.size()) {
-      return protocolError("slot " + std::to_string(slot) + " of rollout " +
-                           std::to_string(op.dst_rank) + " is unknown");
-    }
-    const RemoteMemoryId remote = peer.slot_memory[static_cast<size_t>(slot)];
-    const Region r = plan_.region(op);
-    const size_t ssz = dtypeSize(op.src_dtype);
-    const size_t dsz = dtypeSize(op.dst_dtype);
-    const uint64_t dst_base = peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] +
-                              static_cast<uint64_t>(r.dst_offset) * dsz;
-    const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
-    const size_t row_bytes = static_cast<size_t>(r.count[0]) * dsz;
-    if (copy_batch_ &&
-        peer.transport == transports_[static_cast<size_t>(TransportKind::kCudaIpc)].get()) {
-      // The whole region in one task; converting ops read their packed staging.
-      const bool staged = op.converts();
-      const uint8_t* src = staged ? stagingAt(write_staging_offsets_[i]) : src_base;
-      const size_t src_pitch = staged ? row_bytes : static_cast<size_t>(r.src_stride[0]) * ssz;
-      const size_t src_plane_pitch = staged ? row_bytes * static_cast<size_t>(r.count[1])
-                                            : static_cast<size_t>(r.src_stride[1]) * ssz;
-      WSYNC_RETURN_IF_ERROR(copy_batch_->add(
-          remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
-          static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch, src_plane_pitch, row_bytes,
-          static_cast<size_t>(r.count[1]), static_cast<size_t>(r.count[2])));
-      continue;
-    }
-    for (int64_t plane = 0; plane < r.count[2]; ++plane) {
-      const uint8_t* src = src_base + static_cast<size_t>(plane * r.src_stride[1]) * ssz;
-      size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
-      if (op.converts()) {
-        uint8_t* staged = stagingAt(write_staging_offsets_[i]) +
-                          static_cast<size_t>(plane * r.count[1]) * row_bytes;
-        if (!onDevice()) {  // host: convert this plane's rows now (device: done above)
-          for (int64_t row = 0; row < r.count[1]; ++row) {
-            WSYNC_RETURN_IF_ERROR(convertHost(
-                src + static_cast<size_t>(row) * src_pitch, op.src_dtype,
-                staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype, r.count[0]));
-          }
-        }
-        src = staged;
-        src_pitch = row_bytes;
-      }
-      const uint64_t dst = dst_base + static_cast<uint64_t>(plane * r.dst_stride[1]) * dsz;
-      const uint64_t dst_pitch = static_cast<uint64_t>(r.dst_stride[0]) * dsz;
-      WSYNC_RETURN_IF_ERROR(peer.transport->write2d(
-          remote, dst, r.count[1] > 1 ? dst_pitch : row_bytes, src,
-          r.count[1] > 1 ? src_pitch : row_bytes, row_bytes, static_cast<size_t>(r.count[1])));
-    }
+    const int32_t slot = slotFor(go, replica_of_rollout_, plan_.writes[i].dst_rank);
+    if (slot >= 0) WSYNC_RETURN_IF_ERROR(postWrite(i, slot));
   }
-  if (copy_batch_) WSYNC_RETURN_IF_ERROR(copy_batch_->launch());
-  for (const auto& transport : transports_) {
-    if (transport) WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout));
-  }
+  WSYNC_RETURN_IF_ERROR(flushWrites());
   return waitGroups();
+}
+
+// Posts write op `index` into `slot` of its rollout (host memory converts its rows into staging
+// first; device memory did in convertIntoStaging).
+Status TrainerContext::postWrite(size_t index, int32_t slot) {
+  const WriteOp& op = plan_.writes[index];
+  const Peer& peer =
+      peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
+  if (static_cast<size_t>(slot) >= peer.slot_memory.size()) {
+    return protocolError("slot " + std::to_string(slot) + " of rollout " +
+                         std::to_string(op.dst_rank) + " is unknown");
+  }
+  const RemoteMemoryId remote = peer.slot_memory[static_cast<size_t>(slot)];
+  const Region r = plan_.region(op);
+  const size_t ssz = dtypeSize(op.src_dtype);
+  const size_t dsz = dtypeSize(op.dst_dtype);
+  const uint64_t dst_base = peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] +
+                            static_cast<uint64_t>(r.dst_offset) * dsz;
+  const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
+  const size_t row_bytes = static_cast<size_t>(r.count[0]) * dsz;
+  if (copy_batch_ && peer.transport == batch_transport_) {
+    // The whole region in one task; converting ops read their packed staging.
+    const bool staged = op.converts();
+    const uint8_t* src = staged ? stagingAt(write_staging_offsets_[index]) : src_base;
+    const size_t src_pitch = staged ? row_bytes : static_cast<size_t>(r.src_stride[0]) * ssz;
+    const size_t src_plane_pitch = staged ? row_bytes * static_cast<size_t>(r.count[1])
+                                          : static_cast<size_t>(r.src_stride[1]) * ssz;
+    return copy_batch_->add(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
+                            static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
+                            src_plane_pitch, row_bytes, static_cast<size_t>(r.count[1]),
+                            static_cast<size_t>(r.count[2]));
+  }
+  for (int64_t plane = 0; plane < r.count[2]; ++plane) {
+    const uint8_t* src = src_base + static_cast<size_t>(plane * r.src_stride[1]) * ssz;
+    size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
+    if (op.converts()) {
+      uint8_t* staged = stagingAt(write_staging_offsets_[index]) +
+                        static_cast<size_t>(plane * r.count[1]) * row_bytes;
+      if (!onDevice()) {  // host: convert this plane's rows now (device: done before)
+        for (int64_t row = 0; row < r.count[1]; ++row) {
+          WSYNC_RETURN_IF_ERROR(
+              convertHost(src + static_cast<size_t>(row) * src_pitch, op.src_dtype,
+                          staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype, r.count[0]));
+        }
+      }
+      src = staged;
+      src_pitch = row_bytes;
+    }
+    const uint64_t dst = dst_base + static_cast<uint64_t>(plane * r.dst_stride[1]) * dsz;
+    const uint64_t dst_pitch = static_cast<uint64_t>(r.dst_stride[0]) * dsz;
+    WSYNC_RETURN_IF_ERROR(peer.transport->write2d(
+        remote, dst, r.count[1] > 1 ? dst_pitch : row_bytes, src,
+        r.count[1] > 1 ? src_pitch : row_bytes, row_bytes, static_cast<size_t>(r.count[1])));
+  }
+  return Status::ok();
+}
+
+// Completes every posted write on every backend.
+Status TrainerContext::flushWrites() {
+  if (copy_batch_) WSYNC_RETURN_IF_ERROR(copy_batch_->launch());
+  for (const Backend& b : transports_)
+    WSYNC_RETURN_IF_ERROR(b.transport->flush(options_.timeout));
+  return Status::ok();
 }
 
 // ---- shutdown --------------------------------------------------------------------------------

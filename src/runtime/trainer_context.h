@@ -12,11 +12,9 @@
 #include <vector>
 
 #include "runtime/context.h"
-#include "runtime/device_broadcast.h"
 #include "runtime/device_copy_batch.h"
 #include "runtime/device_ops.h"
-#include "transport/mpi/host_broadcast.h"
-#include "transport/transport_registry.h"
+#include "transport/backend.h"
 
 namespace wsync {
 
@@ -70,11 +68,11 @@ class TrainerContext final : public Context {
 
   void publisherLoop();
   Status publishOne(uint64_t version);
-  Status transfer(const GoMsg& go);
+  void printTiming(const std::string& what, double to_go_ms, double transfer_ms,
+                   double to_delivered_ms) const;
   void stopPublisher();
   const uint8_t* sourceOf(int32_t buffer) const;
   bool onDevice() const { return memory_ == MemoryKind::kDevice; }
-  Status convertIntoStaging(const GoMsg& go);
   // The float8 scale of plan tensor `tensor` for the version being sent.
   float activeScale(int32_t tensor) const {
     const auto t = static_cast<size_t>(tensor);
@@ -82,17 +80,34 @@ class TrainerContext final : public Context {
   }
   uint8_t* stagingAt(size_t offset) const;
   bool replicaTakes(const GoMsg& go, const BroadcastGroup& group) const;
+
+  // Commit, step by step (applyPlan).
+  void adoptScales();
+  Status sizeConversionStaging();
+  Status connectPeers(const std::vector<PeerInfo>& peers);
+  Result<WriteTransport*> transportFor(const WriteBackend* backend);
+  Status registerSources(WriteTransport& transport);
+
+  // One version, step by step (transfer).
+  Status transfer(const GoMsg& go);
+  Status convertIntoStaging(const GoMsg& go);
   Status postGroups(const GoMsg& go);
+  Status postWrite(size_t index, int32_t slot);
+  Status flushWrites();
   Status waitGroups();
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;
   std::vector<int32_t> group_comm_;
-  std::unique_ptr<HostBroadcaster> broadcaster_;  // host memory broadcast groups (MPI)
 
   MemoryKind memory_ = MemoryKind::kHost;  // of every buffer of this rank
   DeviceStream stream_;                    // device memory: snapshot copies and conversions
-  std::unique_ptr<WriteTransport> transports_[kNumTransportKinds];
+  // The write backends this trainer uses, one transport each, created as peers need them.
+  struct Backend {
+    const WriteBackend* backend = nullptr;
+    std::unique_ptr<WriteTransport> transport;
+  };
+  std::vector<Backend> transports_;
 
   struct Peer {
     WriteTransport* transport = nullptr;
@@ -105,6 +120,7 @@ class TrainerContext final : public Context {
   // Device trainers: the writes into CUDA IPC peers of a version, as one kernel (null: one copy per
   // write, e.g. with WSYNC_DEBUG_NO_COPY_BATCH=1). Destroyed before the transports.
   std::unique_ptr<DeviceCopyBatch> copy_batch_;
+  WriteTransport* batch_transport_ = nullptr;  // the transport copy_batch_ copies for
   // float8 scales: by tensor name (set any time), and per plan tensor (after commit).
   std::mutex scale_mu_;
   std::unordered_map<std::string, float> scale_by_name_;
@@ -118,11 +134,9 @@ class TrainerContext final : public Context {
   DeviceBuffer device_convert_staging_;        // device: the same
   std::vector<size_t> write_staging_offsets_;  // per plan write: bytes into convert_staging_
   std::vector<size_t> group_staging_offsets_;  // per plan group
-  int debug_send_delay_ms_ = 0;                // WSYNC_DEBUG_SEND_DELAY_MS, for tests
-  bool debug_timing_ = false;  // WSYNC_DEBUG_TIMING=1: per-version phase times on stderr
-  // Device memory broadcast groups (NCCL), launched on stream_. Declared after the memory it reads
-  // and the stream it runs on: it is destroyed (waiting for in-flight work) before them.
-  std::unique_ptr<DeviceBroadcaster> device_broadcaster_;
+  // Broadcast groups (device backends launch on stream_). Declared after the memory it reads and
+  // the stream it runs on: it is destroyed (waiting for in-flight work) before them.
+  std::unique_ptr<Broadcaster> broadcaster_;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;

@@ -13,6 +13,6 @@ endif()
 if(WSYNC_HAVE_CUDA AND TARGET wsync)
   add_executable(wsync_fp8_scale_test ${CMAKE_CURRENT_LIST_DIR}/fp8_scale_test.cc)
   target_link_libraries(wsync_fp8_scale_test
-    PRIVATE wsync wsync_test_support GTest::gtest MPI::MPI_C CUDA::cudart)
+    PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi CUDA::cudart)
   wsync_add_gpu_mpi_test(wsync_fp8_scale 2 wsync_fp8_scale_test)
 endif()

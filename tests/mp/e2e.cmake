@@ -37,14 +37,14 @@ endif()
 
 if(TARGET wsync)
   add_executable(wsync_capi_errors_test ${CMAKE_CURRENT_LIST_DIR}/capi_errors_test.cc)
-  target_link_libraries(wsync_capi_errors_test PRIVATE wsync wsync_test_support GTest::gtest MPI::MPI_C)
+  target_link_libraries(wsync_capi_errors_test PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi)
   wsync_add_mpi_test(wsync_capi_errors 3 wsync_capi_errors_test --gtest_filter=CapiErrors.*)
   wsync_add_mpi_test(wsync_capi_rank_never_arrives 3 wsync_capi_errors_test --gtest_filter=CapiTimeout.*)
 endif()
 
 if(TARGET wsync)
   add_executable(wsync_versioning_test ${CMAKE_CURRENT_LIST_DIR}/versioning_test.cc)
-  target_link_libraries(wsync_versioning_test PRIVATE wsync wsync_test_support GTest::gtest MPI::MPI_C)
+  target_link_libraries(wsync_versioning_test PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi)
   wsync_add_mpi_test(wsync_versioning 2 wsync_versioning_test)
 endif()
 

@@ -169,10 +169,11 @@ TEST(CoordinatorNcclWorld, DeviceJobOnDistinctGpusGetsTheUniqueIdAndWorldNumberi
   for (size_t i = 0; i < results.size(); ++i) {
     SCOPED_TRACE("rank index " + std::to_string(i));
     const PlanAssignmentMsg& a = results[i].assignment;
-    EXPECT_EQ(a.nccl.unique_id, kUniqueId);
-    EXPECT_EQ(a.nccl.rank, expected_nccl_rank[i]);
-    EXPECT_EQ(a.nccl.world_size, 4);
-    EXPECT_EQ(a.nccl.trainer_ranks, (std::vector<int32_t>{0, 1}));
+    EXPECT_EQ(a.broadcast.backend, "nccl");
+    EXPECT_EQ(a.broadcast.world_token, kUniqueId);
+    EXPECT_EQ(a.broadcast.world_rank, expected_nccl_rank[i]);
+    EXPECT_EQ(a.broadcast.world_size, 4);
+    EXPECT_EQ(a.broadcast.root_ranks, (std::vector<int32_t>{0, 1}));
     // Every rank gets every communicator (each split is collective over the world).
     ASSERT_EQ(a.comms.size(), 2u);
     EXPECT_EQ(a.comms[0].world_ranks, (std::vector<int32_t>{0, 2}));
@@ -190,7 +191,7 @@ TEST(CoordinatorNcclWorld, TwoRanksOnOneGpuGetWritesAndNoWorld) {
   const std::vector<RankResult> results = assignmentsFor(1, 1, setups);
   ASSERT_EQ(results.size(), 2u);
   for (const RankResult& r : results) {
-    EXPECT_TRUE(r.assignment.nccl.unique_id.empty());
+    EXPECT_TRUE(r.assignment.broadcast.world_token.empty());
     EXPECT_TRUE(r.assignment.comms.empty());
     EXPECT_TRUE(r.plan.groups.empty());
     EXPECT_FALSE(r.plan.writes.empty());
@@ -205,7 +206,7 @@ TEST(CoordinatorNcclWorld, MixedHostAndDeviceJobGetsWritesAndNoWorld) {
   const std::vector<RankResult> results = assignmentsFor(1, 1, setups);
   ASSERT_EQ(results.size(), 2u);
   for (const RankResult& r : results) {
-    EXPECT_TRUE(r.assignment.nccl.unique_id.empty());
+    EXPECT_TRUE(r.assignment.broadcast.world_token.empty());
     EXPECT_TRUE(r.plan.groups.empty());
   }
 }
@@ -218,7 +219,7 @@ TEST(CoordinatorNcclWorld, DeviceJobWithoutUniqueIdGetsWrites) {
   const std::vector<RankResult> results = assignmentsFor(1, 1, setups);
   ASSERT_EQ(results.size(), 2u);
   for (const RankResult& r : results) {
-    EXPECT_TRUE(r.assignment.nccl.unique_id.empty());
+    EXPECT_TRUE(r.assignment.broadcast.world_token.empty());
     EXPECT_TRUE(r.plan.groups.empty());
   }
 }

@@ -79,28 +79,28 @@ TEST(BroadcastComms, NcclAssignmentCarriesEveryCommunicatorAndTheWorld) {
   EXPECT_EQ(msg.comms[1].world_ranks, (std::vector<int32_t>{0, 2, 3}));
   EXPECT_EQ(msg.comms[2].world_ranks, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{1}));
-  EXPECT_EQ(msg.nccl.unique_id, id);
-  EXPECT_EQ(msg.nccl.rank, 0);
-  EXPECT_EQ(msg.nccl.world_size, 6);
-  EXPECT_EQ(msg.nccl.trainer_ranks, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(msg.broadcast.world_token, id);
+  EXPECT_EQ(msg.broadcast.world_rank, 0);
+  EXPECT_EQ(msg.broadcast.world_size, 6);
+  EXPECT_EQ(msg.broadcast.root_ranks, (std::vector<int32_t>{0, 1}));
   // Trainer 1 sends groups 0, 2 (comm 0) and 3 (comm 2); indices are communicator ids.
   assignNcclBroadcasts(plan, map, world, id, Role::kTrainer, 1, &msg);
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{0, 0, 2}));
-  EXPECT_EQ(msg.nccl.rank, 1);
+  EXPECT_EQ(msg.broadcast.world_rank, 1);
   // Rollout 0 (NCCL rank 2) receives groups 1 (comm 1) and 3 (comm 2).
   assignNcclBroadcasts(plan, map, world, id, Role::kRollout, 0, &msg);
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{1, 2}));
-  EXPECT_EQ(msg.nccl.rank, 2);
+  EXPECT_EQ(msg.broadcast.world_rank, 2);
   EXPECT_EQ(msg.comms.size(), 3u);
   // Rollout 3 (NCCL rank 5) receives groups 0 and 2 (comm 0).
   assignNcclBroadcasts(plan, map, world, id, Role::kRollout, 3, &msg);
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{0, 0}));
-  EXPECT_EQ(msg.nccl.rank, 5);
+  EXPECT_EQ(msg.broadcast.world_rank, 5);
   // Round trip: what the rank decodes is what the coordinator built.
   PlanAssignmentMsg decoded;
   ASSERT_TRUE(decode(encode(msg), decoded).isOk());
   EXPECT_EQ(decoded.group_comm, msg.group_comm);
-  EXPECT_EQ(decoded.nccl.rank, 5);
+  EXPECT_EQ(decoded.broadcast.world_rank, 5);
   EXPECT_EQ(decoded.comms.size(), 3u);
 }
 

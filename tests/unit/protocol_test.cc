@@ -11,7 +11,7 @@ namespace {
 RegisterMsg sampleRegister() {
   RegisterMsg m;
   m.registration = {1, 2, 3, 4};
-  m.transport = 2;
+  m.transport = "ucx_staged";
   m.transport_address = {9, 8, 7};
   m.device_id = "node-a/GPU-0123";
   m.slot_descriptors = {{1, 1}, {2, 2, 2}};
@@ -23,14 +23,15 @@ RegisterMsg sampleRegister() {
 PlanAssignmentMsg sampleAssignment() {
   PlanAssignmentMsg m;
   m.rank_plan = {5, 6, 7};
-  m.peers.push_back({3, 1, {4, 4}, {{1}, {2}}, {0, 512}});
+  m.peers.push_back({3, "cuda_ipc", {4, 4}, {{1}, {2}}, {0, 512}});
   m.comms = {{0, {0, 2, 3}}, {1, {1, 4, 5}}};
   m.group_comm = {1, 0, 1};
   m.replica_of_rollout = {0, 0, 1, 1};
-  m.nccl.unique_id = std::vector<uint8_t>(128, 0xcd);
-  m.nccl.rank = 4;
-  m.nccl.world_size = 6;
-  m.nccl.trainer_ranks = {0, 1};
+  m.broadcast.backend = "nccl";
+  m.broadcast.world_token = std::vector<uint8_t>(128, 0xcd);
+  m.broadcast.world_rank = 4;
+  m.broadcast.world_size = 6;
+  m.broadcast.root_ranks = {0, 1};
   return m;
 }
 
@@ -66,20 +67,24 @@ TEST(Protocol, PlanAssignmentRoundTripsWithTheNcclWorld) {
   EXPECT_EQ(d.comms[1].world_ranks, m.comms[1].world_ranks);
   EXPECT_EQ(d.group_comm, m.group_comm);
   EXPECT_EQ(d.replica_of_rollout, m.replica_of_rollout);
-  EXPECT_EQ(d.nccl.unique_id, m.nccl.unique_id);
-  EXPECT_EQ(d.nccl.rank, 4);
-  EXPECT_EQ(d.nccl.world_size, 6);
-  EXPECT_EQ(d.nccl.trainer_ranks, m.nccl.trainer_ranks);
+  EXPECT_EQ(d.broadcast.backend, "nccl");
+  EXPECT_EQ(d.broadcast.world_token, m.broadcast.world_token);
+  EXPECT_EQ(d.broadcast.world_rank, 4);
+  EXPECT_EQ(d.broadcast.world_size, 6);
+  EXPECT_EQ(d.broadcast.root_ranks, m.broadcast.root_ranks);
 }
 
 TEST(Protocol, PlanAssignmentWithoutNcclWorldRoundTrips) {
   PlanAssignmentMsg m = sampleAssignment();
-  m.nccl = NcclWorldAssignment{};
+  m.broadcast = BroadcastWorldAssignment{};
+  m.comms.clear();
+  m.group_comm.clear();
   PlanAssignmentMsg d;
   ASSERT_TRUE(decode(encode(m), d).isOk());
-  EXPECT_TRUE(d.nccl.unique_id.empty());
-  EXPECT_EQ(d.nccl.rank, -1);
-  EXPECT_EQ(d.nccl.world_size, 0);
+  EXPECT_TRUE(d.broadcast.backend.empty());
+  EXPECT_TRUE(d.broadcast.world_token.empty());
+  EXPECT_EQ(d.broadcast.world_rank, -1);
+  EXPECT_EQ(d.broadcast.world_size, 0);
 }
 
 TEST(Protocol, EveryTruncationFailsCleanly) {
@@ -101,17 +106,27 @@ TEST(Protocol, NcclRanksOutsideTheWorldAreRejected) {
   const auto rejected = [](const PlanAssignmentMsg& m) {
     PlanAssignmentMsg d;
     const Status s = decode(encode(m), d);
-    return s.code() == WSYNC_ERR_PROTOCOL && s.message().find("NCCL world") != std::string::npos;
+    return s.code() == WSYNC_ERR_PROTOCOL &&
+           s.message().find("world of 6 ranks") != std::string::npos;
   };
   PlanAssignmentMsg m = sampleAssignment();
-  m.nccl.rank = 6;
+  m.broadcast.world_rank = 6;
   EXPECT_TRUE(rejected(m));
   m = sampleAssignment();
-  m.nccl.trainer_ranks = {0, -1};
+  m.broadcast.root_ranks = {0, -1};
   EXPECT_TRUE(rejected(m));
   m = sampleAssignment();
   m.comms[0].world_ranks = {0, 2, 6};
   EXPECT_TRUE(rejected(m));
+}
+
+TEST(Protocol, BroadcastCommunicatorsWithoutABackendAreRejected) {
+  PlanAssignmentMsg m = sampleAssignment();
+  m.broadcast.backend.clear();
+  PlanAssignmentMsg d;
+  const Status s = decode(encode(m), d);
+  EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL);
+  EXPECT_NE(s.message().find("without a broadcast backend"), std::string::npos) << s.toString();
 }
 
 TEST(Protocol, OversizedNcclUniqueIdIsRejected) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "coordinator/protocol.h"
+#include "plan/broadcast_comm.h"
 
 namespace wsync {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "coordinator/protocol.h"
+#include "plan/broadcast_comm.h"
 
 // The CUDA runtime's stream handle, declared exactly as in CUDA's driver_types.h so this header
 // (and planBuckets) builds without the CUDA headers; the two declarations name the same type.

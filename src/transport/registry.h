@@ -1,0 +1,42 @@
+// The registry of data-plane backends: every backend this build has, in priority order (the list
+// is generated from the backend folders' registrations; see transport/CMakeLists.txt). The
+// runtime asks it which backend fits a memory kind and a peer; it never names a backend itself.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/backend.h"
+
+namespace wsync {
+
+// Every registered backend, highest priority first (viable or not).
+const std::vector<const WriteBackend*>& writeBackends();
+const std::vector<const BroadcastBackend*>& broadcastBackends();
+
+// The backend that exposes a target's (a rollout's slots) `memory`: `preferred` when not empty
+// (INVALID_ARGUMENT naming the registered ones when no such backend exists; UNSUPPORTED when it
+// is not viable here or cannot host that memory), else the viable one of highest priority that
+// can (UNSUPPORTED listing why each one cannot).
+Result<const WriteBackend*> targetBackendFor(MemoryKind memory, std::string_view preferred = {});
+
+// The backend a writer whose sources are `source` memory uses to reach a target exposed by
+// backend `target`: the target's own backend when it writes from `source`, else the viable one of
+// highest priority in the target's family that does. INVALID_ARGUMENT for an unknown target name,
+// UNSUPPORTED when none fits.
+Result<const WriteBackend*> writerBackendFor(std::string_view target, MemoryKind source);
+
+// A broadcast backend by name (the coordinator's choice): INVALID_ARGUMENT when unknown,
+// UNSUPPORTED when not viable here.
+Result<const BroadcastBackend*> broadcastBackendNamed(std::string_view name);
+
+// The world token of the first viable broadcast backend on `memory` that needs one (trainer 0
+// registers it for the coordinator to hand out); empty when none does or making it failed.
+std::vector<uint8_t> broadcastWorldToken(MemoryKind memory);
+
+// Registered names, for messages: "ucx, cuda_ipc, ucx_staged".
+std::string writeBackendNames();
+
+}  // namespace wsync

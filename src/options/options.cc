@@ -1,0 +1,252 @@
+// Parsing, merging and listing of the options declared in options.h. Every function here walks
+// WSYNC_OPTION_LIST, so a new option needs no change in this file.
+#include "options/options.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <type_traits>
+
+namespace wsync {
+namespace {
+
+bool equalsIgnoringCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+// ---- Per type: parse, format, name the type, list the accepted values. Overloads on the field's
+// type; the enum versions take their names from optionChoices().
+
+template <typename E>
+concept OptionEnum = std::is_enum_v<E>;
+
+bool parseValue(std::string_view text, bool& out) {
+  for (const char* yes : {"1", "true", "yes", "on"}) {
+    if (!equalsIgnoringCase(text, yes)) continue;
+    out = true;
+    return true;
+  }
+  for (const char* no : {"0", "false", "no", "off"}) {
+    if (!equalsIgnoringCase(text, no)) continue;
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+bool parseValue(std::string_view text, int& out) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0) return false;
+  out = value;
+  return true;
+}
+
+bool parseValue(std::string_view text, std::string& out) {
+  out = std::string(text);
+  return true;
+}
+
+template <OptionEnum E>
+bool parseValue(std::string_view text, E& out) {
+  for (const OptionChoice<E>& choice : optionChoices(E{})) {
+    if (!equalsIgnoringCase(text, choice.name)) continue;
+    out = choice.value;
+    return true;
+  }
+  return false;
+}
+
+std::string formatValue(bool value) {
+  return value ? "1" : "0";
+}
+std::string formatValue(int value) {
+  return std::to_string(value);
+}
+std::string formatValue(const std::string& value) {
+  return value;
+}
+template <OptionEnum E>
+std::string formatValue(E value) {
+  return optionValueName(value);
+}
+
+// "a, b or c", each name wrapped in `quote`.
+template <OptionEnum E>
+std::string choiceList(const char* quote) {
+  const auto choices = optionChoices(E{});
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) list += i + 1 == choices.size() ? " or " : ", ";
+    list += std::string(quote) + choices[i].name + quote;
+  }
+  return list;
+}
+
+std::string typeName(bool) {
+  return "bool";
+}
+std::string typeName(int) {
+  return "int";
+}
+std::string typeName(const std::string&) {
+  return "string";
+}
+template <OptionEnum E>
+std::string typeName(E) {
+  return choiceList<E>("`");
+}
+
+std::string acceptedValues(bool) {
+  return "1, true, yes, on, 0, false, no or off";
+}
+std::string acceptedValues(int) {
+  return "a whole number from 0 to 2147483647";
+}
+std::string acceptedValues(const std::string&) {
+  return "any text";
+}
+template <OptionEnum E>
+std::string acceptedValues(E) {
+  return choiceList<E>("");
+}
+
+template <typename T>
+Status parseInto(const char* env, std::string_view text, T& out) {
+  if (parseValue(text, out)) return Status::ok();
+  return invalidArgument(std::string(env) + "='" + std::string(text) + "': expected " +
+                         acceptedValues(out));
+}
+
+template <OptionEnum E>
+const char* nameOf(E value) {
+  for (const OptionChoice<E>& choice : optionChoices(E{})) {
+    if (choice.value == value) return choice.name;
+  }
+  return "?";
+}
+
+std::string defaultCell(const std::string& formatted) {
+  return formatted.empty() ? "unset" : "`" + formatted + "`";
+}
+
+std::string markdownRow(const OptionInfo& info) {
+  std::string variable = std::string("`") + info.env + "`";
+  if (info.debug) variable += " (debug)";
+  return "| " + variable + " | " + info.type + " | " + info.default_value + " | " + info.doc +
+         " |\n";
+}
+
+}  // namespace
+
+const char* processEnvironment(const char* name) {
+  return std::getenv(name);  // the one getenv of wsync's options
+}
+
+const char* optionValueName(DeviceTransport value) {
+  return nameOf(value);
+}
+const char* optionValueName(CudaIpcExport value) {
+  return nameOf(value);
+}
+const char* optionValueName(HostCopy value) {
+  return nameOf(value);
+}
+
+Result<Options> readOptions(const std::function<const char*(const char*)>& lookup) {
+  Options options;
+  std::string errors;
+#define WSYNC_OPTION_READ_(field, type, default_value, env, kind, doc)        \
+  if (const char* text = lookup(env); text != nullptr && *text != '\0') {     \
+    if (Status status = parseInto(env, text, options.field); status.isOk()) { \
+      options.from_environment.set(static_cast<size_t>(OptionId::field));     \
+    } else {                                                                  \
+      errors += (errors.empty() ? "" : "; ") + status.message();              \
+    }                                                                         \
+  }
+  WSYNC_OPTION_LIST(WSYNC_OPTION_READ_)
+#undef WSYNC_OPTION_READ_
+  if (!errors.empty()) return invalidArgument(errors);
+  return options;
+}
+
+Status setOption(Options& options, std::string_view env, std::string_view text) {
+#define WSYNC_OPTION_SET_(field, type, default_value, env_name, kind, doc) \
+  if (env == env_name) return parseInto(env_name, text, options.field);
+  WSYNC_OPTION_LIST(WSYNC_OPTION_SET_)
+#undef WSYNC_OPTION_SET_
+  return invalidArgument("'" + std::string(env) + "' is not a wsync option variable");
+}
+
+Options resolve(const Options& configured, const Options& environment) {
+  Options effective;
+#define WSYNC_OPTION_RESOLVE_(field, type, default_value, env, kind, doc) \
+  effective.field =                                                       \
+      environment.fromEnvironment(OptionId::field) ? environment.field : configured.field;
+  WSYNC_OPTION_LIST(WSYNC_OPTION_RESOLVE_)
+#undef WSYNC_OPTION_RESOLVE_
+  effective.from_environment = environment.from_environment;
+  return effective;
+}
+
+const std::vector<OptionInfo>& optionTable() {
+  static const std::vector<OptionInfo> table = [] {
+    const Options defaults;
+    std::vector<OptionInfo> rows;
+#define WSYNC_OPTION_INFO_(field, type, default_value, env, kind, doc)             \
+  rows.push_back({OptionId::field, env, #field, typeName(defaults.field),          \
+                  defaultCell(formatValue(defaults.field)), doc, OptionKind::kind, \
+                  OptionKind::kind == OptionKind::kDebug});
+    WSYNC_OPTION_LIST(WSYNC_OPTION_INFO_)
+#undef WSYNC_OPTION_INFO_
+    return rows;
+  }();
+  return table;
+}
+
+std::string optionsMarkdownTable() {
+  std::string table = "| variable | type | default | effect |\n| --- | --- | --- | --- |\n";
+  for (bool debug_rows : {false, true}) {
+    for (const OptionInfo& info : optionTable()) {
+      if (info.debug == debug_rows) table += markdownRow(info);
+    }
+  }
+  return table;
+}
+
+std::string describeOptions(const Options& options) {
+  std::string lines;
+#define WSYNC_OPTION_DESCRIBE_(field, type, default_value, env, kind, doc)          \
+  {                                                                                 \
+    std::string value = formatValue(options.field);                                 \
+    if (OptionKind::kind == OptionKind::kSecret && !value.empty()) value = "(set)"; \
+    lines += std::string(env) + "=" + value;                                        \
+    if (options.fromEnvironment(OptionId::field)) lines += "  (environment)";       \
+    lines += "\n";                                                                  \
+  }
+  WSYNC_OPTION_LIST(WSYNC_OPTION_DESCRIBE_)
+#undef WSYNC_OPTION_DESCRIBE_
+  return lines;
+}
+
+std::vector<std::string> unknownOptionVariables(const char* const* envp) {
+  std::vector<std::string> unknown;
+  for (; envp != nullptr && *envp != nullptr; ++envp) {
+    const std::string_view entry(*envp);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (!name.starts_with("WSYNC_")) continue;
+    bool known = false;
+    for (const OptionInfo& info : optionTable())
+      known = known || name == info.env;
+    if (!known) unknown.emplace_back(name);
+  }
+  return unknown;
+}
+
+}  // namespace wsync

@@ -1,0 +1,224 @@
+// wsync's environment variables, in one place: every option is declared once in
+// WSYNC_OPTION_LIST below (variable name, C++ type, default, one-line doc, debug or not), read once
+// by readOptions() into the plain struct Options, and listed by optionTable() and
+// optionsMarkdownTable() (the README's "Environment variables" table is that function's output).
+//
+// Contract: nothing else in wsync calls getenv for a WSYNC_ variable. A process (or a context, at
+// creation) calls readOptions() once and passes the Options, or the fields it needs, down as plain
+// values. Values the application also sets in its config (wsync_config_t) are merged with
+// resolve(): a variable that is set wins over the config, the config wins over the default.
+//
+// Value syntax, by type (a variable set to the empty string counts as unset):
+//   bool    1, true, yes, on  /  0, false, no, off   (case-insensitive)
+//   int     a decimal whole number from 0 to 2147483647
+//   string  any text, taken as is
+//   enum    one of the names its choices list (case-insensitive)
+// Anything else is INVALID_ARGUMENT naming the variable, the value and the accepted values.
+#pragma once
+
+#include <bitset>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace wsync {
+
+// ---- The enum options' types and their accepted names (defaults are in WSYNC_OPTION_LIST).
+
+// How rollouts whose slots are in device memory are written.
+enum class DeviceTransport : uint8_t {
+  kCudaIpc,  // CUDA IPC peer copies, trainers and rollouts on one node
+  kStaged,   // any node: UCX writes through pinned host memory
+  kUcxCuda,  // any node: UCX device puts when the UCX loaded handles CUDA, else as kStaged
+};
+
+// How rollout slots in device memory are shared with trainers of the node (CUDA IPC).
+enum class CudaIpcExport : uint8_t {
+  kVmm,     // CUDA VMM allocations shared as file descriptors over a unix socket
+  kLegacy,  // cudaMalloc memory shared with cudaIpcGetMemHandle
+};
+
+// How host copies into mapped peer memory are done (src/common/fast_copy.h).
+enum class HostCopy : uint8_t {
+  kAuto,    // the widest streaming stores the CPU has
+  kMemcpy,  // std::memcpy
+  kAvx2,    // 32-byte streaming stores (or the widest the CPU has)
+  kAvx512,  // 64-byte streaming stores (or the widest the CPU has)
+};
+
+// One accepted name of an enum option's value.
+template <typename E>
+struct OptionChoice {
+  const char* name;
+  E value;
+};
+
+inline constexpr OptionChoice<DeviceTransport> kDeviceTransportChoices[] = {
+    {"cuda_ipc", DeviceTransport::kCudaIpc},
+    {"staged", DeviceTransport::kStaged},
+    {"ucx_cuda", DeviceTransport::kUcxCuda},
+};
+inline constexpr OptionChoice<CudaIpcExport> kCudaIpcExportChoices[] = {
+    {"vmm", CudaIpcExport::kVmm},
+    {"legacy", CudaIpcExport::kLegacy},
+};
+inline constexpr OptionChoice<HostCopy> kHostCopyChoices[] = {
+    {"auto", HostCopy::kAuto},
+    {"memcpy", HostCopy::kMemcpy},
+    {"avx2", HostCopy::kAvx2},
+    {"avx512", HostCopy::kAvx512},
+};
+
+// The choices of each enum type, found by overload (the argument only selects the type).
+inline std::span<const OptionChoice<DeviceTransport>> optionChoices(DeviceTransport) {
+  return kDeviceTransportChoices;
+}
+inline std::span<const OptionChoice<CudaIpcExport>> optionChoices(CudaIpcExport) {
+  return kCudaIpcExportChoices;
+}
+inline std::span<const OptionChoice<HostCopy>> optionChoices(HostCopy) {
+  return kHostCopyChoices;
+}
+
+// What an option is for.
+enum class OptionKind : uint8_t {
+  kSetting,  // a setting of normal operation
+  kSecret,   // a setting whose value is never printed (describeOptions shows "(set)")
+  kDebug,    // a debug switch: measurements and tests, never needed for correct operation; its
+             // variable starts with WSYNC_DEBUG_
+};
+
+// ---- The options. X(field, C++ type, default, "VARIABLE", OptionKind, "doc"): `doc` is the
+// README's "effect" column (one line of markdown).
+// clang-format off
+#define WSYNC_OPTION_LIST(X)                                                                       \
+  X(device_transport, ::wsync::DeviceTransport, ::wsync::DeviceTransport::kCudaIpc,                \
+    "WSYNC_DEVICE_TRANSPORT", kSetting,                                                            \
+    "device-memory rollouts: `cuda_ipc` (one node), `staged` (any node, pinned host staging), "    \
+    "`ucx_cuda` (any node, UCX device puts when the UCX loaded handles CUDA); the same on every "  \
+    "rank")                                                                                        \
+  X(cuda_ipc_export, ::wsync::CudaIpcExport, ::wsync::CudaIpcExport::kVmm,                         \
+    "WSYNC_CUDA_IPC_EXPORT", kSetting,                                                             \
+    "how rollout slots in device memory are shared within a node: `vmm`, CUDA VMM allocations "    \
+    "shared as file descriptors over a unix socket (where the driver supports it; copies into "    \
+    "them run at the local device-copy rate), or `legacy`, `cudaMalloc` memory shared with "       \
+    "`cudaIpcGetMemHandle` (copies ~25% slower on the H200)")                                      \
+  X(coordinator_host, std::string, "", "WSYNC_COORDINATOR_HOST", kSetting,                         \
+    "the address rank 0 binds and advertises for its coordinator (multi-node jobs; unset: every "  \
+    "interface, advertised as this host's name)")                                                  \
+  X(secret, std::string, "", "WSYNC_SECRET", kSecret,                                              \
+    "the control-plane secret of `wsync-coordinator` (or `--secret`)")                             \
+  X(log, bool, false, "WSYNC_LOG", kSetting,                                                       \
+    "the coordinator hosted by trainer rank 0 logs its decisions (broadcast backend, plan) on "    \
+    "stderr")                                                                                      \
+  X(host_copy, ::wsync::HostCopy, ::wsync::HostCopy::kAuto, "WSYNC_HOST_COPY", kSetting,           \
+    "host copies into mapped peer memory: `memcpy`, `avx2` or `avx512` streaming stores (a kind "  \
+    "the CPU lacks falls back to the widest it has), or `auto`, the widest the CPU has")           \
+  X(debug_timing, bool, false, "WSYNC_DEBUG_TIMING", kDebug,                                       \
+    "each trainer prints per-version phase times (publish -> go, transfer, sent -> delivered) "    \
+    "and its batched copy kernel's device time")                                                   \
+  X(debug_no_early_landing, bool, false, "WSYNC_DEBUG_NO_EARLY_LANDING", kDebug,                   \
+    "staged device writers do not report their writes, so rollouts move the landed bytes to the "  \
+    "device only once the version arrived (A/B runs of early landing)")                            \
+  X(debug_no_copy_batch, bool, false, "WSYNC_DEBUG_NO_COPY_BATCH", kDebug,                         \
+    "device trainers copy op by op (`cudaMemcpy2DAsync`) instead of one batched kernel (A/B "      \
+    "runs)")                                                                                       \
+  X(debug_send_delay_ms, int, 0, "WSYNC_DEBUG_SEND_DELAY_MS", kDebug,                              \
+    "milliseconds trainers sleep before sending each version (tests of versioning)")
+// clang-format on
+
+// One id per option, in declaration order.
+enum class OptionId : uint8_t {
+#define WSYNC_OPTION_ID_(field, type, default_value, env, kind, doc) field,
+  WSYNC_OPTION_LIST(WSYNC_OPTION_ID_)
+#undef WSYNC_OPTION_ID_
+};
+inline constexpr size_t kNumOptions = 0
+#define WSYNC_OPTION_COUNT_(field, type, default_value, env, kind, doc) +1
+    WSYNC_OPTION_LIST(WSYNC_OPTION_COUNT_)
+#undef WSYNC_OPTION_COUNT_
+    ;
+
+// Every option's value: a default-constructed Options holds the defaults. One field per
+// WSYNC_OPTION_LIST row, named and typed there: device_transport, cuda_ipc_export,
+// coordinator_host, secret, log, host_copy, debug_timing, debug_no_early_landing,
+// debug_no_copy_batch, debug_send_delay_ms.
+struct Options {
+#define WSYNC_OPTION_FIELD_(field, type, default_value, env, kind, doc) type field = default_value;
+  WSYNC_OPTION_LIST(WSYNC_OPTION_FIELD_)
+#undef WSYNC_OPTION_FIELD_
+
+  // Which options came from a set (non-empty) environment variable; indexed by OptionId.
+  std::bitset<kNumOptions> from_environment;
+  bool fromEnvironment(OptionId id) const {
+    return from_environment.test(static_cast<size_t>(id));
+  }
+};
+
+// The process environment (std::getenv); readOptions()'s default lookup.
+const char* processEnvironment(const char* name);
+
+// Reads every option's variable once through `lookup` (returns the value or nullptr when unset;
+// default: the process environment) into an Options; unset and empty variables keep the default.
+// INVALID_ARGUMENT naming every variable whose value is bad, with the value and the accepted
+// values. Not thread-safe against setenv() in the same process (getenv is not): call it at startup
+// or at context creation, not on a hot path.
+Result<Options> readOptions(
+    const std::function<const char*(const char*)>& lookup = &processEnvironment);
+
+// Sets the option read from variable `env` (e.g. "WSYNC_DEVICE_TRANSPORT") to `text`, parsed with
+// the same rules as readOptions() (for config values given as text). Does not mark it as from the
+// environment. INVALID_ARGUMENT for an unknown variable or a bad value.
+Status setOption(Options& options, std::string_view env, std::string_view text);
+
+// The config-with-environment-override rule: for every option, `environment`'s value when its
+// variable was set (fromEnvironment), else `configured`'s. `configured` starts from defaults and
+// carries the values the application's config set, so: environment > config > default.
+// The result keeps `environment`'s from_environment bits.
+//
+//   Options configured;  // defaults
+//   if (cfg has a device transport) configured.device_transport = ...;
+//   WSYNC_ASSIGN_OR_RETURN(Options environment, readOptions());
+//   const Options effective = resolve(configured, environment);
+Options resolve(const Options& configured, const Options& environment);
+
+// The name of an enum option's value, as the variable spells it ("cuda_ipc").
+const char* optionValueName(DeviceTransport value);
+const char* optionValueName(CudaIpcExport value);
+const char* optionValueName(HostCopy value);
+
+// One option as the tables show it.
+struct OptionInfo {
+  OptionId id;
+  const char* env;            // "WSYNC_DEVICE_TRANSPORT"
+  const char* field;          // the Options field, "device_transport"
+  std::string type;           // "bool", "int", "string", or "`cuda_ipc`, `staged` or `ucx_cuda`"
+  std::string default_value;  // "`cuda_ipc`", "`0`", or "unset" (empty string)
+  const char* doc;            // one line of markdown
+  OptionKind kind;
+  bool debug;  // kind == OptionKind::kDebug
+};
+
+// Every option, in declaration order.
+const std::vector<OptionInfo>& optionTable();
+
+// The README's environment table, one line per row, each ending in '\n':
+// | variable | type | default | effect |, the debug switches last, their variable marked "(debug)".
+std::string optionsMarkdownTable();
+
+// `options`' values, one "VARIABLE=value" line per option (in table order), "  (environment)"
+// appended to those read from the environment; a secret's value shows as "(set)".
+std::string describeOptions(const Options& options);
+
+// The WSYNC_ variables in `environ`-style `envp` (NAME=value entries, nullptr-terminated) that no
+// option reads (misspellings, removed options), in order. For warnings; not an error.
+std::vector<std::string> unknownOptionVariables(const char* const* envp);
+
+}  // namespace wsync

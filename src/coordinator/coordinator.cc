@@ -6,16 +6,17 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 #include <unordered_map>
 
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "control/frame_server.h"
+#include "coordinator/admission.h"
 #include "coordinator/broadcast_backend.h"
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/protocol.h"
+#include "coordinator/version_sequencer.h"
 #include "plan/planner.h"
 
 namespace wsync {
@@ -46,24 +47,6 @@ struct Participant {
   bool committed = false;
   bool said_bye = false;
 };
-
-struct ReplicaState {
-  std::vector<int32_t> ranks;  // rollout ranks
-  int32_t num_slots = 0;
-  uint64_t ready_version = 0;  // 0: none yet
-  int32_t ready_slot = -1;
-  std::vector<uint64_t> slot_version;  // 0: empty
-  // The version in flight:
-  int32_t target_slot = -1;
-  int32_t prepared = 0;
-  bool skipped = false;
-  int32_t received = 0;
-  bool ready_sent = false;
-};
-
-std::string rankName(Role role, int32_t rank) {
-  return std::string(roleName(role)) + " " + std::to_string(rank);
-}
 
 }  // namespace
 
@@ -140,6 +123,9 @@ class Coordinator::Impl {
   Clock::time_point nextWakeup() const {
     auto t = Clock::now() + std::chrono::milliseconds(100);
     if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
+    if (phase_ == Phase::kRunning) {
+      if (std::optional<Clock::time_point> d = sequencer_->nextDeadline()) t = std::min(t, *d);
+    }
     return t;
   }
 
@@ -233,13 +219,10 @@ class Coordinator::Impl {
       case MessageType::kCommitDone:
         return onCommitDone(p);
       case MessageType::kPublish:
-        return onPublish(p, payload);
       case MessageType::kPrepared:
-        return onPrepared(p, payload);
       case MessageType::kSent:
-        return onSent(p, payload);
       case MessageType::kReceived:
-        return onReceived(p, payload);
+        return onVersionMessage(p, type, payload);
       case MessageType::kBye:
         p.said_bye = true;
         maybeAllGone();
@@ -268,10 +251,17 @@ class Coordinator::Impl {
     }
   }
 
-  // ---- joining -----------------------------------------------------------------------------
-  int expectedParticipants() const {
-    if (opt_.mpi_world_size > 0) return opt_.mpi_world_size - opt_.first_participant_world_rank;
-    return opt_.num_trainers + opt_.num_rollouts;
+  // ---- joining (coordinator/admission.h) --------------------------------------------------
+  JobShape jobShape() const {
+    return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
+            opt_.num_rollouts};
+  }
+  std::vector<const HelloMsg*> joinedHellos() const {
+    std::vector<const HelloMsg*> hellos;
+    hellos.reserve(participants_.size());
+    for (const Participant& p : participants_)
+      hellos.push_back(&p.hello);
+    return hellos;
   }
 
   void onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
@@ -280,35 +270,7 @@ class Coordinator::Impl {
     if (s.isOk() && phase_ != Phase::kJoining) {
       s = invalidUsage("the job is past joining; late ranks are not supported yet");
     }
-    if (s.isOk() && hello.role == Role::kRollout && hello.replica < 0) {
-      s = invalidArgument("rollout Hello without a replica index (set config.replica >= 0)");
-    }
-    if (s.isOk()) {
-      for (const Participant& q : participants_) {
-        const bool same = opt_.mpi_world_size > 0 ? q.hello.world_rank == hello.world_rank
-                                                  : (q.hello.role == hello.role &&
-                                                     q.hello.role_rank == hello.role_rank);
-        if (same) {
-          s = invalidArgument("a rank with the same identity already joined (" + nameOf(q) + ")");
-        }
-      }
-    }
-    if (s.isOk()) {
-      if (opt_.mpi_world_size > 0) {
-        if (hello.world_rank < opt_.first_participant_world_rank ||
-            hello.world_rank >= opt_.mpi_world_size) {
-          s = invalidArgument("world rank " + std::to_string(hello.world_rank) +
-                              " is not in the job");
-        }
-      } else {
-        const int count = hello.role == Role::kTrainer ? opt_.num_trainers : opt_.num_rollouts;
-        if (hello.role_rank < 0 || hello.role_rank >= count) {
-          s = invalidArgument(rankName(hello.role, hello.role_rank) +
-                              " is out of range: the job has " + std::to_string(count) + " " +
-                              roleName(hello.role) + " ranks");
-        }
-      }
-    }
+    if (s.isOk()) s = checkHello(jobShape(), hello, joinedHellos());
     if (!s.isOk()) {
       log("refused a connection: " + s.toString());
       refuse(conn, s);
@@ -321,7 +283,7 @@ class Coordinator::Impl {
     p.role_rank = hello.role_rank;
     by_conn_[conn] = participants_.size();
     participants_.push_back(std::move(p));
-    if (static_cast<int>(participants_.size()) == expectedParticipants()) admitAll();
+    if (static_cast<int>(participants_.size()) == expectedParticipants(jobShape())) admitAll();
   }
 
   void admitAll() {
@@ -443,28 +405,27 @@ class Coordinator::Impl {
     return places;
   }
 
+  // Groups the rollout ranks into replicas (each with one slot count) for the sequencer.
   Status setupReplicas(const std::vector<Registration>& rollouts) {
     std::map<int32_t, std::vector<int32_t>> members;
     for (const Registration& r : rollouts)
       members[r.replica].push_back(r.rank);
-    int32_t max_replica = members.rbegin()->first;
-    replicas_.assign(static_cast<size_t>(max_replica) + 1, {});
     replica_of_rollout_.assign(rollouts.size(), -1);
+    SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness};
+    sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
     for (auto& [id, ranks] : members) {
-      ReplicaState& rs = replicas_[static_cast<size_t>(id)];
-      rs.ranks = ranks;
-      rs.num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
+      const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
       for (int32_t r : ranks) {
         replica_of_rollout_[static_cast<size_t>(r)] = id;
         const auto n = static_cast<int32_t>(rollout(r).reg.slot_descriptors.size());
-        if (n != rs.num_slots) {
+        if (n != num_slots) {
           return invalidArgument("replica " + std::to_string(id) + ": rollout " +
-                                 std::to_string(ranks[0]) + " has " + std::to_string(rs.num_slots) +
+                                 std::to_string(ranks[0]) + " has " + std::to_string(num_slots) +
                                  " slots but rollout " + std::to_string(r) + " has " +
                                  std::to_string(n));
         }
       }
-      rs.slot_version.assign(static_cast<size_t>(rs.num_slots), 0);
+      WSYNC_RETURN_IF_ERROR(sequencer_->addReplica({id, ranks, num_slots}));
     }
     return Status::ok();
   }
@@ -536,149 +497,42 @@ class Coordinator::Impl {
     return Status::ok();
   }
 
-  // ---- versions ----------------------------------------------------------------------------
-  Status onPublish(Participant& p, const std::vector<uint8_t>& payload) {
-    if (phase_ != Phase::kRunning) return invalidUsage("Publish before commit completed");
+  // ---- versions (coordinator/version_sequencer.h) -----------------------------------------
+  Status onVersionMessage(const Participant& p, MessageType type,
+                          const std::vector<uint8_t>& payload) {
+    if (phase_ != Phase::kRunning) {
+      return invalidUsage(std::string(messageTypeName(type)) + " before commit completed");
+    }
+    const bool trainer_message = type == MessageType::kPublish || type == MessageType::kSent;
+    if ((p.hello.role == Role::kTrainer) != trainer_message) {
+      return protocolError(std::string("unexpected message ") + messageTypeName(type) + " from a " +
+                           roleName(p.hello.role) + " rank");
+    }
+    const auto now = Clock::now();
+    if (type == MessageType::kPrepared) {
+      SlotMsg m;
+      WSYNC_RETURN_IF_ERROR(decode(payload, m));
+      return apply(sequencer_->onPrepared(p.role_rank, m, now));
+    }
     VersionMsg m;
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
-    if (m.version < last_started_) {
-      return invalidUsage(nameOf(p) + " published version " + std::to_string(m.version) +
-                          " after version " + std::to_string(last_started_) +
-                          " started: trainers must publish the same increasing versions");
+    if (type == MessageType::kPublish)
+      return apply(sequencer_->onPublish(p.role_rank, m.version, now));
+    if (type == MessageType::kSent) return apply(sequencer_->onSent(p.role_rank, m.version, now));
+    return apply(sequencer_->onReceived(p.role_rank, m.version, now));
+  }
+
+  // Logs the sequencer's notes and sends its messages; returns its error, if any.
+  Status apply(Result<SequencerOutput> output) {
+    if (!output.isOk()) return output.status();
+    for (const std::string& note : output->notes)
+      log(note);
+    for (const OutgoingMessage& m : output->messages) {
+      const std::vector<uint8_t> payload = m.encodedPayload();
+      for (const RankRef& to : m.to)
+        sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
     }
-    if (m.version > last_started_) pending_versions_.insert(m.version);
-    maybeStartNext();
     return Status::ok();
-  }
-
-  void maybeStartNext() {
-    if (in_flight_ != 0 || pending_versions_.empty()) return;
-    const uint64_t v = *pending_versions_.begin();
-    pending_versions_.erase(pending_versions_.begin());
-    in_flight_ = v;
-    last_started_ = v;
-    version_started_ = Clock::now();
-    go_sent_ = false;
-    sent_ = 0;
-    for (size_t id = 0; id < replicas_.size(); ++id) {
-      ReplicaState& rs = replicas_[id];
-      if (rs.ranks.empty()) continue;
-      // The slot to write: not the newest ready one; an empty one, else the oldest.
-      int32_t best = -1;
-      for (int32_t s = 0; s < rs.num_slots; ++s) {
-        if (s == rs.ready_slot) continue;
-        if (best < 0 ||
-            rs.slot_version[static_cast<size_t>(s)] < rs.slot_version[static_cast<size_t>(best)])
-          best = s;
-      }
-      rs.target_slot = best;
-      rs.prepared = 0;
-      rs.skipped = false;
-      rs.received = 0;
-      rs.ready_sent = false;
-      const auto payload = encode(SlotMsg{v, best});
-      for (int32_t r : rs.ranks)
-        sendTo(rollout(r), MessageType::kPrepare, payload);
-    }
-  }
-
-  Status onPrepared(Participant& p, const std::vector<uint8_t>& payload) {
-    SlotMsg m;
-    WSYNC_RETURN_IF_ERROR(decode(payload, m));
-    if (m.version != in_flight_) return Status::ok();  // a skipped replica catching up late
-    ReplicaState& rs =
-        replicas_[static_cast<size_t>(replica_of_rollout_[static_cast<size_t>(p.role_rank)])];
-    if (m.slot != rs.target_slot) {
-      return protocolError("prepared slot " + std::to_string(m.slot) + " for version " +
-                           std::to_string(m.version) + " but slot " +
-                           std::to_string(rs.target_slot) + " was asked");
-    }
-    ++rs.prepared;
-    if (!go_sent_) maybeGo(false);
-    return Status::ok();
-  }
-
-  // Sends Go once every replica drained its target slot; after skip_grace, replicas that have not
-  // are skipped when the staleness bound allows it.
-  void maybeGo(bool grace_over) {
-    std::vector<int32_t> slots(replicas_.size(), -1);
-    for (size_t id = 0; id < replicas_.size(); ++id) {
-      ReplicaState& rs = replicas_[id];
-      if (rs.ranks.empty()) continue;
-      if (rs.prepared == static_cast<int32_t>(rs.ranks.size())) {
-        slots[id] = rs.target_slot;
-        continue;
-      }
-      const bool can_skip =
-          grace_over && rs.ready_version > 0 &&
-          (opt_.max_staleness < 0 ||
-           in_flight_ - rs.ready_version <= static_cast<uint64_t>(opt_.max_staleness));
-      if (!can_skip) return;  // wait for it
-    }
-    for (size_t id = 0; id < replicas_.size(); ++id) {
-      ReplicaState& rs = replicas_[id];
-      if (!rs.ranks.empty() && slots[id] < 0) {
-        rs.skipped = true;
-        log("version " + std::to_string(in_flight_) + ": replica " + std::to_string(id) +
-            " skipped (its readers still hold slot " + std::to_string(rs.target_slot) + ")");
-      }
-    }
-    go_sent_ = true;
-    const auto payload = encode(GoMsg{in_flight_, slots});
-    for (const Participant& q : participants_)
-      sendTo(q, MessageType::kGo, payload);
-  }
-
-  Status onSent(Participant& p, const std::vector<uint8_t>& payload) {
-    VersionMsg m;
-    WSYNC_RETURN_IF_ERROR(decode(payload, m));
-    if (m.version != in_flight_ || !go_sent_) {
-      return protocolError(nameOf(p) + " reported version " + std::to_string(m.version) +
-                           " sent out of order");
-    }
-    ++sent_;
-    checkReplicasReady();
-    return Status::ok();
-  }
-
-  Status onReceived(Participant& p, const std::vector<uint8_t>& payload) {
-    VersionMsg m;
-    WSYNC_RETURN_IF_ERROR(decode(payload, m));
-    if (m.version != in_flight_ || !go_sent_) {
-      return protocolError(nameOf(p) + " reported version " + std::to_string(m.version) +
-                           " received out of order");
-    }
-    ++replicas_[static_cast<size_t>(replica_of_rollout_[static_cast<size_t>(p.role_rank)])]
-          .received;
-    checkReplicasReady();
-    return Status::ok();
-  }
-
-  void checkReplicasReady() {
-    if (sent_ < static_cast<int32_t>(trainer_index_.size())) return;
-    bool all = true;
-    for (size_t id = 0; id < replicas_.size(); ++id) {
-      ReplicaState& rs = replicas_[id];
-      if (rs.ranks.empty() || rs.skipped || rs.ready_sent) continue;
-      if (rs.received < static_cast<int32_t>(rs.ranks.size())) {
-        all = false;
-        continue;
-      }
-      rs.ready_sent = true;
-      rs.ready_version = in_flight_;
-      rs.ready_slot = rs.target_slot;
-      rs.slot_version[static_cast<size_t>(rs.target_slot)] = in_flight_;
-      const auto payload = encode(SlotMsg{in_flight_, rs.target_slot});
-      for (int32_t r : rs.ranks)
-        sendTo(rollout(r), MessageType::kReady, payload);
-    }
-    if (!all) return;
-    const auto payload = encode(VersionMsg{in_flight_});
-    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t) {
-      sendTo(trainer(t), MessageType::kDelivered, payload);
-    }
-    in_flight_ = 0;
-    maybeStartNext();
   }
 
   // ---- timers ------------------------------------------------------------------------------
@@ -687,32 +541,7 @@ class Coordinator::Impl {
     if (phase_ < Phase::kRunning && now >= phase_deadline_) {
       std::string missing;
       if (phase_ == Phase::kJoining) {
-        missing = std::to_string(participants_.size()) + " of " +
-                  std::to_string(expectedParticipants()) + " ranks joined";
-        if (opt_.mpi_world_size > 0) {
-          std::vector<bool> seen(static_cast<size_t>(opt_.mpi_world_size), false);
-          for (const Participant& p : participants_)
-            seen[static_cast<size_t>(p.hello.world_rank)] = true;
-          std::string absent;
-          for (int w = opt_.first_participant_world_rank; w < opt_.mpi_world_size; ++w) {
-            if (!seen[static_cast<size_t>(w)])
-              absent += (absent.empty() ? "" : ", ") + std::to_string(w);
-          }
-          missing += "; never arrived: MPI world rank(s) " + absent;
-        } else {
-          std::string absent;
-          for (Role role : {Role::kTrainer, Role::kRollout}) {
-            const int count = role == Role::kTrainer ? opt_.num_trainers : opt_.num_rollouts;
-            for (int r = 0; r < count; ++r) {
-              const bool seen = std::any_of(participants_.begin(), participants_.end(),
-                                            [&](const Participant& p) {
-                                              return p.hello.role == role && p.hello.role_rank == r;
-                                            });
-              if (!seen) absent += (absent.empty() ? "" : ", ") + rankName(role, r);
-            }
-          }
-          missing += "; never arrived: " + absent;
-        }
+        missing = describeAbsentRanks(jobShape(), joinedHellos());
       } else {
         for (const Participant& p : participants_) {
           const bool waiting = phase_ == Phase::kRegistering ? !p.registered : !p.committed;
@@ -727,21 +556,9 @@ class Coordinator::Impl {
                         "; " + missing));
       return;
     }
-    if (phase_ == Phase::kRunning && in_flight_ != 0) {
-      if (!go_sent_ && now - version_started_ >= opt_.skip_grace) maybeGo(true);
-      if (now - version_started_ >= opt_.timeout) {
-        std::string late;
-        for (size_t id = 0; id < replicas_.size(); ++id) {
-          const ReplicaState& rs = replicas_[id];
-          if (rs.ranks.empty() || rs.skipped || rs.ready_sent) continue;
-          late +=
-              (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id) +
-              (go_sent_ ? "" : " (readers still hold slot " + std::to_string(rs.target_slot) + ")");
-        }
-        fail(timeoutError("version " + std::to_string(in_flight_) + " not delivered within " +
-                          std::to_string(opt_.timeout.count()) + " ms; waiting on " + late +
-                          (go_sent_ ? "; trainers done: " + std::to_string(sent_) : "")));
-      }
+    if (phase_ == Phase::kRunning) {
+      Status s = apply(sequencer_->advance(now));
+      if (!s.isOk()) fail(s);
     }
   }
 
@@ -767,15 +584,9 @@ class Coordinator::Impl {
   std::vector<ConnectionId> pending_;   // connected, no Hello yet
   std::vector<int32_t> trainer_index_;  // role rank -> participants_ index
   std::vector<int32_t> rollout_index_;
-  std::vector<ReplicaState> replicas_;
   std::vector<int32_t> replica_of_rollout_;
   BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
-  std::set<uint64_t> pending_versions_;
-  uint64_t in_flight_ = 0;
-  uint64_t last_started_ = 0;
-  Clock::time_point version_started_;
-  bool go_sent_ = false;
-  int32_t sent_ = 0;
+  std::optional<VersionSequencer> sequencer_;  // from planning on
 };
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {

@@ -2,7 +2,7 @@
 // registrations, computes the plan once, hands each rank its part, then sequences versions:
 // picks the slot each replica writes into, says when every replica may start, and marks a version
 // ready on a replica only when all of its data landed (see coordinator/protocol.h for the
-// messages).
+// messages; the per-version state machine is coordinator/version_sequencer.h).
 //
 // Threading: start() spawns one event thread; every state change happens on it. The control
 // server's thread only enqueues events. wait() and stop() may be called from any thread.

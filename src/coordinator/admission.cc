@@ -1,0 +1,78 @@
+#include "coordinator/admission.h"
+
+#include <algorithm>
+
+namespace wsync {
+namespace {
+
+bool sameIdentity(const JobShape& job, const HelloMsg& a, const HelloMsg& b) {
+  if (job.mpi_world_size > 0) return a.world_rank == b.world_rank;
+  return a.role == b.role && a.role_rank == b.role_rank;
+}
+
+}  // namespace
+
+std::string rankName(Role role, int32_t rank) {
+  return std::string(roleName(role)) + " " + std::to_string(rank);
+}
+
+int expectedParticipants(const JobShape& job) {
+  if (job.mpi_world_size > 0) return job.mpi_world_size - job.first_participant_world_rank;
+  return job.num_trainers + job.num_rollouts;
+}
+
+Status checkHello(const JobShape& job, const HelloMsg& hello,
+                  const std::vector<const HelloMsg*>& joined) {
+  if (hello.role == Role::kRollout && hello.replica < 0) {
+    return invalidArgument("rollout Hello without a replica index (set config.replica >= 0)");
+  }
+  for (const HelloMsg* q : joined) {
+    if (sameIdentity(job, *q, hello)) {
+      return invalidArgument("a rank with the same identity already joined (" +
+                             rankName(q->role, q->role_rank) + ")");
+    }
+  }
+  if (job.mpi_world_size > 0) {
+    if (hello.world_rank < job.first_participant_world_rank ||
+        hello.world_rank >= job.mpi_world_size) {
+      return invalidArgument("world rank " + std::to_string(hello.world_rank) +
+                             " is not in the job");
+    }
+    return Status::ok();
+  }
+  const int count = hello.role == Role::kTrainer ? job.num_trainers : job.num_rollouts;
+  if (hello.role_rank < 0 || hello.role_rank >= count) {
+    return invalidArgument(rankName(hello.role, hello.role_rank) +
+                           " is out of range: the job has " + std::to_string(count) + " " +
+                           roleName(hello.role) + " ranks");
+  }
+  return Status::ok();
+}
+
+std::string describeAbsentRanks(const JobShape& job, const std::vector<const HelloMsg*>& joined) {
+  std::string missing = std::to_string(joined.size()) + " of " +
+                        std::to_string(expectedParticipants(job)) + " ranks joined";
+  std::string absent;
+  auto add = [&absent](const std::string& name) { absent += (absent.empty() ? "" : ", ") + name; };
+  if (job.mpi_world_size > 0) {
+    std::vector<bool> seen(static_cast<size_t>(job.mpi_world_size), false);
+    for (const HelloMsg* h : joined)
+      seen[static_cast<size_t>(h->world_rank)] = true;
+    for (int w = job.first_participant_world_rank; w < job.mpi_world_size; ++w) {
+      if (!seen[static_cast<size_t>(w)]) add(std::to_string(w));
+    }
+    return missing + "; never arrived: MPI world rank(s) " + absent;
+  }
+  for (Role role : {Role::kTrainer, Role::kRollout}) {
+    const int count = role == Role::kTrainer ? job.num_trainers : job.num_rollouts;
+    for (int r = 0; r < count; ++r) {
+      const bool seen = std::any_of(joined.begin(), joined.end(), [&](const HelloMsg* h) {
+        return h->role == role && h->role_rank == r;
+      });
+      if (!seen) add(rankName(role, r));
+    }
+  }
+  return missing + "; never arrived: " + absent;
+}
+
+}  // namespace wsync

@@ -1,0 +1,34 @@
+// Who belongs to a job: the coordinator's admission rules (coordinator/coordinator.h), as pure
+// functions of the job's shape and of the Hellos received so far.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/protocol.h"
+
+namespace wsync {
+
+// MPI bootstrap: mpi_world_size > 0 and world ranks [first_participant_world_rank,
+// mpi_world_size) join. Explicit bootstrap: num_trainers and num_rollouts role ranks join.
+struct JobShape {
+  int mpi_world_size = 0;
+  int first_participant_world_rank = 0;
+  int num_trainers = 0;
+  int num_rollouts = 0;
+};
+
+std::string rankName(Role role, int32_t rank);  // "trainer 3"
+
+int expectedParticipants(const JobShape& job);
+
+// INVALID_ARGUMENT when `hello` cannot be one of the job's ranks: a rollout without a replica
+// index, a world rank or role rank out of the job's range, or the identity of a rank in `joined`.
+Status checkHello(const JobShape& job, const HelloMsg& hello,
+                  const std::vector<const HelloMsg*>& joined);
+
+// "2 of 3 ranks joined; never arrived: ..." naming the ranks that never said Hello.
+std::string describeAbsentRanks(const JobShape& job, const std::vector<const HelloMsg*>& joined);
+
+}  // namespace wsync

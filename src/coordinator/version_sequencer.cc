@@ -1,0 +1,340 @@
+#include "coordinator/version_sequencer.h"
+
+#include <algorithm>
+
+namespace wsync {
+namespace {
+
+std::string versionName(uint64_t v) {
+  return "version " + std::to_string(v);
+}
+
+std::string rolloutName(int32_t rank) {
+  return "rollout " + std::to_string(rank);
+}
+
+}  // namespace
+
+std::vector<uint8_t> OutgoingMessage::encodedPayload() const {
+  return std::visit([](const auto& m) { return encode(m); }, payload);
+}
+
+VersionSequencer::VersionSequencer(SequencerOptions options, int32_t num_trainers)
+    : options_(options), num_trainers_(num_trainers) {}
+
+// ---- membership ------------------------------------------------------------------------------
+
+Status VersionSequencer::addReplica(const ReplicaSpec& spec) {
+  const std::string what = "replica " + std::to_string(spec.id);
+  if (spec.id < 0) return invalidArgument(what + ": a replica id must be >= 0");
+  if (replicas_.count(spec.id) != 0) return invalidArgument(what + " already exists");
+  if (spec.ranks.empty()) return invalidArgument(what + " has no rank");
+  if (spec.num_slots < 2) {
+    return invalidArgument(what + " has " + std::to_string(spec.num_slots) +
+                           " slots; at least 2 are needed");
+  }
+  std::set<int32_t> seen;
+  for (int32_t r : spec.ranks) {
+    if (r < 0) return invalidArgument(what + ": rank " + std::to_string(r) + " is not a rank");
+    if (!seen.insert(r).second)
+      return invalidArgument(what + " lists " + rolloutName(r) + " twice");
+    auto it = replica_of_.find(r);
+    if (it != replica_of_.end()) {
+      return invalidArgument(what + ": " + rolloutName(r) + " is already in replica " +
+                             std::to_string(it->second));
+    }
+  }
+  Replica replica;
+  replica.ranks = spec.ranks;
+  replica.slot_version.assign(static_cast<size_t>(spec.num_slots), 0);
+  for (int32_t r : spec.ranks) {
+    replica_of_[r] = spec.id;
+    departed_.erase(r);
+  }
+  replicas_.emplace(spec.id, std::move(replica));
+  return Status::ok();
+}
+
+Result<SequencerOutput> VersionSequencer::removeReplica(int32_t replica, SequencerTime now) {
+  auto it = replicas_.find(replica);
+  if (it == replicas_.end()) {
+    return invalidArgument("replica " + std::to_string(replica) + " is not in the job");
+  }
+  if (in_flight_ && it->second.stage != Stage::kOut) in_flight_->lost.push_back(replica);
+  for (int32_t r : it->second.ranks) {
+    replica_of_.erase(r);
+    departed_.insert(r);
+  }
+  replicas_.erase(it);
+  SequencerOutput out;
+  tryGo(now, out);
+  tryComplete(now, out);
+  return out;
+}
+
+std::optional<int32_t> VersionSequencer::replicaOf(int32_t rollout) const {
+  auto it = replica_of_.find(rollout);
+  if (it == replica_of_.end()) return std::nullopt;
+  return it->second;
+}
+
+uint64_t VersionSequencer::readyVersion(int32_t replica) const {
+  auto it = replicas_.find(replica);
+  return it == replicas_.end() ? 0 : it->second.ready_version;
+}
+
+uint64_t VersionSequencer::inFlightVersion() const {
+  return in_flight_ ? in_flight_->version : 0;
+}
+
+std::optional<SequencerTime> VersionSequencer::nextDeadline() const {
+  if (!in_flight_) return std::nullopt;
+  SequencerTime deadline = in_flight_->started + options_.timeout;
+  if (!in_flight_->go_sent && !in_flight_->grace_applied) {
+    deadline = std::min(deadline, in_flight_->started + options_.skip_grace);
+  }
+  return deadline;
+}
+
+// ---- events ----------------------------------------------------------------------------------
+
+Status VersionSequencer::checkTrainer(int32_t trainer) const {
+  if (trainer < 0 || trainer >= num_trainers_) {
+    return invalidArgument("trainer " + std::to_string(trainer) + " is not in the job (" +
+                           std::to_string(num_trainers_) + " trainers)");
+  }
+  return Status::ok();
+}
+
+Result<VersionSequencer::Replica*> VersionSequencer::replicaForMessage(int32_t rollout) {
+  auto it = replica_of_.find(rollout);
+  if (it != replica_of_.end()) return &replicas_.at(it->second);
+  if (departed_.count(rollout) != 0) return static_cast<Replica*>(nullptr);
+  return invalidArgument(rolloutName(rollout) + " is in no replica of the job");
+}
+
+Result<SequencerOutput> VersionSequencer::onPublish(int32_t trainer, uint64_t version,
+                                                    SequencerTime now) {
+  WSYNC_RETURN_IF_ERROR(checkTrainer(trainer));
+  if (version == 0) {
+    return invalidArgument("trainer " + std::to_string(trainer) +
+                           " published version 0; versions start at 1");
+  }
+  if (version < last_started_) {
+    return invalidUsage("trainer " + std::to_string(trainer) + " published " +
+                        versionName(version) + " after " + versionName(last_started_) +
+                        " started: trainers must publish the same increasing versions");
+  }
+  SequencerOutput out;
+  if (version > last_started_) pending_.insert(version);
+  startNext(now, out);
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const SlotMsg& prepared,
+                                                     SequencerTime now) {
+  WSYNC_ASSIGN_OR_RETURN(Replica * replica, replicaForMessage(rollout));
+  SequencerOutput out;
+  if (replica == nullptr) return out;
+  const std::string what = rolloutName(rollout) + " prepared " + versionName(prepared.version);
+  if (prepared.version > last_started_) return protocolError(what + ", which never started");
+  if (prepared.version != inFlightVersion()) return out;  // a skipped replica catching up late
+  if (replica->stage == Stage::kOut) {
+    return protocolError(what + " but its replica joined after the version started");
+  }
+  if (prepared.slot != replica->target_slot) {
+    return protocolError(rolloutName(rollout) + " prepared slot " + std::to_string(prepared.slot) +
+                         " for " + versionName(prepared.version) + " but slot " +
+                         std::to_string(replica->target_slot) + " was asked");
+  }
+  if (!replica->prepared.insert(rollout).second) return protocolError(what + " twice");
+  tryGo(now, out);
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::onSent(int32_t trainer, uint64_t version,
+                                                 SequencerTime now) {
+  WSYNC_RETURN_IF_ERROR(checkTrainer(trainer));
+  const std::string what =
+      "trainer " + std::to_string(trainer) + " reported " + versionName(version) + " sent";
+  if (!in_flight_ || version != in_flight_->version || !in_flight_->go_sent) {
+    return protocolError(what + " out of order");
+  }
+  std::vector<bool>::reference sent = in_flight_->trainer_sent[static_cast<size_t>(trainer)];
+  if (sent) return protocolError(what + " twice");
+  sent = true;
+  SequencerOutput out;
+  tryComplete(now, out);
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::onReceived(int32_t rollout, uint64_t version,
+                                                     SequencerTime now) {
+  WSYNC_ASSIGN_OR_RETURN(Replica * replica, replicaForMessage(rollout));
+  SequencerOutput out;
+  if (replica == nullptr) return out;
+  const std::string what = rolloutName(rollout) + " reported " + versionName(version) + " received";
+  if (!in_flight_ || version != in_flight_->version || !in_flight_->go_sent) {
+    return protocolError(what + " out of order");
+  }
+  if (replica->stage != Stage::kTaking) {
+    return protocolError(what + (replica->stage == Stage::kReady ? " after its replica was ready"
+                                                                 : " but its replica skips it"));
+  }
+  if (!replica->received.insert(rollout).second) return protocolError(what + " twice");
+  tryComplete(now, out);
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
+  SequencerOutput out;
+  if (!in_flight_) return out;
+  if (now - in_flight_->started >= options_.timeout) {
+    return timeoutError(versionName(in_flight_->version) + " not delivered within " +
+                        std::to_string(options_.timeout.count()) + " ms; " + lateReport());
+  }
+  tryGo(now, out);
+  return out;
+}
+
+// ---- the version's steps ---------------------------------------------------------------------
+
+std::vector<RankRef> VersionSequencer::trainerRanks() const {
+  std::vector<RankRef> to;
+  to.reserve(static_cast<size_t>(num_trainers_));
+  for (int32_t t = 0; t < num_trainers_; ++t)
+    to.push_back({Role::kTrainer, t});
+  return to;
+}
+
+int32_t VersionSequencer::chooseSlot(const Replica& r) const {
+  int32_t best = -1;
+  for (int32_t s = 0; s < static_cast<int32_t>(r.slot_version.size()); ++s) {
+    if (s == r.ready_slot) continue;
+    if (best < 0 ||
+        r.slot_version[static_cast<size_t>(s)] < r.slot_version[static_cast<size_t>(best)])
+      best = s;
+  }
+  return best;
+}
+
+void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
+  if (in_flight_ || pending_.empty()) return;
+  const uint64_t v = *pending_.begin();
+  pending_.erase(pending_.begin());
+  last_started_ = v;
+  in_flight_.emplace();
+  in_flight_->version = v;
+  in_flight_->started = now;
+  in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), false);
+  for (auto& [id, replica] : replicas_) {
+    replica.stage = Stage::kPreparing;
+    replica.target_slot = chooseSlot(replica);
+    replica.prepared.clear();
+    replica.received.clear();
+    OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
+    for (int32_t r : replica.ranks)
+      prepare.to.push_back({Role::kRollout, r});
+    out.messages.push_back(std::move(prepare));
+  }
+  tryGo(now, out);  // a zero grace skips at once
+}
+
+bool VersionSequencer::canSkip(const Replica& r) const {
+  if (r.ready_version == 0) return false;  // it must get a first version
+  return options_.max_staleness < 0 ||
+         in_flight_->version - r.ready_version <= static_cast<uint64_t>(options_.max_staleness);
+}
+
+void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
+  if (!in_flight_ || in_flight_->go_sent) return;
+  const bool grace_over = now - in_flight_->started >= options_.skip_grace;
+  if (grace_over) in_flight_->grace_applied = true;
+  for (const auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kPreparing) continue;
+    const bool ready = replica.prepared.size() == replica.ranks.size();
+    if (!ready && !(grace_over && canSkip(replica))) return;  // wait for it
+  }
+  const uint64_t v = in_flight_->version;
+  GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
+  OutgoingMessage message{MessageType::kGo, trainerRanks(), {}};
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kPreparing) continue;
+    if (replica.prepared.size() == replica.ranks.size()) {
+      replica.stage = Stage::kTaking;
+      go.slot_of_replica[static_cast<size_t>(id)] = replica.target_slot;
+    } else {
+      replica.stage = Stage::kSkipped;
+      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
+                          " skipped (its readers still hold slot " +
+                          std::to_string(replica.target_slot) + ")");
+    }
+    for (int32_t r : replica.ranks)
+      message.to.push_back({Role::kRollout, r});
+  }
+  message.payload = std::move(go);
+  in_flight_->go_sent = true;
+  out.messages.push_back(std::move(message));
+}
+
+void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
+  if (!in_flight_ || !in_flight_->go_sent) return;
+  const std::vector<bool>& sent = in_flight_->trainer_sent;
+  if (!std::all_of(sent.begin(), sent.end(), [](bool s) { return s; })) return;
+  const uint64_t v = in_flight_->version;
+  bool all_ready = true;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kTaking) continue;
+    if (replica.received.size() < replica.ranks.size()) {
+      all_ready = false;
+      continue;
+    }
+    replica.stage = Stage::kReady;
+    replica.ready_version = v;
+    replica.ready_slot = replica.target_slot;
+    replica.slot_version[static_cast<size_t>(replica.target_slot)] = v;
+    OutgoingMessage ready{MessageType::kReady, {}, SlotMsg{v, replica.target_slot}};
+    for (int32_t r : replica.ranks)
+      ready.to.push_back({Role::kRollout, r});
+    out.messages.push_back(std::move(ready));
+  }
+  if (!all_ready) return;
+  out.messages.push_back({MessageType::kDelivered, trainerRanks(), VersionMsg{v}});
+  VersionOutcome outcome;
+  outcome.version = v;
+  outcome.lost_replicas = std::move(in_flight_->lost);
+  std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
+    if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
+    replica.stage = Stage::kOut;
+  }
+  out.delivered = std::move(outcome);
+  in_flight_.reset();
+  startNext(now, out);
+}
+
+// Who the in-flight version waits for, for the timeout error.
+std::string VersionSequencer::lateReport() const {
+  std::string late;
+  for (const auto& [id, replica] : replicas_) {
+    const bool waiting =
+        in_flight_->go_sent
+            ? replica.stage == Stage::kTaking && replica.received.size() < replica.ranks.size()
+            : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
+    if (!waiting) continue;
+    late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id);
+    if (!in_flight_->go_sent) {
+      late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";
+    }
+  }
+  std::string report = "waiting on " + (late.empty() ? std::string("no replica") : late);
+  if (in_flight_->go_sent) {
+    const auto& sent = in_flight_->trainer_sent;
+    report += "; trainers done: " + std::to_string(std::count(sent.begin(), sent.end(), true)) +
+              " of " + std::to_string(num_trainers_);
+  }
+  return report;
+}
+
+}  // namespace wsync

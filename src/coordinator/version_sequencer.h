@@ -1,0 +1,168 @@
+// The version sequencer: the coordinator's per-version state machine, as a pure component. It
+// takes events (a trainer published, a rollout rank drained its slot, data was sent or received,
+// time passed, a replica joined or left) and returns the messages to send; it has no sockets, no
+// threads and no clock of its own: every event carries `now`, and nextDeadline() says when the
+// caller must call advance() at the latest. Not thread-safe; the coordinator's event thread owns
+// it.
+//
+// One version at a time (coordinator/protocol.h):
+//   the first Publish(v) of any trainer queues v; versions start in increasing order, each once
+//   the previous one was delivered;
+//   start: Prepare(v, slot) to every rank of every replica (the slot: not the replica's newest
+//   ready one; an empty one, else the oldest);
+//   Go(v, slot per replica) to every trainer and every rank of the version's replicas once each
+//   replica is prepared on all its ranks. A replica still busy skip_grace after the start is
+//   skipped (slot -1) if it already holds a version and skipping keeps its lag within
+//   max_staleness; otherwise Go waits for it;
+//   Ready(v, slot) to the ranks of a taking replica once every trainer sent v and every rank of
+//   the replica received it;
+//   Delivered(v) to every trainer once every taking replica is ready (VersionOutcome says which
+//   replicas took v, which were skipped, which left while v was in flight).
+//
+// Membership is keyed by replica id and rollout rank so that replicas can join and leave between
+// or during versions: a replica added while a version is in flight takes part from the next
+// version on; a replica removed while a version is in flight is no longer waited for (the version
+// completes for the others), and later messages from its ranks are ignored. Trainers are fixed:
+// losing one ends the job (the caller's concern).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/protocol.h"
+#include "layout/registration.h"  // Role
+
+namespace wsync {
+
+using SequencerTime = std::chrono::steady_clock::time_point;
+
+struct SequencerOptions {
+  // Bound on one version's progress, from its start to its delivery.
+  std::chrono::milliseconds timeout{60000};
+  // How long after a version's start a busy replica may still hold up Go (see above).
+  std::chrono::milliseconds skip_grace{200};
+  int max_staleness = -1;  // versions a skipped replica may lag; -1: unbounded
+};
+
+struct ReplicaSpec {
+  int32_t id = -1;             // >= 0, unique
+  std::vector<int32_t> ranks;  // rollout ranks (>= 0), in no other replica; not empty
+  int32_t num_slots = 0;       // slots on each of its ranks; >= 2
+};
+
+struct RankRef {
+  Role role = Role::kTrainer;
+  int32_t rank = -1;  // role rank
+  bool operator==(const RankRef& o) const { return role == o.role && rank == o.rank; }
+};
+
+// One message: the same payload to every rank in `to`.
+struct OutgoingMessage {
+  MessageType type = MessageType::kError;
+  std::vector<RankRef> to;
+  std::variant<VersionMsg, SlotMsg, GoMsg> payload;
+
+  std::vector<uint8_t> encodedPayload() const;
+};
+
+// How a delivered version ended, replica ids in increasing order.
+struct VersionOutcome {
+  uint64_t version = 0;
+  std::vector<int32_t> ready_replicas;    // took the version: every rank got Ready
+  std::vector<int32_t> skipped_replicas;  // busy past the grace: Go said -1
+  std::vector<int32_t> lost_replicas;     // removed while the version was in flight
+};
+
+// What one event asks the caller to do.
+struct SequencerOutput {
+  std::vector<OutgoingMessage> messages;    // send in this order
+  std::vector<std::string> notes;           // progress lines for the log (skipped replicas)
+  std::optional<VersionOutcome> delivered;  // set when this event completed a version
+};
+
+class VersionSequencer {
+ public:
+  // Trainers are ranks [0, num_trainers), num_trainers >= 1; replicas come through addReplica().
+  VersionSequencer(SequencerOptions options, int32_t num_trainers);
+
+  // Adds a replica (INVALID_ARGUMENT on a bad spec, see ReplicaSpec). It takes part from the next
+  // version that starts.
+  Status addReplica(const ReplicaSpec& spec);
+  // Removes a replica (INVALID_ARGUMENT when unknown). The in-flight version stops waiting for it,
+  // so this may send Go, Ready and Delivered, and start the next version.
+  Result<SequencerOutput> removeReplica(int32_t replica, SequencerTime now);
+
+  // Events from ranks. Errors (the job should fail): INVALID_ARGUMENT for an unknown rank or
+  // version 0, INVALID_USAGE for a Publish below the started version, PROTOCOL for a message out
+  // of order (before Go, for another version, twice, from a replica that does not take the
+  // version, for another slot than asked). On error nothing changed.
+  Result<SequencerOutput> onPublish(int32_t trainer, uint64_t version, SequencerTime now);
+  Result<SequencerOutput> onPrepared(int32_t rollout, const SlotMsg& prepared, SequencerTime now);
+  Result<SequencerOutput> onSent(int32_t trainer, uint64_t version, SequencerTime now);
+  Result<SequencerOutput> onReceived(int32_t rollout, uint64_t version, SequencerTime now);
+  // Time passed: skips busy replicas once the grace is over; TIMEOUT when the in-flight version
+  // was not delivered within options.timeout of its start.
+  Result<SequencerOutput> advance(SequencerTime now);
+
+  // The latest time at which advance() must be called next; none while no version is in flight.
+  std::optional<SequencerTime> nextDeadline() const;
+
+  uint64_t inFlightVersion() const;  // 0: none
+  uint64_t lastStartedVersion() const { return last_started_; }
+  std::optional<int32_t> replicaOf(int32_t rollout) const;
+  uint64_t readyVersion(int32_t replica) const;  // newest version ready on it; 0: none or unknown
+
+ private:
+  // A replica's part in the in-flight version.
+  enum class Stage { kOut, kPreparing, kTaking, kSkipped, kReady };
+
+  struct Replica {
+    std::vector<int32_t> ranks;
+    std::vector<uint64_t> slot_version;  // per slot; 0: empty
+    uint64_t ready_version = 0;          // 0: none yet
+    int32_t ready_slot = -1;
+    Stage stage = Stage::kOut;
+    int32_t target_slot = -1;
+    std::set<int32_t> prepared;  // ranks that drained target_slot
+    std::set<int32_t> received;  // ranks that received their broadcasts
+  };
+
+  struct InFlight {
+    uint64_t version = 0;
+    SequencerTime started;
+    bool go_sent = false;
+    bool grace_applied = false;  // a call at or after started + skip_grace looked for skips
+    std::vector<bool> trainer_sent;
+    std::vector<int32_t> lost;  // replicas removed while in flight
+  };
+
+  Status checkTrainer(int32_t trainer) const;
+  // The replica of `rollout`: nullptr with OK status when the rank departed (ignore its message).
+  Result<Replica*> replicaForMessage(int32_t rollout);
+  std::vector<RankRef> trainerRanks() const;
+  int32_t chooseSlot(const Replica& r) const;
+
+  void startNext(SequencerTime now, SequencerOutput& out);
+  void tryGo(SequencerTime now, SequencerOutput& out);
+  bool canSkip(const Replica& r) const;
+  void tryComplete(SequencerTime now, SequencerOutput& out);
+  std::string lateReport() const;
+
+  SequencerOptions options_;
+  int32_t num_trainers_;
+  std::map<int32_t, Replica> replicas_;    // by replica id
+  std::map<int32_t, int32_t> replica_of_;  // rollout rank -> replica id
+  std::set<int32_t> departed_;             // ranks of removed replicas
+  std::set<uint64_t> pending_;             // published, not started
+  uint64_t last_started_ = 0;
+  std::optional<InFlight> in_flight_;
+};
+
+}  // namespace wsync

@@ -60,8 +60,8 @@ int runHost(const Options& opt, const Roles& roles, const Comms& comms,
 int runDevice(const Options& opt, const Roles& roles, const Comms& comms,
               Clock::time_point process_start) {
   const auto tensors = benchTensors(opt, opt.dtype);
+  PhaseClock phases(comms.bench, process_start);  // "setup" includes starting the CUDA runtime
   if (!DeviceMemoryKind::everyRankHasDevice(opt, roles, comms.bench)) return kNoDevice;
-  PhaseClock phases(comms.bench, process_start);
   DeviceMemoryKind memory(opt, roles, comms, tensors, phases);
   const SyncResult sync = runSync(opt, roles, comms, tensors, memory, phases);
   if (roles.world_rank == 0)

@@ -98,12 +98,12 @@ struct PatternPiece {
 bool fillExpected(const std::vector<PatternPiece>& pieces, wsync_dtype_t dtype, uint64_t version,
                   const DeviceStream& stream, std::string* error);
 
-// The first wrong element found (for the error message); valid when mismatches > 0.
+// The first wrong element found (for the error message); valid when mismatches > 0. What it
+// should hold is expectedValue of its tensor, flat index and version (demo_policy.h).
 struct Mismatch {
   size_t piece = 0;     // index into the pieces given
   int64_t element = 0;  // r * cols + c within the piece's box
   double got = 0;
-  double want = 0;
 };
 
 // Counts the elements of every piece whose bits differ from expectedValue(version) in `dtype`,

@@ -162,24 +162,27 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
       // A host-memory trainer reaches device slots through the GPU it shares the node with.
       const int device = options_.cuda_device >= 0 ? options_.cuda_device : 0;
       WSYNC_ASSIGN_OR_RETURN(transport, createTransport(kind, device, rank()));
-      if (kind == TransportKind::kUcx) {  // register every source once
-        auto add = [&](const void* base, size_t bytes) -> Status {
-          if (bytes == 0) return Status::ok();
-          WSYNC_ASSIGN_OR_RETURN(auto reg, transport->registerSource(base, bytes));
-          source_registrations_.push_back(std::move(reg));
-          return Status::ok();
-        };
-        if (options_.snapshot) {
-          WSYNC_RETURN_IF_ERROR(add(snapshot_.data(), snapshot_.size()));
-        } else {
-          for (size_t i = 0; i < registration_.buffers.size(); ++i) {
-            const LocalBuffer& b = registration_.buffers[i];
-            WSYNC_RETURN_IF_ERROR(
-                add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
-          }
+      // Every source once, on every backend: UCX maps it, CUDA IPC learns which sources are
+      // device memory (their copies go in one batched kernel).
+      auto add = [&](const void* base, size_t bytes) -> Status {
+        if (bytes == 0) return Status::ok();
+        WSYNC_ASSIGN_OR_RETURN(auto reg, transport->registerSource(base, bytes));
+        source_registrations_.push_back(std::move(reg));
+        return Status::ok();
+      };
+      if (options_.snapshot) {
+        WSYNC_RETURN_IF_ERROR(onDevice() ? add(device_snapshot_.data(), device_snapshot_.size())
+                                         : add(snapshot_.data(), snapshot_.size()));
+      } else {
+        for (size_t i = 0; i < registration_.buffers.size(); ++i) {
+          const LocalBuffer& b = registration_.buffers[i];
+          WSYNC_RETURN_IF_ERROR(
+              add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
         }
-        WSYNC_RETURN_IF_ERROR(add(convert_staging_.data(), convert_staging_.size()));
       }
+      WSYNC_RETURN_IF_ERROR(
+          onDevice() ? add(device_convert_staging_.data(), device_convert_staging_.size())
+                     : add(convert_staging_.data(), convert_staging_.size()));
     }
     Status s = transport->connect(p.rank, p.transport_address);
     if (!s.isOk())
@@ -200,11 +203,6 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
       return protocolError("a write targets rollout " + std::to_string(op.dst_rank) +
                            " with no peer information");
     }
-  }
-  const char* no_batch = std::getenv("WSYNC_DEBUG_NO_COPY_BATCH");
-  const auto& ipc = transports_[static_cast<size_t>(TransportKind::kCudaIpc)];
-  if (onDevice() && ipc && (no_batch == nullptr || std::string(no_batch) != "1")) {
-    WSYNC_ASSIGN_OR_RETURN(copy_batch_, DeviceCopyBatch::create(ipc.get(), debug_timing_));
   }
   // Broadcast groups: device memory through the job's NCCL world (collective over every rank),
   // host memory through MPI sub-communicators.
@@ -360,19 +358,10 @@ Status TrainerContext::publishOne(uint64_t version) {
     auto ms = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
-    std::string kernel;
-    if (copy_batch_) {
-      const DeviceCopyBatch::LaunchTiming t = copy_batch_->lastLaunch();
-      if (t.device_ms > 0) {
-        kernel = " (copy kernel " + std::to_string(t.device_ms) + " ms for " +
-                 std::to_string(t.bytes) + " bytes, " +
-                 std::to_string(static_cast<double>(t.bytes) / t.device_ms / 1e6) + " GB/s)";
-      }
-    }
     std::fprintf(stderr,
-                 "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms%s, sent -> "
+                 "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms, sent -> "
                  "delivered %.3f ms\n",
-                 rank(), what.c_str(), ms(started, got_go), ms(got_go, sent), kernel.c_str(),
+                 rank(), what.c_str(), ms(started, got_go), ms(got_go, sent),
                  ms(sent, Clock::now()));
   }
   return Status::ok();
@@ -495,44 +484,30 @@ Status TrainerContext::transfer(const GoMsg& go) {
                               static_cast<uint64_t>(r.dst_offset) * dsz;
     const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
     const size_t row_bytes = static_cast<size_t>(r.count[0]) * dsz;
-    if (copy_batch_ &&
-        peer.transport == transports_[static_cast<size_t>(TransportKind::kCudaIpc)].get()) {
-      // The whole region in one task; converting ops read their packed staging.
-      const bool staged = op.converts();
-      const uint8_t* src = staged ? stagingAt(write_staging_offsets_[i]) : src_base;
-      const size_t src_pitch = staged ? row_bytes : static_cast<size_t>(r.src_stride[0]) * ssz;
-      const size_t src_plane_pitch = staged ? row_bytes * static_cast<size_t>(r.count[1])
-                                            : static_cast<size_t>(r.src_stride[1]) * ssz;
-      WSYNC_RETURN_IF_ERROR(copy_batch_->add(
-          remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
-          static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch, src_plane_pitch, row_bytes,
-          static_cast<size_t>(r.count[1]), static_cast<size_t>(r.count[2])));
-      continue;
-    }
-    for (int64_t plane = 0; plane < r.count[2]; ++plane) {
-      const uint8_t* src = src_base + static_cast<size_t>(plane * r.src_stride[1]) * ssz;
-      size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
-      if (op.converts()) {
-        uint8_t* staged = stagingAt(write_staging_offsets_[i]) +
-                          static_cast<size_t>(plane * r.count[1]) * row_bytes;
-        if (!onDevice()) {  // host: convert this plane's rows now (device: done above)
-          for (int64_t row = 0; row < r.count[1]; ++row) {
-            WSYNC_RETURN_IF_ERROR(convertHost(
-                src + static_cast<size_t>(row) * src_pitch, op.src_dtype,
-                staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype, r.count[0]));
-          }
+    const auto rows = static_cast<size_t>(r.count[1]);
+    const uint8_t* src = src_base;
+    size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
+    size_t src_plane_pitch = static_cast<size_t>(r.src_stride[1]) * ssz;
+    if (op.converts()) {  // the converted region, packed in its staging
+      uint8_t* staged = stagingAt(write_staging_offsets_[i]);
+      if (!onDevice()) {  // host: convert the rows now (device: convertIntoStaging did)
+        for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
+          const int64_t plane = row / r.count[1];
+          const int64_t at = plane * r.src_stride[1] + (row % r.count[1]) * r.src_stride[0];
+          WSYNC_RETURN_IF_ERROR(convertHost(src_base + static_cast<size_t>(at) * ssz, op.src_dtype,
+                                            staged + static_cast<size_t>(row) * row_bytes,
+                                            op.dst_dtype, r.count[0]));
         }
-        src = staged;
-        src_pitch = row_bytes;
       }
-      const uint64_t dst = dst_base + static_cast<uint64_t>(plane * r.dst_stride[1]) * dsz;
-      const uint64_t dst_pitch = static_cast<uint64_t>(r.dst_stride[0]) * dsz;
-      WSYNC_RETURN_IF_ERROR(peer.transport->write2d(
-          remote, dst, r.count[1] > 1 ? dst_pitch : row_bytes, src,
-          r.count[1] > 1 ? src_pitch : row_bytes, row_bytes, static_cast<size_t>(r.count[1])));
+      src = staged;
+      src_pitch = row_bytes;
+      src_plane_pitch = row_bytes * rows;
     }
+    WSYNC_RETURN_IF_ERROR(
+        peer.transport->write3d(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
+                                static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
+                                src_plane_pitch, row_bytes, rows, static_cast<size_t>(r.count[2])));
   }
-  if (copy_batch_) WSYNC_RETURN_IF_ERROR(copy_batch_->launch());
   for (const auto& transport : transports_) {
     if (transport) WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout));
   }

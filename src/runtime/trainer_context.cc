@@ -105,15 +105,6 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   }
   WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
-  if (onDevice() && !options_.debug_no_copy_batch) {
-    for (const Backend& b : transports_) {
-      Result<std::unique_ptr<DeviceCopyBatch>> batch =
-          DeviceCopyBatch::create(b.transport.get(), options_.debug_timing);
-      if (!batch.isOk()) continue;  // not the CUDA IPC backend
-      copy_batch_ = std::move(batch).value();
-      batch_transport_ = b.transport.get();
-    }
-  }
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   return Status::ok();
 }
@@ -370,19 +361,10 @@ Status TrainerContext::publishOne(uint64_t version) {
 // WSYNC_DEBUG_TIMING: one line per version on stderr.
 void TrainerContext::printTiming(const std::string& what, double to_go_ms, double transfer_ms,
                                  double to_delivered_ms) const {
-  std::string kernel;
-  if (copy_batch_) {
-    const DeviceCopyBatch::LaunchTiming t = copy_batch_->lastLaunch();
-    if (t.device_ms > 0) {
-      kernel = " (copy kernel " + std::to_string(t.device_ms) + " ms for " +
-               std::to_string(t.bytes) + " bytes, " +
-               std::to_string(static_cast<double>(t.bytes) / t.device_ms / 1e6) + " GB/s)";
-    }
-  }
   std::fprintf(stderr,
-               "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms%s, sent -> "
+               "[wsync trainer %d] %s: publish -> go %.3f ms, transfer %.3f ms, sent -> "
                "delivered %.3f ms\n",
-               rank(), what.c_str(), to_go_ms, transfer_ms, kernel.c_str(), to_delivered_ms);
+               rank(), what.c_str(), to_go_ms, transfer_ms, to_delivered_ms);
 }
 
 const uint8_t* TrainerContext::sourceOf(int32_t buffer) const {
@@ -508,46 +490,33 @@ Status TrainerContext::postWrite(size_t index, int32_t slot) {
                             static_cast<uint64_t>(r.dst_offset) * dsz;
   const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
   const size_t row_bytes = static_cast<size_t>(r.count[0]) * dsz;
-  if (copy_batch_ && peer.transport == batch_transport_) {
-    // The whole region in one task; converting ops read their packed staging.
-    const bool staged = op.converts();
-    const uint8_t* src = staged ? stagingAt(write_staging_offsets_[index]) : src_base;
-    const size_t src_pitch = staged ? row_bytes : static_cast<size_t>(r.src_stride[0]) * ssz;
-    const size_t src_plane_pitch = staged ? row_bytes * static_cast<size_t>(r.count[1])
-                                          : static_cast<size_t>(r.src_stride[1]) * ssz;
-    return copy_batch_->add(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
-                            static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
-                            src_plane_pitch, row_bytes, static_cast<size_t>(r.count[1]),
-                            static_cast<size_t>(r.count[2]));
-  }
-  for (int64_t plane = 0; plane < r.count[2]; ++plane) {
-    const uint8_t* src = src_base + static_cast<size_t>(plane * r.src_stride[1]) * ssz;
-    size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
-    if (op.converts()) {
-      uint8_t* staged = stagingAt(write_staging_offsets_[index]) +
-                        static_cast<size_t>(plane * r.count[1]) * row_bytes;
-      if (!onDevice()) {  // host: convert this plane's rows now (device: done before)
-        for (int64_t row = 0; row < r.count[1]; ++row) {
-          WSYNC_RETURN_IF_ERROR(
-              convertHost(src + static_cast<size_t>(row) * src_pitch, op.src_dtype,
-                          staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype, r.count[0]));
-        }
+  const auto rows = static_cast<size_t>(r.count[1]);
+  const uint8_t* src = src_base;
+  size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
+  size_t src_plane_pitch = static_cast<size_t>(r.src_stride[1]) * ssz;
+  if (op.converts()) {  // the converted region, packed in its staging
+    uint8_t* staged = stagingAt(write_staging_offsets_[index]);
+    if (!onDevice()) {  // host: convert the rows now (device: convertIntoStaging did)
+      for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
+        const int64_t plane = row / r.count[1];
+        const int64_t at = plane * r.src_stride[1] + (row % r.count[1]) * r.src_stride[0];
+        WSYNC_RETURN_IF_ERROR(convertHost(src_base + static_cast<size_t>(at) * ssz, op.src_dtype,
+                                          staged + static_cast<size_t>(row) * row_bytes,
+                                          op.dst_dtype, r.count[0]));
       }
-      src = staged;
-      src_pitch = row_bytes;
     }
-    const uint64_t dst = dst_base + static_cast<uint64_t>(plane * r.dst_stride[1]) * dsz;
-    const uint64_t dst_pitch = static_cast<uint64_t>(r.dst_stride[0]) * dsz;
-    WSYNC_RETURN_IF_ERROR(peer.transport->write2d(
-        remote, dst, r.count[1] > 1 ? dst_pitch : row_bytes, src,
-        r.count[1] > 1 ? src_pitch : row_bytes, row_bytes, static_cast<size_t>(r.count[1])));
+    src = staged;
+    src_pitch = row_bytes;
+    src_plane_pitch = row_bytes * rows;
   }
-  return Status::ok();
+  return peer.transport->write3d(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
+                                 static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
+                                 src_plane_pitch, row_bytes, rows,
+                                 static_cast<size_t>(r.count[2]));
 }
 
 // Completes every posted write on every backend.
 Status TrainerContext::flushWrites() {
-  if (copy_batch_) WSYNC_RETURN_IF_ERROR(copy_batch_->launch());
   for (const Backend& b : transports_)
     WSYNC_RETURN_IF_ERROR(b.transport->flush(options_.timeout));
   return Status::ok();

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "runtime/context.h"
-#include "runtime/device_copy_batch.h"
 #include "runtime/device_ops.h"
 #include "transport/backend.h"
 
@@ -117,10 +116,6 @@ class TrainerContext final : public Context {
   std::vector<int32_t> peer_of_rollout_;  // rollout rank -> index into peers_, -1 if none
   std::vector<Peer> peers_;
 
-  // Device trainers: the writes into CUDA IPC peers of a version, as one kernel (null: one copy per
-  // write, e.g. with WSYNC_DEBUG_NO_COPY_BATCH=1). Destroyed before the transports.
-  std::unique_ptr<DeviceCopyBatch> copy_batch_;
-  WriteTransport* batch_transport_ = nullptr;  // the transport copy_batch_ copies for
   // float8 scales: by tensor name (set any time), and per plan tensor (after commit).
   std::mutex scale_mu_;
   std::unordered_map<std::string, float> scale_by_name_;

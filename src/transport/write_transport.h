@@ -6,7 +6,8 @@
 // Typical use (plan time, once):
 //   target: mem = allocateExposed(n) or expose(p, n); send localAddress() and mem->descriptor()
 //   writer: connect(target_rank, its address); id = attach(target_rank, its descriptor)
-// and every step: write()/write2d() ... flush(timeout); then tell the target (out of band).
+// and every step: write()/write2d()/write3d() ... flush(timeout); then tell the target (out of
+// band).
 #pragma once
 
 #include <chrono>
@@ -61,9 +62,10 @@ class ExposedMemory {
   virtual Status landArrived() { return Status::ok(); }
 };
 
-// Local memory registered as a write source, so posting writes from it costs no registration.
-// Optional (writes from unregistered memory work) and may be a no-op for some backends. Release
-// it only after the writes from it have been flushed.
+// Local memory registered as a write source, so posting writes from it costs no registration
+// (and backends learn what memory it is once, not per write: CUDA IPC batches the copies from
+// registered device memory into one kernel). Optional (writes from unregistered memory work) and
+// may be a no-op for some backends. Release it only after the writes from it have been flushed.
 class SourceRegistration {
  public:
   virtual ~SourceRegistration() = default;
@@ -134,6 +136,20 @@ class WriteTransport {
   // flush() completes them).
   virtual Status write2d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
                          const void* src, size_t src_pitch, size_t row_bytes, size_t rows) = 0;
+
+  // 3-D write: `planes` planes, each a 2-D block of `rows` rows of `row_bytes` as in write2d();
+  // source planes `src_plane_pitch` bytes apart starting at `src`, target planes
+  // `remote_plane_pitch` bytes apart starting at `remote_offset` (row pitches as in write2d()).
+  // Plane pitches are at least one plane's extent, (rows - 1) * pitch + row_bytes, on each side
+  // when planes > 1 (planes never overlap); unused pitches (rows == 1, planes == 1) may be
+  // anything. Checked like write2d(), every plane before any is posted; on WSYNC_ERR_TIMEOUT
+  // some of the planes may have been posted (a later successful flush() completes them). Nothing
+  // to write (row_bytes, rows or planes 0) does nothing.
+  // Default: checks the pitches, then posts plane by plane through write2d(), the last plane first
+  // (write2d() checks it against the exposed size; once it fits, so do the planes below it).
+  virtual Status write3d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
+                         uint64_t remote_plane_pitch, const void* src, size_t src_pitch,
+                         size_t src_plane_pitch, size_t row_bytes, size_t rows, size_t planes);
 
   // Completes every write posted so far (see the class comment). Returns WSYNC_ERR_TIMEOUT when
   // that takes longer than `timeout` (writes stay posted; a later flush() may complete them), or

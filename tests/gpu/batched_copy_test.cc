@@ -15,25 +15,13 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "gpu/device_bytes.h"
 #include "kernels/batched_copy.h"
 
 namespace wsync {
 namespace {
 
 constexpr uint8_t kSentinel = 0x5A;
-
-// Device memory freed on scope exit.
-struct DeviceBytes {
-  explicit DeviceBytes(size_t n) : size(n) { EXPECT_EQ(cudaMalloc(&data, n), cudaSuccess); }
-  ~DeviceBytes() {
-    if (data != nullptr) cudaFree(data);
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  uint8_t* bytes() const { return static_cast<uint8_t*>(data); }
-  void* data = nullptr;
-  size_t size = 0;
-};
 
 #define SKIP_WITHOUT_GPU() \
   if (!cudaDeviceAvailable(0)) GTEST_SKIP() << "no usable CUDA device"

@@ -16,3 +16,9 @@ if(WSYNC_HAVE_CUDA AND TARGET wsync)
     PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi CUDA::cudart)
   wsync_add_gpu_mpi_test(wsync_fp8_scale 2 wsync_fp8_scale_test)
 endif()
+# The CUDA IPC backend's batched copies (which writes go into the flush's kernel, bytes equal):
+# the registered-range lookup everywhere, the transport on a GPU.
+if(WSYNC_HAVE_CUDA)
+  wsync_add_gpu_test(wsync_cuda_ipc_batch_test ${CMAKE_CURRENT_LIST_DIR}/cuda_ipc_batch_test.cc)
+  target_link_libraries(wsync_cuda_ipc_batch_test PRIVATE CUDA::cudart)
+endif()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on a machine with a GPU from prebuilt binaries (the GPU machine may lack the
-# build dependencies): kernel tests (conversion, batched copy), float8 scales through the C API, the
-# device transports' conformance suite (CUDA IPC, staged UCX), and the device-memory
-# end-to-end jobs (trainers and rollouts on the same GPU, every read checked). CI has no GPU; there
-# the same tests run under ctest and skip.
+# build dependencies): kernel tests (conversion, batched copy, the CUDA IPC backend's batch),
+# float8 scales through the C API, the device transports' conformance suite (CUDA IPC, staged
+# UCX), and the device-memory end-to-end jobs (trainers and rollouts on the same GPU, every read
+# checked). CI has no GPU; there the same tests run under ctest and skip.
 # Usage: tests/gpu/run_gpu_suite.sh <dir with the binaries and libwsync.so.0> <log file>
 set -u
 bin=$1
@@ -27,6 +27,7 @@ run() {
 nvidia-smi -L | tee -a "$log"
 run kernels "$bin/wsync_kernels_test"
 run batched_copy "$bin/wsync_batched_copy_test"
+run cuda_ipc_batch "$bin/wsync_cuda_ipc_batch_test"
 run fp8_scale $mpi -np 2 "$bin/wsync_fp8_scale_test"
 run transport_conformance $mpi -np 2 "$bin/wsync_write_transport_conformance_test"
 run e2e_device_differ_100 $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $small \
@@ -37,7 +38,7 @@ run e2e_device_copy_flip $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --me
   : -np 2 "$bin/wsync-rollout-demo" --replicas 1 --versions 50 --memory device --copy-flip --dtype float16 $small
 run e2e_device_snapshot $mpi -np 2 "$bin/wsync-trainer-demo" --versions 50 --memory device --snapshot --quiet $small \
   : -np 2 "$bin/wsync-rollout-demo" --replicas 2 --versions 50 --memory device $small
-# Tensors of 1-16 MiB, whole on both sides: the driver-copy branch of the batched device copy.
+# Tensors of 1-16 MiB, whole on both sides: long contiguous runs through the batched device copy.
 run e2e_device_match_large_100 $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $large \
   : -np 2 "$bin/wsync-rollout-demo" --replicas 1 --versions 100 --memory device --layout match $large
 run e2e_staged_differ_100 env WSYNC_DEVICE_TRANSPORT=staged $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $small \

@@ -121,7 +121,8 @@ std::vector<uint8_t> pattern(size_t bytes, uint64_t seed) {
   return out;
 }
 
-// One write of the test plan: a 2-D block (rows == 1: a contiguous write).
+// One write of the test plan: a 2-D block (rows == 1: a contiguous write), or with planes > 1 a
+// 3-D one (planes of that block, plane pitches apart).
 struct WriteOp {
   uint64_t dst;
   uint64_t dst_pitch;
@@ -129,6 +130,9 @@ struct WriteOp {
   size_t src_pitch;
   size_t row_bytes;
   size_t rows;
+  size_t planes = 1;
+  uint64_t dst_plane_pitch = 0;
+  size_t src_plane_pitch = 0;
 };
 
 WriteOp contiguous(uint64_t dst, size_t src, size_t bytes) {
@@ -140,19 +144,29 @@ std::vector<uint8_t> expectedImage(size_t region_bytes, const std::vector<uint8_
                                    const std::vector<WriteOp>& ops) {
   std::vector<uint8_t> image(region_bytes, kSentinel);
   for (const WriteOp& op : ops) {
-    for (size_t row = 0; row < op.rows; ++row) {
-      std::memcpy(image.data() + op.dst + row * op.dst_pitch,
-                  source.data() + op.src + row * op.src_pitch, op.row_bytes);
+    for (size_t plane = 0; plane < op.planes; ++plane) {
+      for (size_t row = 0; row < op.rows; ++row) {
+        std::memcpy(image.data() + op.dst + plane * op.dst_plane_pitch + row * op.dst_pitch,
+                    source.data() + op.src + plane * op.src_plane_pitch + row * op.src_pitch,
+                    op.row_bytes);
+      }
     }
   }
   return image;
 }
 
-// Posts `ops` from `source` (host or device memory): write() for single rows, write2d() otherwise.
+// Posts `ops` from `source` (host or device memory): write() for single rows, write2d() for one
+// plane of rows, write3d() for more planes.
 Status postAll(WriteTransport& t, RemoteMemoryId remote, const uint8_t* source,
                const std::vector<WriteOp>& ops) {
   for (const WriteOp& op : ops) {
     const uint8_t* src = source + op.src;
+    if (op.planes != 1) {
+      WSYNC_RETURN_IF_ERROR(t.write3d(remote, op.dst, op.dst_pitch, op.dst_plane_pitch, src,
+                                      op.src_pitch, op.src_plane_pitch, op.row_bytes, op.rows,
+                                      op.planes));
+      continue;
+    }
     WSYNC_RETURN_IF_ERROR(op.rows == 1 ? t.write(remote, op.dst, src, op.row_bytes)
                                        : t.write2d(remote, op.dst, op.dst_pitch, src, op.src_pitch,
                                                    op.row_bytes, op.rows));
@@ -166,8 +180,11 @@ void landWritten(ExposedMemory& memory, const std::vector<WriteOp>& ops) {
   if (!memory.needsLanding()) return;
   std::vector<ByteRange> ranges;
   for (const WriteOp& op : ops) {
-    for (size_t row = 0; row < op.rows; ++row) {
-      if (op.row_bytes > 0) ranges.push_back({op.dst + row * op.dst_pitch, op.row_bytes});
+    for (size_t plane = 0; plane < op.planes; ++plane) {
+      for (size_t row = 0; row < op.rows; ++row) {
+        const uint64_t at = op.dst + plane * op.dst_plane_pitch + row * op.dst_pitch;
+        if (op.row_bytes > 0) ranges.push_back({at, op.row_bytes});
+      }
     }
   }
   const Status s = memory.land(ranges, kFlushTimeout);
@@ -240,6 +257,11 @@ int cudaDeviceCount() {
   }
   return count;
 }
+
+// Why CUDA device 0 cannot run a device backend here (empty: it can).
+std::string deviceZeroMissing() {
+  return cudaDeviceAvailable(0) ? std::string() : std::string("no usable CUDA device");
+}
 #endif
 
 std::vector<BackendFactory> backends() {
@@ -247,11 +269,7 @@ std::vector<BackendFactory> backends() {
       {"ucx", [] { return createUcxTransport(); }, /*allocated_is_one_sided=*/true}};
 #ifdef WSYNC_HAVE_CUDA
   out.push_back({"cuda_ipc", [] { return createCudaIpcTransport(); },
-                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
-                 [] {
-                   return cudaDeviceAvailable(0) ? std::string()
-                                                 : std::string("no usable CUDA device");
-                 }});
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, deviceZeroMissing});
   // The same, with allocated memory shared through cudaIpcGetMemHandle instead of VMM.
   out.push_back({"cuda_ipc_legacy",
                  [] {
@@ -259,11 +277,15 @@ std::vector<BackendFactory> backends() {
                    options.vmm_exports = false;
                    return createCudaIpcTransport(options);
                  },
-                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, deviceZeroMissing});
+  // Every write a driver copy (no batched kernel for registered device sources).
+  out.push_back({"cuda_ipc_unbatched",
                  [] {
-                   return cudaDeviceAvailable(0) ? std::string()
-                                                 : std::string("no usable CUDA device");
-                 }});
+                   CudaIpcTransportOptions options;
+                   options.batch_device_copies = false;
+                   return createCudaIpcTransport(options);
+                 },
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, deviceZeroMissing});
   out.push_back({"cuda_ipc_two_gpus",
                  [] {
                    CudaIpcTransportOptions options;
@@ -286,11 +308,7 @@ std::vector<BackendFactory> backends() {
                    options.num_chunks = 3;
                    return createStagedUcxTransport(options);
                  },
-                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
-                 [] {
-                   return cudaDeviceAvailable(0) ? std::string()
-                                                 : std::string("no usable CUDA device");
-                 }});
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, deviceZeroMissing});
   // The same with the writer reporting its writes into the target's progress log (early
   // landing): land() then moves nothing itself when every write was reported, so these cases also
   // check that the reports cover exactly the written bytes.
@@ -302,11 +320,7 @@ std::vector<BackendFactory> backends() {
                    options.writer_rank = rank();
                    return createStagedUcxTransport(options);
                  },
-                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0,
-                 [] {
-                   return cudaDeviceAvailable(0) ? std::string()
-                                                 : std::string("no usable CUDA device");
-                 }});
+                 /*allocated_is_one_sided=*/true, MemorySide::kDevice0, deviceZeroMissing});
   // UCX's own device-memory puts (a UCX built with CUDA, e.g. the libucx-cu13 wheel).
   out.push_back({"ucx_cuda",
                  [] {
@@ -662,7 +676,31 @@ TEST_P(WriteTransportConformance, StridedWrites) {
       {960000, 64, 0, 64, 8, 0},                           // no rows: a no-op
       {kRegion - 4096 * 3 - 10, 4096, 300000, 10, 10, 4},  // last row ends at the region end
   };
-  writeAndCheck(source, ops, "strided writes");
+  writeAndCheck(source, ops, "strided writes", /*register_source=*/true);
+}
+
+// write3d(): planes of 2-D blocks, from registered memory (CUDA IPC: the batched kernel), then
+// again with unregistered memory (CUDA IPC: driver copies).
+TEST_P(WriteTransportConformance, ThreeDimensionalWrites) {
+  constexpr size_t kRegion = 1 << 20;
+  if (!open(kRegion)) return;
+  const std::vector<uint8_t> source = pattern(512 << 10, 12);
+  auto op3 = [](uint64_t dst, uint64_t dst_pitch, uint64_t dst_plane_pitch, size_t src,
+                size_t src_pitch, size_t src_plane_pitch, size_t row_bytes, size_t rows,
+                size_t planes) {
+    return WriteOp{
+        dst, dst_pitch, src, src_pitch, row_bytes, rows, planes, dst_plane_pitch, src_plane_pitch};
+  };
+  const std::vector<WriteOp> ops = {
+      op3(100, 512, 8 * 512 + 64, 0, 300, 8 * 300 + 16, 256, 8, 5),  // strided everywhere
+      op3(30000, 0, 128, 40000, 0, 100, 100, 1, 100),   // one row per plane, source planes packed
+      op3(50000, 64, 640, 60000, 64, 640, 64, 10, 10),  // packed: one contiguous run
+      op3(100000, 70000, 3 * 70000, 100000, 65600, 3 * 65600 + 8, 65536, 3, 2),  // long rows
+      op3(600000, 64, 640, 0, 64, 640, 64, 10, 0),                  // no planes: a no-op
+      op3(kRegion - 2300, 200, 1000, 500000, 100, 200, 100, 2, 3),  // ends at the region end
+  };
+  writeAndCheck(source, ops, "3-D writes from registered memory", /*register_source=*/true);
+  writeAndCheck(source, ops, "3-D writes");
 }
 
 TEST_P(WriteTransportConformance, ManySmallWrites) {
@@ -675,7 +713,7 @@ TEST_P(WriteTransportConformance, ManySmallWrites) {
   for (size_t i = 0; i < kCount; ++i) {  // disjoint writes of 8..40 bytes, odd alignments
     ops.push_back(contiguous(i * 64 + (i % 7), i * 64 + (i % 5), 8 + (i % 33)));
   }
-  writeAndCheck(source, ops, "20000 small writes");
+  writeAndCheck(source, ops, "20000 small writes", /*register_source=*/true);
 }
 
 TEST_P(WriteTransportConformance, LargeWrite64MiB) {
@@ -683,7 +721,7 @@ TEST_P(WriteTransportConformance, LargeWrite64MiB) {
   constexpr size_t kGuard = 4096;
   if (!open(kBytes + 2 * kGuard)) return;
   const std::vector<uint8_t> source = pattern(kBytes, 4);
-  writeAndCheck(source, {contiguous(kGuard, 0, kBytes)}, "64 MiB write");
+  writeAndCheck(source, {contiguous(kGuard, 0, kBytes)}, "64 MiB write", /*register_source=*/true);
 }
 
 TEST_P(WriteTransportConformance, OutOfRangeWritesAreRejected) {
@@ -711,6 +749,22 @@ TEST_P(WriteTransportConformance, OutOfRangeWritesAreRejected) {
     EXPECT_TRUE(hasCode(t.write2d(id, 0, 8, src, 16, 16, 4), WSYNC_ERR_INVALID_ARGUMENT));
     EXPECT_TRUE(hasCode(t.write2d(id, 0, 16, src, 8, 16, 4), WSYNC_ERR_INVALID_ARGUMENT));
     EXPECT_TRUE(hasCode(t.write(id, 0, nullptr, 8), WSYNC_ERR_INVALID_ARGUMENT));
+    // 3 planes of 16 rows 32 KiB apart: the last plane starts at 65536, past the end.
+    s = t.write3d(id, 0, 1024, 32768, src, 16, 256, 16, 16, 3);
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, "peer 1"));
+    EXPECT_TRUE(mentions(s, names_id));
+    // Overlapping planes (a plane pitch smaller than the 256-byte plane), on either side.
+    s = t.write3d(id, 0, 64, 100, src, 64, 1000, 64, 4, 2);
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, names_id));
+    EXPECT_TRUE(
+        hasCode(t.write3d(id, 0, 64, 1000, src, 64, 100, 64, 4, 2), WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(hasCode(t.write3d(id, 0, 64, 1000, nullptr, 64, 1000, 64, 4, 2),
+                        WSYNC_ERR_INVALID_ARGUMENT));
+    s = t.write3d(id + 1, 0, 64, 1000, src, 64, 1000, 64, 4, 2);
+    EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));
+    EXPECT_TRUE(mentions(s, std::to_string(id + 1)));
     // Unknown ids.
     s = t.write(id + 1, 0, src, 8);
     EXPECT_TRUE(hasCode(s, WSYNC_ERR_INVALID_ARGUMENT));

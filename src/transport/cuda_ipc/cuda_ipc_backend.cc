@@ -31,6 +31,8 @@ const WriteBackend& cudaIpcWriteBackend() {
         CudaIpcTransportOptions options;
         options.device = setup.cuda_device;
         options.vmm_exports = setup.cuda_ipc_vmm_exports;
+        options.batch_device_copies = setup.batch_device_copies;
+        options.time_batches = setup.time_device_copies;
         return createCudaIpcTransport(options);
       },
   };

@@ -1,207 +1,26 @@
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <mutex>
-#include <random>
-#include <thread>
 #include <utility>
 
 #include "common/cuda_check.h"
-#include "common/wire.h"
 #include "control/fd_exchange.h"
+#include "transport/cuda_ipc/device_sources.h"
 #include "transport/cuda_ipc/vmm_memory.h"
+#include "transport/write_checks.h"
 
 namespace wsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Wire formats: a tag, a version, then the fields. Tags keep another backend's bytes (or garbage)
-// from being taken for ours.
-constexpr uint32_t kAddressTag = 0x41435357;     // "WSCA"
-constexpr uint32_t kDescriptorTag = 0x44435357;  // "WSCD"
-constexpr uint8_t kWireVersion = 1;              // addresses
-constexpr uint8_t kDescriptorVersion = 2;        // 2: the export kind (legacy IPC handle or VMM)
-constexpr size_t kMaxServerNameBytes = 107;      // an abstract unix socket name
-constexpr size_t kMaxHostBytes = 1024;
-constexpr size_t kHandleBytes = sizeof(cudaIpcMemHandle_t);
-static_assert(kHandleBytes == CUDA_IPC_HANDLE_SIZE);
-
-// Copies posted between two checks of the in-flight window (see CudaIpcTransport::write).
+// Driver copies posted between two checks of the in-flight window (see CudaIpcTransport::write).
 constexpr size_t kWindow = 1024;
-
-int64_t thisPid() {
-  return static_cast<int64_t>(::getpid());
-}
-
-uint64_t processNonce() {
-  static const uint64_t nonce = [] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(thisPid());
-  }();
-  return nonce;
-}
 
 std::string peerLabel(int32_t peer) {
   return "peer " + std::to_string(peer);
 }
-
-// How exposed memory is shared: a cudaIpcGetMemHandle handle, or a VMM allocation whose file
-// descriptor the owner's FdServer hands out.
-enum class ExportKind : uint8_t { kIpcHandle = 1, kVmm = 2 };
-
-// What a memory descriptor carries.
-struct Descriptor {
-  ExportKind kind = ExportKind::kIpcHandle;
-  cudaIpcMemHandle_t handle{};  // kIpcHandle
-  std::string fd_server;        // kVmm: FdServer::name() of the owner
-  uint64_t offer_id = 0;        // kVmm: the offer and its token
-  uint64_t offer_token = 0;
-  uint64_t mapped_size = 0;  // kVmm: VmmAllocation::mappedSize()
-  uint64_t size = 0;
-  uint64_t base = 0;  // the device pointer in the owner's process
-  int64_t pid = 0;
-  uint64_t nonce = 0;
-  int64_t device = 0;
-};
-
-std::vector<uint8_t> encodeDescriptor(const Descriptor& d) {
-  ByteWriter w;
-  w.fixed32(kDescriptorTag);
-  w.u8(kDescriptorVersion);
-  w.u8(static_cast<uint8_t>(d.kind));
-  if (d.kind == ExportKind::kIpcHandle) {
-    w.bytes(&d.handle, kHandleBytes);
-  } else {
-    w.str(d.fd_server);
-    w.fixed64(d.offer_id);
-    w.fixed64(d.offer_token);
-    w.varu(d.mapped_size);
-  }
-  w.varu(d.size);
-  w.fixed64(d.base);
-  w.vari(d.pid);
-  w.fixed64(d.nonce);
-  w.vari(d.device);
-  return w.take();
-}
-
-// Returns an explanation when `bytes` is not a well-formed descriptor.
-std::string decodeDescriptor(const std::vector<uint8_t>& bytes, Descriptor& d) {
-  ByteReader r(bytes);
-  uint32_t tag = 0;
-  uint8_t version = 0;
-  if (!r.fixed32(tag) || tag != kDescriptorTag) {
-    return "not a CUDA IPC memory descriptor (wrong tag; another backend's, or garbage)";
-  }
-  if (!r.u8(version) || version != kDescriptorVersion) {
-    return "wire version " + std::to_string(version) + ", expected " +
-           std::to_string(kDescriptorVersion);
-  }
-  uint8_t kind = 0;
-  if (!r.u8(kind)) return "truncated (" + std::to_string(bytes.size()) + " bytes)";
-  d.kind = static_cast<ExportKind>(kind);
-  bool complete = false;
-  if (d.kind == ExportKind::kIpcHandle) {
-    complete = r.bytes(&d.handle, kHandleBytes);
-  } else if (d.kind == ExportKind::kVmm) {
-    complete = r.str(d.fd_server, kMaxServerNameBytes) && r.fixed64(d.offer_id) &&
-               r.fixed64(d.offer_token) && r.varu(d.mapped_size);
-  } else {
-    return "unknown export kind " + std::to_string(kind);
-  }
-  if (!complete || !r.varu(d.size) || !r.fixed64(d.base) || !r.vari(d.pid) || !r.fixed64(d.nonce) ||
-      !r.vari(d.device)) {
-    return "truncated (" + std::to_string(bytes.size()) + " bytes)";
-  }
-  if (!r.atEnd()) return std::to_string(r.remaining()) + " unexpected bytes at the end";
-  if (d.size == 0 || d.base == 0 || d.base + d.size < d.base) {
-    return "empty, null or wrapping region";
-  }
-  if (d.kind == ExportKind::kVmm && (d.fd_server.empty() || d.mapped_size < d.size)) {
-    return "VMM export without a descriptor server, or mapped smaller than its size";
-  }
-  return {};
-}
-
-// IPC mappings of this process, shared by all its transports: cudaIpcOpenMemHandle fails when
-// the same handle is opened twice in one process, so each distinct handle is opened once and
-// reference counted. Never destroyed (closing handles during static destruction would race the
-// CUDA runtime's own teardown; the process exit unmaps everything).
-class IpcMappings {
- public:
-  static IpcMappings& instance() {
-    static IpcMappings* mappings = new IpcMappings;
-    return *mappings;
-  }
-
-  // The key under which `d`'s mapping is shared.
-  static std::string keyOf(const Descriptor& d) {
-    if (d.kind == ExportKind::kIpcHandle) {
-      return "ipc:" + std::string(reinterpret_cast<const char*>(&d.handle), kHandleBytes);
-    }
-    return "vmm:" + d.fd_server + ":" + std::to_string(d.offer_id);
-  }
-
-  // The mapping of `d`'s memory, made on `device` (current) when it is new: an IPC handle opened,
-  // or a VMM allocation's descriptor fetched from its owner (waiting at most `timeout`) and
-  // imported.
-  Result<uint8_t*> acquire(const std::string& key, const Descriptor& d, int device,
-                           std::chrono::milliseconds timeout, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(key);
-    if (it != entries_.end()) {
-      ++it->second.refs;
-      return it->second.base;
-    }
-    Entry entry{nullptr, device, 1, nullptr};
-    if (d.kind == ExportKind::kVmm) {
-      Result<Fd> fd = fetchFd(d.fd_server, d.offer_id, d.offer_token, timeout);
-      if (!fd.isOk()) return fd.status().withContext(what + ": fetching the VMM descriptor");
-      Result<std::unique_ptr<VmmMapping>> mapping =
-          VmmMapping::import(fd->get(), d.mapped_size, device);
-      if (!mapping.isOk()) return mapping.status().withContext(what);
-      entry.vmm = std::move(mapping).value();
-      entry.base = entry.vmm->data();
-    } else {
-      void* base = nullptr;
-      WSYNC_CUDA_RETURN_IF_ERROR(
-          cudaIpcOpenMemHandle(&base, d.handle, cudaIpcMemLazyEnablePeerAccess),
-          what +
-              ": cudaIpcOpenMemHandle failed (is the owner alive, on this node, and its memory "
-              "plain cudaMalloc memory?)");
-      entry.base = static_cast<uint8_t*>(base);
-    }
-    uint8_t* base = entry.base;
-    entries_.emplace(key, std::move(entry));
-    return base;
-  }
-
-  void release(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(key);
-    if (it == entries_.end() || --it->second.refs > 0) return;
-    if (cudaUseDevice(it->second.device).isOk() && !it->second.vmm) {
-      (void)cudaCheck(cudaIpcCloseMemHandle(it->second.base), "cudaIpcCloseMemHandle");
-    }
-    entries_.erase(it);  // a VMM mapping unmaps here
-  }
-
- private:
-  struct Entry {
-    uint8_t* base;
-    int device;
-    int refs;
-    std::unique_ptr<VmmMapping> vmm;  // set for VMM imports
-  };
-  std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;
-};
 
 class CudaIpcExposedMemory final : public ExposedMemory {
  public:
@@ -238,86 +57,26 @@ class CudaIpcExposedMemory final : public ExposedMemory {
   uint64_t offer_id_ = 0;
 };
 
-// A cudaHostRegister'ed range, unregistered when it goes; or nothing (base null).
+// A cudaHostRegister'ed range, unregistered when it goes; or a range of device memory recorded in
+// `sources`, removed when it goes; or nothing.
 class CudaIpcSourceRegistration final : public SourceRegistration {
  public:
+  CudaIpcSourceRegistration() = default;
   explicit CudaIpcSourceRegistration(void* pinned) : pinned_(pinned) {}
+  CudaIpcSourceRegistration(std::shared_ptr<DeviceSources> sources, uint64_t id)
+      : sources_(std::move(sources)), id_(id) {}
   ~CudaIpcSourceRegistration() override {
     if (pinned_ != nullptr) (void)cudaCheck(cudaHostUnregister(pinned_), "cudaHostUnregister");
+    if (sources_) sources_->remove(id_);
   }
 
  private:
-  void* pinned_;
+  void* pinned_ = nullptr;
+  std::shared_ptr<DeviceSources> sources_;
+  uint64_t id_ = 0;
 };
 
 }  // namespace
-
-// ---- addresses ----------------------------------------------------------------------------------
-
-std::string cudaIpcHostIdentity() {
-  static const std::string identity = [] {
-    char host[256] = {};
-    if (::gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "unknown-host");
-    std::string id = host;
-    std::ifstream boot("/proc/sys/kernel/random/boot_id");
-    std::string boot_id;
-    if (boot && std::getline(boot, boot_id) && !boot_id.empty()) id += "/" + boot_id;
-    return id;
-  }();
-  return identity;
-}
-
-std::vector<uint8_t> encodeCudaIpcAddress(const CudaIpcProcessInfo& info) {
-  ByteWriter w;
-  w.fixed32(kAddressTag);
-  w.u8(kWireVersion);
-  w.str(info.host);
-  w.vari(info.pid);
-  w.fixed64(info.nonce);
-  w.vari(info.device);
-  w.bytes(info.device_uuid.data(), info.device_uuid.size());
-  return w.take();
-}
-
-Result<CudaIpcProcessInfo> decodeCudaIpcAddress(const std::vector<uint8_t>& address) {
-  ByteReader r(address);
-  uint32_t tag = 0;
-  uint8_t version = 0;
-  if (!r.fixed32(tag) || tag != kAddressTag) {
-    return protocolError("not a CUDA IPC address (wrong tag; another backend's, or garbage)");
-  }
-  if (!r.u8(version) || version != kWireVersion) {
-    return protocolError("CUDA IPC address of wire version " + std::to_string(version) +
-                         ", expected " + std::to_string(kWireVersion));
-  }
-  CudaIpcProcessInfo info;
-  int64_t device = 0;
-  if (!r.str(info.host, kMaxHostBytes) || !r.vari(info.pid) || !r.fixed64(info.nonce) ||
-      !r.vari(device) || !r.bytes(info.device_uuid.data(), info.device_uuid.size())) {
-    return protocolError("truncated CUDA IPC address (" + std::to_string(address.size()) +
-                         " bytes)");
-  }
-  if (!r.atEnd()) {
-    return protocolError("CUDA IPC address with " + std::to_string(r.remaining()) +
-                         " unexpected bytes at the end");
-  }
-  if (info.host.empty() || info.pid <= 0 || device < 0 ||
-      device > std::numeric_limits<int32_t>::max()) {
-    return protocolError("CUDA IPC address with an empty host, pid " + std::to_string(info.pid) +
-                         " or device " + std::to_string(device));
-  }
-  info.device = static_cast<int32_t>(device);
-  return info;
-}
-
-// ---- the transport ------------------------------------------------------------------------------
-
-void CudaIpcTransport::StreamDeleter::operator()(cudaStream_t stream) const {
-  (void)cudaCheck(cudaStreamDestroy(stream), "cudaStreamDestroy");
-}
-void CudaIpcTransport::EventDeleter::operator()(cudaEvent_t event) const {
-  (void)cudaCheck(cudaEventDestroy(event), "cudaEventDestroy");
-}
 
 Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(
     const CudaIpcTransportOptions& options) {
@@ -342,60 +101,57 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(
   WSYNC_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, options.device),
       what + ": cudaDeviceGetAttribute(cudaDevAttrMaxPitch)");
-  cudaStream_t raw_stream = nullptr;
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking),
-                             what + ": cudaStreamCreateWithFlags");
-  StreamPtr stream(raw_stream);
-  cudaEvent_t raw_event = nullptr;
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&raw_event, cudaEventDisableTiming),
-                             what + ": cudaEventCreateWithFlags");
-  EventPtr flush_event(raw_event);
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&raw_event, cudaEventDisableTiming),
-                             what + ": cudaEventCreateWithFlags");
-  EventPtr window_event(raw_event);
+  WSYNC_ASSIGN_OR_RETURN(CudaStreamPtr stream, makeCudaStream(what));
+  WSYNC_ASSIGN_OR_RETURN(CudaEventPtr flush_event, makeCudaEvent(/*timing=*/false, what));
+  WSYNC_ASSIGN_OR_RETURN(CudaEventPtr window_event, makeCudaEvent(/*timing=*/false, what));
+  std::unique_ptr<CopyBatch> batch;
+  if (options.batch_device_copies) {
+    Result<std::unique_ptr<CopyBatch>> made = CopyBatch::create(options.time_batches);
+    if (!made.isOk()) return made.status().withContext(what);
+    batch = std::move(made).value();
+  }
 
   CudaIpcProcessInfo me;
   me.host = cudaIpcHostIdentity();
-  me.pid = thisPid();
-  me.nonce = processNonce();
+  me.pid = cudaIpcProcessId();
+  me.nonce = cudaIpcProcessNonce();
   me.device = options.device;
   static_assert(sizeof(prop.uuid.bytes) == 16);
   std::memcpy(me.device_uuid.data(), prop.uuid.bytes, 16);
   return std::unique_ptr<CudaIpcTransport>(new CudaIpcTransport(
-      options, std::move(stream), std::move(flush_event), std::move(window_event),
+      options, std::move(stream), std::move(flush_event), std::move(window_event), std::move(batch),
       static_cast<size_t>(max_pitch > 0 ? max_pitch : std::numeric_limits<int>::max()),
       encodeCudaIpcAddress(me)));
 }
 
-CudaIpcTransport::CudaIpcTransport(const CudaIpcTransportOptions& options, StreamPtr stream,
-                                   EventPtr flush_event, EventPtr window_event, size_t max_pitch,
+CudaIpcTransport::CudaIpcTransport(const CudaIpcTransportOptions& options, CudaStreamPtr stream,
+                                   CudaEventPtr flush_event, CudaEventPtr window_event,
+                                   std::unique_ptr<CopyBatch> batch, size_t max_pitch,
                                    std::vector<uint8_t> address)
     : options_(options),
       stream_(std::move(stream)),
       flush_event_(std::move(flush_event)),
       window_event_(std::move(window_event)),
+      batch_(std::move(batch)),
+      device_sources_(std::make_shared<DeviceSources>()),
       max_pitch_(max_pitch),
       address_(std::move(address)) {}
 
 CudaIpcTransport::~CudaIpcTransport() {
   bool idle = false;
   if (useDevice().isOk()) {
-    bool timed_out = false;
     if (cudaEventRecord(flush_event_.get(), stream_.get()) == cudaSuccess) {
       // A CUDA error (a sticky one breaks the context) also ends the wait: nothing runs anymore.
-      idle = waitEvent(flush_event_.get(), options_.post_timeout, timed_out).isOk() || !timed_out;
+      const Status s = waitCudaEvent(flush_event_.get(), options_.post_timeout);
+      idle = s.code() != WSYNC_ERR_TIMEOUT;
     } else {
       (void)cudaGetLastError();
     }
   }
   // Copies still running may write through the mappings: then keep them (leak) rather than unmap
   // memory under the copy engines. The stream and events are released either way (CUDA defers
-  // that until their work completes).
-  if (idle) {
-    for (const auto& [key, base] : mappings_)
-      IpcMappings::instance().release(key);
-  }
-  mappings_.clear();
+  // that until their work completes); so is the batch's table unless its kernel still runs.
+  mappings_.releaseAll(/*unmap=*/idle);
 }
 
 Status CudaIpcTransport::useDevice() const {
@@ -415,14 +171,14 @@ Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateExposed(size_t 
   WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes), what + ": cudaMalloc");
   // Owns (and frees) `data` from here, whatever fails below.
   auto memory = std::make_unique<CudaIpcExposedMemory>(data, bytes, options_.device);
-  Descriptor d;
+  CudaIpcDescriptor d;
   WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&d.handle, data), what + ": cudaIpcGetMemHandle");
   d.size = bytes;
   d.base = reinterpret_cast<uint64_t>(data);
-  d.pid = thisPid();
-  d.nonce = processNonce();
+  d.pid = cudaIpcProcessId();
+  d.nonce = cudaIpcProcessNonce();
   d.device = options_.device;
-  memory->setDescriptor(encodeDescriptor(d));
+  memory->setDescriptor(encodeCudaIpcDescriptor(d));
   return std::unique_ptr<ExposedMemory>(std::move(memory));
 }
 
@@ -431,8 +187,8 @@ Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateVmm(size_t byte
   Result<std::unique_ptr<VmmAllocation>> allocated = VmmAllocation::create(options_.device, bytes);
   if (!allocated.isOk()) return allocated.status().withContext(what);
   std::unique_ptr<VmmAllocation> vmm = std::move(allocated).value();
-  Descriptor d;
-  d.kind = ExportKind::kVmm;
+  CudaIpcDescriptor d;
+  d.kind = CudaIpcExportKind::kVmm;
   const FdServer::Offer offer = server.offer(vmm->fd());
   d.fd_server = server.name();
   d.offer_id = offer.id;
@@ -440,11 +196,11 @@ Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::allocateVmm(size_t byte
   d.mapped_size = vmm->mappedSize();
   d.size = bytes;
   d.base = reinterpret_cast<uint64_t>(vmm->data());
-  d.pid = thisPid();
-  d.nonce = processNonce();
+  d.pid = cudaIpcProcessId();
+  d.nonce = cudaIpcProcessNonce();
   d.device = options_.device;
   auto memory = std::make_unique<CudaIpcExposedMemory>(std::move(vmm), bytes, &server, offer.id);
-  memory->setDescriptor(encodeDescriptor(d));
+  memory->setDescriptor(encodeCudaIpcDescriptor(d));
   return std::unique_ptr<ExposedMemory>(std::move(memory));
 }
 
@@ -468,17 +224,17 @@ Result<std::unique_ptr<ExposedMemory>> CudaIpcTransport::expose(void* base, size
   if (attr.device != options_.device) {
     return invalidArgument(what + ": the memory is on CUDA device " + std::to_string(attr.device));
   }
-  Descriptor d;
+  CudaIpcDescriptor d;
   WSYNC_CUDA_RETURN_IF_ERROR(
       cudaIpcGetMemHandle(&d.handle, base),
       what + ": cudaIpcGetMemHandle (is it the base of a plain cudaMalloc allocation?)");
   d.size = bytes;
   d.base = reinterpret_cast<uint64_t>(base);
-  d.pid = thisPid();
-  d.nonce = processNonce();
+  d.pid = cudaIpcProcessId();
+  d.nonce = cudaIpcProcessNonce();
   d.device = options_.device;
   auto memory = std::make_unique<CudaIpcExposedMemory>(base, bytes, /*owned_device=*/-1);
-  memory->setDescriptor(encodeDescriptor(d));
+  memory->setDescriptor(encodeCudaIpcDescriptor(d));
   return std::unique_ptr<ExposedMemory>(std::move(memory));
 }
 
@@ -492,14 +248,18 @@ Result<std::unique_ptr<SourceRegistration>> CudaIpcTransport::registerSource(con
     (void)cudaGetLastError();
     attr.type = cudaMemoryTypeUnregistered;
   }
+  if (attr.type == cudaMemoryTypeDevice && attr.device == options_.device && batch_) {
+    const uint64_t id = device_sources_->add(base, bytes);
+    return std::unique_ptr<SourceRegistration>(new CudaIpcSourceRegistration(device_sources_, id));
+  }
   if (attr.type != cudaMemoryTypeUnregistered) {  // device, managed or pinned already
-    return std::unique_ptr<SourceRegistration>(new CudaIpcSourceRegistration(nullptr));
+    return std::unique_ptr<SourceRegistration>(new CudaIpcSourceRegistration());
   }
   void* p = const_cast<void*>(base);  // only read, as a copy source
   const cudaError_t error = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
   if (error == cudaErrorHostMemoryAlreadyRegistered) {  // overlaps another registration
     (void)cudaGetLastError();
-    return std::unique_ptr<SourceRegistration>(new CudaIpcSourceRegistration(nullptr));
+    return std::unique_ptr<SourceRegistration>(new CudaIpcSourceRegistration());
   }
   WSYNC_CUDA_RETURN_IF_ERROR(error, what + ": cudaHostRegister");
   return std::unique_ptr<SourceRegistration>(new CudaIpcSourceRegistration(p));
@@ -519,7 +279,7 @@ Status CudaIpcTransport::connect(int32_t peer, const std::vector<uint8_t>& peer_
                       "'; CUDA IPC reaches processes of one node only (use the UCX transport "
                       "across nodes)");
   }
-  const bool is_self = info->pid == thisPid() && info->nonce == processNonce();
+  const bool is_self = info->pid == cudaIpcProcessId() && info->nonce == cudaIpcProcessNonce();
   peers_.emplace(peer, Peer{std::move(info).value(), is_self});
   return Status::ok();
 }
@@ -532,8 +292,8 @@ Result<RemoteMemoryId> CudaIpcTransport::attach(int32_t peer,
   if (remotes_.size() >= static_cast<size_t>(std::numeric_limits<RemoteMemoryId>::max())) {
     return invalidUsage(what + ": too many attached regions");
   }
-  Descriptor d;
-  const std::string bad = decodeDescriptor(descriptor, d);
+  CudaIpcDescriptor d;
+  const std::string bad = decodeCudaIpcDescriptor(descriptor, d);
   if (!bad.empty()) return protocolError(what + ": bad memory descriptor: " + bad);
   const Peer& p = it->second;
   if (d.pid != p.info.pid || d.nonce != p.info.nonce) {
@@ -541,110 +301,103 @@ Result<RemoteMemoryId> CudaIpcTransport::attach(int32_t peer,
                            ", not of the peer (process " + std::to_string(p.info.pid) + " on " +
                            p.info.host + ")");
   }
-  Remote remote{peer, nullptr, d.size, {}, false};
+  Remote remote{peer, nullptr, d.size, false};
   if (p.is_self) {
     remote.base = reinterpret_cast<uint8_t*>(d.base);  // own handles cannot be opened
   } else {
     WSYNC_RETURN_IF_ERROR(useDevice().withContext(what));
-    std::string key = IpcMappings::keyOf(d);
-    auto mapped = mappings_.find(key);
-    if (mapped == mappings_.end()) {
-      WSYNC_ASSIGN_OR_RETURN(
-          uint8_t * base,
-          IpcMappings::instance().acquire(key, d, options_.device, options_.post_timeout,
-                                          what + " (" + std::to_string(d.size) +
-                                              " bytes of process " + std::to_string(d.pid) + ")"));
-      mapped = mappings_.emplace(key, base).first;
-    }
-    remote.base = mapped->second;
-    remote.handle = std::move(key);
+    WSYNC_ASSIGN_OR_RETURN(
+        remote.base, mappings_.map(d, options_.device, options_.post_timeout,
+                                   what + " (" + std::to_string(d.size) + " bytes of process " +
+                                       std::to_string(d.pid) + ")"));
   }
   const auto id = static_cast<RemoteMemoryId>(remotes_.size());
   remotes_.push_back(std::move(remote));
   return id;
 }
 
-Status CudaIpcTransport::checkRange(RemoteMemoryId remote, uint64_t offset, uint64_t pitch,
-                                    size_t row_bytes, size_t rows, size_t src_pitch,
-                                    const char* what, Remote*& r) {
-  if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
-    return invalidArgument(std::string("CUDA IPC ") + what + ": unknown remote memory id " +
-                           std::to_string(remote) + " (" + std::to_string(remotes_.size()) +
-                           " attached)");
-  }
-  r = &remotes_[static_cast<size_t>(remote)];
-  if (rows == 0 || row_bytes == 0) return Status::ok();  // nothing lands: any offset will do
-  auto fail = [&](const std::string& why) {
-    return invalidArgument(std::string("CUDA IPC ") + what + " to " + peerLabel(r->peer) +
-                           ", remote memory " + std::to_string(remote) + ": " + why);
-  };
-  if (rows > 1 && (pitch < row_bytes || src_pitch < row_bytes)) {
-    return fail("pitches (remote " + std::to_string(pitch) + ", source " +
-                std::to_string(src_pitch) + ") smaller than the row (" + std::to_string(row_bytes) +
-                " bytes) of a " + std::to_string(rows) + "-row write");
-  }
-  // Target extent (rows - 1) * pitch + row_bytes must end inside the exposed size.
-  uint64_t extent = 0;
-  uint64_t end = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(rows) - 1, pitch, &extent) ||
-      __builtin_add_overflow(extent, row_bytes, &extent) ||
-      __builtin_add_overflow(offset, extent, &end) || end > r->size) {
-    std::string shape = std::to_string(row_bytes) + " bytes at offset " + std::to_string(offset);
-    if (rows > 1) {
-      shape = std::to_string(rows) + " rows of " + shape + ", pitch " + std::to_string(pitch) +
-              " (source pitch " + std::to_string(src_pitch) + ")";
-    }
-    return fail(shape + " do not fit the exposed size " + std::to_string(r->size));
-  }
-  return Status::ok();
-}
-
 Status CudaIpcTransport::write(RemoteMemoryId remote, uint64_t remote_offset, const void* src,
                                size_t bytes) {
-  return write2d(remote, remote_offset, bytes, src, bytes, bytes, 1);
+  return write3d(remote, remote_offset, bytes, bytes, src, bytes, bytes, bytes, 1, 1);
 }
 
 Status CudaIpcTransport::write2d(RemoteMemoryId remote, uint64_t remote_offset,
                                  uint64_t remote_pitch, const void* src, size_t src_pitch,
                                  size_t row_bytes, size_t rows) {
-  Remote* r = nullptr;
-  WSYNC_RETURN_IF_ERROR(
-      checkRange(remote, remote_offset, remote_pitch, row_bytes, rows, src_pitch, "write", r));
-  if (rows == 0 || row_bytes == 0) return Status::ok();
-  auto fail = [&](const std::string& why) {
-    return "CUDA IPC write to " + peerLabel(r->peer) + ", remote memory " + std::to_string(remote) +
-           ": " + why;
-  };
-  if (src == nullptr) return invalidArgument(fail("null source"));
-  WSYNC_RETURN_IF_ERROR(useDevice());
+  return write3d(remote, remote_offset, remote_pitch, 0, src, src_pitch, 0, row_bytes, rows, 1);
+}
+
+Status CudaIpcTransport::write3d(RemoteMemoryId remote, uint64_t remote_offset,
+                                 uint64_t remote_pitch, uint64_t remote_plane_pitch,
+                                 const void* src, size_t src_pitch, size_t src_plane_pitch,
+                                 size_t row_bytes, size_t rows, size_t planes) {
+  if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
+    return unknownRemoteError("CUDA IPC", "write", remote, remotes_.size());
+  }
+  Remote& r = remotes_[static_cast<size_t>(remote)];
+  const WriteShape shape{remote_offset, remote_pitch,    remote_plane_pitch,
+                         src_pitch,     src_plane_pitch, row_bytes,
+                         rows,          planes};
+  uint64_t src_extent = 0;
+  WSYNC_RETURN_IF_ERROR(checkWrite({"CUDA IPC", r.peer, remote, r.size}, shape, src, &src_extent));
+  if (shape.empty()) return Status::ok();
   const auto* s = static_cast<const uint8_t*>(src);
-  uint8_t* dst = r->base + remote_offset;
-  const bool packed = rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes);
-  if (packed || (remote_pitch <= max_pitch_ && src_pitch <= max_pitch_)) {
-    WSYNC_RETURN_IF_ERROR(makeRoom(*r, remote));
-    r->written = true;
-    const cudaError_t error =
-        packed ? cudaMemcpyAsync(dst, s, rows * row_bytes, cudaMemcpyDefault, stream_.get())
-               : cudaMemcpy2DAsync(dst, remote_pitch, s, src_pitch, row_bytes, rows,
-                                   cudaMemcpyDefault, stream_.get());
-    ++copies_in_window_;
-    if (error != cudaSuccess) {
-      return cudaCheck(error, fail((packed ? "cudaMemcpyAsync of " : "cudaMemcpy2DAsync of ") +
-                                   std::to_string(rows) + " x " + std::to_string(row_bytes) +
-                                   " bytes at offset " + std::to_string(remote_offset)));
-    }
+  if (batch_ && device_sources_->contains(s, src_extent)) {
+    CopyTask task;
+    task.src = s;
+    task.dst = r.base + remote_offset;
+    task.row_bytes = row_bytes;
+    task.rows = rows;
+    task.planes = planes;
+    task.src_pitch = src_pitch;
+    task.dst_pitch = remote_pitch;
+    task.src_plane_pitch = src_plane_pitch;
+    task.dst_plane_pitch = remote_plane_pitch;
+    batch_->add(task);
+    r.written = true;
     return Status::ok();
+  }
+  WSYNC_RETURN_IF_ERROR(useDevice());
+  for (size_t plane = 0; plane < planes; ++plane) {
+    WSYNC_RETURN_IF_ERROR(copyPlane(r, remote, remote_offset + plane * remote_plane_pitch,
+                                    remote_pitch, s + plane * src_plane_pitch, src_pitch, row_bytes,
+                                    rows));
+  }
+  return Status::ok();
+}
+
+Status CudaIpcTransport::copyPlane(Remote& r, RemoteMemoryId id, uint64_t offset, uint64_t pitch,
+                                   const uint8_t* src, size_t src_pitch, size_t row_bytes,
+                                   size_t rows) {
+  auto fail = [&](cudaError_t error, const std::string& why) {
+    return cudaCheck(error, "CUDA IPC write to " + peerLabel(r.peer) + ", remote memory " +
+                                std::to_string(id) + ": " + why);
+  };
+  uint8_t* dst = r.base + offset;
+  const bool packed = rows == 1 || (pitch == row_bytes && src_pitch == row_bytes);
+  if (packed || (pitch <= max_pitch_ && src_pitch <= max_pitch_)) {
+    WSYNC_RETURN_IF_ERROR(makeRoom(r, id));
+    r.written = true;
+    const cudaError_t error =
+        packed ? cudaMemcpyAsync(dst, src, rows * row_bytes, cudaMemcpyDefault, stream_.get())
+               : cudaMemcpy2DAsync(dst, pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDefault,
+                                   stream_.get());
+    ++copies_in_window_;
+    if (error == cudaSuccess) return Status::ok();
+    return fail(error, (packed ? "cudaMemcpyAsync of " : "cudaMemcpy2DAsync of ") +
+                           std::to_string(rows) + " x " + std::to_string(row_bytes) +
+                           " bytes at offset " + std::to_string(offset));
   }
   // Pitches past what 2-D copies take: row by row.
   for (size_t i = 0; i < rows; ++i) {
-    WSYNC_RETURN_IF_ERROR(makeRoom(*r, remote));
-    r->written = true;
-    const cudaError_t error = cudaMemcpyAsync(dst + i * remote_pitch, s + i * src_pitch, row_bytes,
+    WSYNC_RETURN_IF_ERROR(makeRoom(r, id));
+    r.written = true;
+    const cudaError_t error = cudaMemcpyAsync(dst + i * pitch, src + i * src_pitch, row_bytes,
                                               cudaMemcpyDefault, stream_.get());
     ++copies_in_window_;
     if (error != cudaSuccess) {
-      return cudaCheck(error, fail("cudaMemcpyAsync of row " + std::to_string(i) + " (" +
-                                   std::to_string(row_bytes) + " bytes)"));
+      return fail(error, "cudaMemcpyAsync of row " + std::to_string(i) + " (" +
+                             std::to_string(row_bytes) + " bytes)");
     }
   }
   return Status::ok();
@@ -652,21 +405,27 @@ Status CudaIpcTransport::write2d(RemoteMemoryId remote, uint64_t remote_offset,
 
 Result<void*> CudaIpcTransport::remoteAddress(RemoteMemoryId remote, uint64_t offset,
                                               uint64_t bytes) {
-  Remote* r = nullptr;
+  if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
+    return unknownRemoteError("CUDA IPC", "remoteAddress", remote, remotes_.size());
+  }
+  Remote& r = remotes_[static_cast<size_t>(remote)];
   // At least one byte is checked, so the address itself lies inside the exposed memory.
   const uint64_t checked = std::max<uint64_t>(bytes, 1);
-  WSYNC_RETURN_IF_ERROR(
-      checkRange(remote, offset, checked, checked, 1, checked, "remoteAddress", r));
-  r->written = true;
-  return static_cast<void*>(r->base + offset);
+  if (offset > r.size || checked > r.size - offset) {
+    return invalidArgument("CUDA IPC remoteAddress of " + peerLabel(r.peer) + ", remote memory " +
+                           std::to_string(remote) + ": " + std::to_string(bytes) +
+                           " bytes at offset " + std::to_string(offset) +
+                           " do not fit the exposed size " + std::to_string(r.size));
+  }
+  r.written = true;
+  return static_cast<void*>(r.base + offset);
 }
 
 Status CudaIpcTransport::makeRoom(const Remote& r, RemoteMemoryId id) {
   if (copies_in_window_ < kWindow) return Status::ok();
   if (window_recorded_) {
-    bool timed_out = false;
-    const Status s = waitEvent(window_event_.get(), options_.post_timeout, timed_out);
-    if (timed_out) {
+    const Status s = waitCudaEvent(window_event_.get(), options_.post_timeout);
+    if (s.code() == WSYNC_ERR_TIMEOUT) {
       return timeoutError("CUDA IPC write to " + peerLabel(r.peer) + ", remote memory " +
                           std::to_string(id) + ": copies posted " + std::to_string(kWindow) +
                           "+ writes ago still not done after " +
@@ -686,58 +445,48 @@ Status CudaIpcTransport::makeRoom(const Remote& r, RemoteMemoryId id) {
   return Status::ok();
 }
 
-Status CudaIpcTransport::waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout,
-                                   bool& timed_out) const {
-  timed_out = false;
-  const Clock::time_point deadline = Clock::now() + timeout;
-  for (int polls = 0;; ++polls) {
-    const cudaError_t error = cudaEventQuery(event);
-    if (error == cudaSuccess) return Status::ok();
-    if (error != cudaErrorNotReady) return cudaCheck(error, "cudaEventQuery");
-    if (Clock::now() >= deadline) {
-      timed_out = true;
-      return timeoutError("event not complete");
-    }
-    // Spin briefly (copies of a step usually finish within microseconds), then back off.
-    if (polls < 2000) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  }
-}
-
 Status CudaIpcTransport::flush(std::chrono::milliseconds timeout) {
   WSYNC_RETURN_IF_ERROR(useDevice().withContext("CUDA IPC flush"));
+  const bool batched = batch_ && !batch_->empty();
+  if (batched) {
+    const Status launched = batch_->launch(stream_.get(), options_.post_timeout);
+    batch_ran_ = true;
+    if (!launched.isOk()) {
+      return launched.withContext("CUDA IPC flush of writes to " + unflushedPeers(remotes_));
+    }
+  }
   WSYNC_CUDA_RETURN_IF_ERROR(
       cudaEventRecord(flush_event_.get(), stream_.get()),
-      "CUDA IPC flush of writes to " + unflushedPeers() + ": cudaEventRecord");
-  bool timed_out = false;
-  const Status s = waitEvent(flush_event_.get(), timeout, timed_out);
-  if (timed_out) {
-    return timeoutError("CUDA IPC flush: writes to " + unflushedPeers() + " not complete after " +
-                        std::to_string(timeout.count()) + " ms (they stay queued)");
+      "CUDA IPC flush of writes to " + unflushedPeers(remotes_) + ": cudaEventRecord");
+  const Status s = waitCudaEvent(flush_event_.get(), timeout);
+  if (s.code() == WSYNC_ERR_TIMEOUT) {
+    return timeoutError("CUDA IPC flush: writes to " + unflushedPeers(remotes_) +
+                        " not complete after " + std::to_string(timeout.count()) +
+                        " ms (they stay queued)");
   }
-  if (!s.isOk()) return s.withContext("CUDA IPC flush of writes to " + unflushedPeers());
+  if (!s.isOk()) return s.withContext("CUDA IPC flush of writes to " + unflushedPeers(remotes_));
   for (Remote& r : remotes_)
     r.written = false;
   window_recorded_ = false;  // everything before is done
   copies_in_window_ = 0;
+  if (batched && options_.time_batches) printBatchTiming();
   return Status::ok();
 }
 
-std::string CudaIpcTransport::unflushedPeers() const {
-  std::vector<int32_t> peers;
-  for (const Remote& r : remotes_) {
-    if (r.written) peers.push_back(r.peer);
-  }
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  if (peers.empty()) return "no peer";
-  std::string out = peers.size() == 1 ? "peer " : "peers ";
-  for (size_t i = 0; i < peers.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(peers[i]);
-  return out;
+CopyBatch::Timing CudaIpcTransport::lastBatch() const {
+  if (!batch_ || !batch_ran_) return {};
+  return batch_->lastLaunch();
+}
+
+void CudaIpcTransport::printBatchTiming() const {
+  const CopyBatch::Timing t = lastBatch();
+  if (t.device_ms <= 0) return;
+  std::fprintf(stderr,
+               "[wsync cuda_ipc device %d] batched copy kernel: %llu copies, %llu bytes in %.3f "
+               "ms (%.1f GB/s)\n",
+               options_.device, static_cast<unsigned long long>(t.copies),
+               static_cast<unsigned long long>(t.bytes), t.device_ms,
+               static_cast<double>(t.bytes) / t.device_ms / 1e6);
 }
 
 Result<std::unique_ptr<WriteTransport>> createCudaIpcTransport(

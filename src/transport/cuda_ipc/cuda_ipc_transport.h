@@ -1,42 +1,55 @@
 // The CUDA IPC backend of WriteTransport: one-sided copies into device memory that another
-// process of the same node exposed (cudaIpcGetMemHandle / cudaIpcOpenMemHandle), run by the copy
-// engines on a stream the transport owns. Writes are truly one-sided: the target never needs to
-// call progress() (a no-op here).
+// process of the same node exposed (VMM allocations shared as file descriptors, or
+// cudaIpcGetMemHandle), on a stream the transport owns. Writes are truly one-sided: the target
+// never needs to call progress() (a no-op here).
 //
 // Within one node only: connect() refuses (UNSUPPORTED) a peer whose address names another host.
 // Runtime API only; every entry point makes options.device current on the calling thread
 // (cudaUseDevice) and leaves it current.
 //
-// Sources of write()/write2d() may be device memory (of any device this process can reach) or
-// host memory, pageable or pinned (registerSource() pins pageable host memory with
-// cudaHostRegister so the copies run asynchronously at full speed; it is a no-op for device
-// memory). The stream is non-blocking: it does not wait for the legacy default stream or any
-// other, so sources produced by other work must be complete, or ordered before the writes (an
-// event on the producing stream that stream() waits on), when write() is called. Note that a
-// pageable-to-device cudaMemcpy may return before its DMA landed.
-// Completion: flush() waits for an event recorded after every write; once it succeeds the
-// bytes are in the target's device memory, visible to any work the target starts afterwards (the
-// target learns of it out of band, through a control message).
+// Sources of writes may be device memory (of any device this process can reach) or host memory,
+// pageable or pinned. Two ways a write runs:
+//  - batched: a source inside device memory of options.device that registerSource() was given
+//    (options.batch_device_copies) is queued at write() and copied at flush() by one kernel for
+//    all such writes (transport/cuda_ipc/copy_batch.h);
+//  - a driver copy (cudaMemcpyAsync / cudaMemcpy2DAsync, copy engines) enqueued at write():
+//    every other source. registerSource() pins pageable host memory with cudaHostRegister so
+//    these copies run asynchronously at full speed.
+// The stream is non-blocking: it does not wait for the legacy default stream or any other, so
+// sources produced by other work must be complete, or ordered before the writes (an event on the
+// producing stream that stream() waits on), when write() is called. Note that a pageable-to-device
+// cudaMemcpy may return before its DMA landed.
+// Completion: flush() launches the batched copies, then waits for an event recorded after them
+// and every driver copy; once it succeeds the bytes are in the target's device memory, visible to
+// any work the target starts afterwards (the target learns of it out of band, through a control
+// message).
+//
+// Files: cuda_ipc_encoding (addresses, descriptors), ipc_mapping_cache (peers' memory mapped
+// here), vmm_memory (VMM allocations), device_sources and copy_batch (the batched copies),
+// cuda_handles (streams, events), this transport.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "transport/cuda_ipc/copy_batch.h"
+#include "transport/cuda_ipc/cuda_handles.h"
+#include "transport/cuda_ipc/cuda_ipc_encoding.h"
+#include "transport/cuda_ipc/ipc_mapping_cache.h"
 #include "transport/write_transport.h"
 
 namespace wsync {
 
-class FdServer;  // control/fd_exchange.h
+class FdServer;       // control/fd_exchange.h
+class DeviceSources;  // transport/cuda_ipc/device_sources.h
 
 struct CudaIpcTransportOptions {
   // CUDA ordinal (as this process numbers its devices) of the stream, the allocations of
@@ -51,24 +64,14 @@ struct CudaIpcTransportOptions {
   // the driver and device support it; false: cudaMalloc and cudaIpcGetMemHandle. expose()
   // always shares with cudaIpcGetMemHandle.
   bool vmm_exports = true;
+  // Writes from device memory of `device` that registerSource() was given are queued and copied
+  // at flush() by one kernel (see the file comment); false: every write is a driver copy
+  // (WSYNC_DEBUG_NO_COPY_BATCH=1, for A/B runs).
+  bool batch_device_copies = true;
+  // Times each flush's batched kernel with CUDA events: lastBatch() returns it, and every flush
+  // that ran one prints its copies, bytes, device time and rate to stderr (WSYNC_DEBUG_TIMING=1).
+  bool time_batches = false;
 };
-
-// What a CUDA IPC address says about a process (decoded localAddress()).
-struct CudaIpcProcessInfo {
-  std::string host;    // "<hostname>/<boot_id>"; equal strings mean the same node
-  int64_t pid = 0;     // process id on that host
-  uint64_t nonce = 0;  // random per process (pid reuse or another pid namespace tells apart)
-  int32_t device = 0;  // its options.device (its own numbering)
-  std::array<uint8_t, 16> device_uuid{};  // the GPU's UUID, comparable across processes
-};
-
-// This node's identity as it appears in addresses: "<hostname>/<boot_id>" (just the hostname
-// when /proc/sys/kernel/random/boot_id cannot be read).
-std::string cudaIpcHostIdentity();
-// The address encoding (tag, version, fields). decode checks the tag and every length:
-// PROTOCOL error naming what is wrong otherwise.
-std::vector<uint8_t> encodeCudaIpcAddress(const CudaIpcProcessInfo& info);
-Result<CudaIpcProcessInfo> decodeCudaIpcAddress(const std::vector<uint8_t>& address);
 
 class CudaIpcTransport final : public WriteTransport {
  public:
@@ -99,8 +102,10 @@ class CudaIpcTransport final : public WriteTransport {
   // pointer is device memory of options.device. Not checked: that it is a base, and the size.
   Result<std::unique_ptr<ExposedMemory>> expose(void* base, size_t bytes) override;
 
-  // Host memory: pinned with cudaHostRegister(portable) until the registration goes (memory that
-  // is pinned already, or device memory: a no-op registration).
+  // Device memory of options.device: recorded (until the registration goes) as a source of
+  // batched copies (options.batch_device_copies; else a no-op). Pageable host memory: pinned with
+  // cudaHostRegister(portable) until the registration goes. Anything else (pinned already, other
+  // devices, managed memory): a no-op registration. The registration may outlive the transport.
   Result<std::unique_ptr<SourceRegistration>> registerSource(const void* base,
                                                              size_t bytes) override;
 
@@ -122,25 +127,33 @@ class CudaIpcTransport final : public WriteTransport {
     return remotes_[static_cast<size_t>(remote)].size;
   }
 
-  // cudaMemcpyAsync / cudaMemcpy2DAsync (cudaMemcpyDefault) on stream(). Past 1024 copies since
-  // the last check, waits (at most post_timeout) until the copies of the check before completed:
-  // at most ~2048 copies are in flight.
+  // Checked (every plane before anything is queued or enqueued); then queued for the batched
+  // kernel when the whole source extent lies in registered device memory of options.device (see
+  // registerSource), else enqueued as driver copies on stream(): cudaMemcpyAsync /
+  // cudaMemcpy2DAsync (cudaMemcpyDefault) per plane, row by row past cudaDevAttrMaxPitch. Past
+  // 1024 driver copies since the last check, waits (at most post_timeout) until the copies of the
+  // check before completed: at most ~2048 are in flight.
   Status write(RemoteMemoryId remote, uint64_t remote_offset, const void* src,
                size_t bytes) override;
   Status write2d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
                  const void* src, size_t src_pitch, size_t row_bytes, size_t rows) override;
+  Status write3d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
+                 uint64_t remote_plane_pitch, const void* src, size_t src_pitch,
+                 size_t src_plane_pitch, size_t row_bytes, size_t rows, size_t planes) override;
 
-  // Records an event on stream() and polls it until done (success), `timeout` (TIMEOUT, the copies
-  // stay queued), or a CUDA error (SYSTEM; sticky errors of the context stay).
+  // Launches the queued batched copies (one kernel; the queue empties also when that fails), then
+  // records an event on stream() and polls it until done (success), `timeout` (TIMEOUT, the copies
+  // stay queued on the stream), or a CUDA error (SYSTEM; sticky errors of the context stay).
   Status flush(std::chrono::milliseconds timeout) override;
 
   void progress() override {}  // nothing to progress: copies are one-sided
 
   // ---- beyond WriteTransport ----
 
-  // The non-blocking stream every write is enqueued on. Work the caller enqueues on it (e.g.
-  // conversion kernels filling a source buffer) runs in order with the writes, and flush()
-  // completes it too. Owned by the transport.
+  // The non-blocking stream every copy runs on. Work the caller enqueues on it (e.g. conversion
+  // kernels filling a source buffer) runs in order with the driver copies; batched copies run at
+  // flush(), after everything enqueued before it. flush() completes that work too. Owned by the
+  // transport.
   cudaStream_t stream() const { return stream_.get(); }
   int device() const { return options_.device; }
 
@@ -151,56 +164,54 @@ class CudaIpcTransport final : public WriteTransport {
   // The next flush() completes that work like a write.
   Result<void*> remoteAddress(RemoteMemoryId remote, uint64_t offset, uint64_t bytes);
 
+  // The batched kernel of the last flush that ran one (copies, bytes, device ms once complete when
+  // options.time_batches; see CopyBatch::lastLaunch); all zero (-1 ms) when none ran.
+  CopyBatch::Timing lastBatch() const;
+
  private:
   struct Remote {
     int32_t peer;
     uint8_t* base;  // mapped (or, for this process, the owner's) device pointer
     uint64_t size;
-    std::string handle;  // the IPC handle's bytes; empty when base is this process's own memory
-    bool written;        // written since the last successful flush
+    bool written;  // written since the last successful flush
   };
   struct Peer {
     CudaIpcProcessInfo info;
     bool is_self = false;  // this very process
   };
 
-  struct StreamDeleter {
-    void operator()(cudaStream_t stream) const;
-  };
-  struct EventDeleter {
-    void operator()(cudaEvent_t event) const;
-  };
-  using StreamPtr = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
-  using EventPtr = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
-
-  CudaIpcTransport(const CudaIpcTransportOptions& options, StreamPtr stream, EventPtr flush_event,
-                   EventPtr window_event, size_t max_pitch, std::vector<uint8_t> address);
+  CudaIpcTransport(const CudaIpcTransportOptions& options, CudaStreamPtr stream,
+                   CudaEventPtr flush_event, CudaEventPtr window_event,
+                   std::unique_ptr<CopyBatch> batch, size_t max_pitch,
+                   std::vector<uint8_t> address);
 
   Status useDevice() const;
   Result<std::unique_ptr<ExposedMemory>> allocateVmm(size_t bytes, FdServer& server,
                                                      const std::string& what);
-  // Checks `remote` and the 2-D extent; on success `r` is the remote.
-  Status checkRange(RemoteMemoryId remote, uint64_t offset, uint64_t pitch, size_t row_bytes,
-                    size_t rows, size_t src_pitch, const char* what, Remote*& r);
-  // Keeps at most ~2 windows of copies in flight; see write().
+  // Driver copies of one plane of a checked, non-empty write.
+  Status copyPlane(Remote& r, RemoteMemoryId id, uint64_t offset, uint64_t pitch,
+                   const uint8_t* src, size_t src_pitch, size_t row_bytes, size_t rows);
+  // Keeps at most ~2 windows of driver copies in flight; see write().
   Status makeRoom(const Remote& r, RemoteMemoryId id);
-  // Polls `event` until it completed (success), `timeout` passed (`timed_out` set; the returned
-  // status is then a bare TIMEOUT the caller rewords) or CUDA reports an error.
-  Status waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout, bool& timed_out) const;
-  std::string unflushedPeers() const;
+  // After a successful flush that ran a batched kernel, when options.time_batches.
+  void printBatchTiming() const;
 
   CudaIpcTransportOptions options_;
-  // Declaration order is destruction order reversed: events, then the stream.
-  StreamPtr stream_;
-  EventPtr flush_event_;
-  EventPtr window_event_;  // recorded every 1024 copies; see write()
+  // Declaration order is destruction order reversed: the batch (its tables), the events, then the
+  // stream.
+  CudaStreamPtr stream_;
+  CudaEventPtr flush_event_;
+  CudaEventPtr window_event_;                      // recorded every 1024 driver copies; see write()
+  std::unique_ptr<CopyBatch> batch_;               // null unless options.batch_device_copies
+  std::shared_ptr<DeviceSources> device_sources_;  // registered device memory of options.device
   bool window_recorded_ = false;
   size_t copies_in_window_ = 0;
-  size_t max_pitch_;  // cudaDevAttrMaxPitch: larger pitches go row by row
+  bool batch_ran_ = false;  // a flush launched batch_ (lastBatch())
+  size_t max_pitch_;        // cudaDevAttrMaxPitch: larger pitches go row by row
   std::vector<uint8_t> address_;
   std::unordered_map<int32_t, Peer> peers_;
-  std::vector<Remote> remotes_;                         // index: RemoteMemoryId
-  std::unordered_map<std::string, uint8_t*> mappings_;  // handle bytes -> pointer, one ref each
+  std::vector<Remote> remotes_;  // index: RemoteMemoryId
+  TransportMappings mappings_;   // of peers' memory
 };
 
 // The factory of the WriteTransport interface; see CudaIpcTransport::create.

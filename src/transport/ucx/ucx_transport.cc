@@ -15,6 +15,7 @@
 #include "common/fast_copy.h"
 #include "common/wire.h"
 #include "transport/ucx/ucx_handles.h"
+#include "transport/write_checks.h"
 
 namespace wsync {
 namespace ucx {
@@ -334,39 +335,12 @@ class UcxTransport final : public WriteTransport {
   Status write2d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
                  const void* src, size_t src_pitch, size_t row_bytes, size_t rows) override {
     if (remote < 0 || static_cast<size_t>(remote) >= remotes_.size()) {
-      return invalidArgument("UCX write: unknown remote memory id " + std::to_string(remote) +
-                             " (" + std::to_string(remotes_.size()) + " attached)");
+      return unknownRemoteError("UCX", "write", remote, remotes_.size());
     }
     Remote& r = remotes_[remote];
-    if (rows == 0 || row_bytes == 0) return Status::ok();
-    auto fail = [&](const std::string& why) {
-      return invalidArgument("UCX write to peer " + std::to_string(r.peer) + ", remote memory " +
-                             std::to_string(remote) + ": " + why);
-    };
-    if (src == nullptr) return fail("null source");
-    if (rows > 1 && (remote_pitch < row_bytes || src_pitch < row_bytes)) {
-      return fail("pitches (remote " + std::to_string(remote_pitch) + ", source " +
-                  std::to_string(src_pitch) + ") smaller than the row (" +
-                  std::to_string(row_bytes) + " bytes) of a " + std::to_string(rows) +
-                  "-row write");
-    }
-    // Target extent (rows - 1) * remote_pitch + row_bytes, and the same for the source.
-    uint64_t extent = 0;
-    uint64_t src_extent = 0;
-    uint64_t end = 0;
-    if (__builtin_mul_overflow(rows - 1, remote_pitch, &extent) ||
-        __builtin_add_overflow(extent, row_bytes, &extent) ||
-        __builtin_mul_overflow(rows - 1, src_pitch, &src_extent) ||
-        __builtin_add_overflow(src_extent, row_bytes, &src_extent) ||
-        __builtin_add_overflow(remote_offset, extent, &end) || end > r.size) {
-      std::string shape =
-          std::to_string(row_bytes) + " bytes at offset " + std::to_string(remote_offset);
-      if (rows > 1) {
-        shape = std::to_string(rows) + " rows of " + shape + ", pitch " +
-                std::to_string(remote_pitch) + " (source pitch " + std::to_string(src_pitch) + ")";
-      }
-      return fail(shape + " do not fit the exposed size " + std::to_string(r.size));
-    }
+    const WriteShape shape{remote_offset, remote_pitch, 0, src_pitch, 0, row_bytes, rows, 1};
+    WSYNC_RETURN_IF_ERROR(checkWrite({"UCX", r.peer, remote, r.size}, shape, src));
+    if (shape.empty()) return Status::ok();
     const auto* s = static_cast<const uint8_t*>(src);
     if (r.mapped != nullptr) {
       if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {
@@ -381,7 +355,7 @@ class UcxTransport final : public WriteTransport {
       return Status::ok();
     }
     if (rows == 1 || (remote_pitch == row_bytes && src_pitch == row_bytes)) {
-      return post(remote, r, remote_offset, s, extent);
+      return post(remote, r, remote_offset, s, shape.bytes());
     }
     for (size_t i = 0; i < rows; ++i) {
       WSYNC_RETURN_IF_ERROR(
@@ -408,11 +382,13 @@ class UcxTransport final : public WriteTransport {
     const ucs_status_t status =
         ucx::waitRequest(worker_.get(), ucp_worker_flush_nbx(worker_.get(), &param), deadline);
     if (status == UCS_ERR_TIMED_OUT) {
-      return timeoutError("UCX flush: writes to " + unflushedPeers() + " not complete after " +
-                          std::to_string(timeout.count()) + " ms (is the target progressing?)");
+      return timeoutError("UCX flush: writes to " + unflushedPeers(remotes_) +
+                          " not complete after " + std::to_string(timeout.count()) +
+                          " ms (is the target progressing?)");
     }
     if (status != UCS_OK) {
-      return ucx::ucxError(status, "UCX flush of writes to " + unflushedPeers() + " failed");
+      return ucx::ucxError(status,
+                           "UCX flush of writes to " + unflushedPeers(remotes_) + " failed");
     }
     // The worker flush completed every put; collect their requests and errors.
     while (!pending_.empty()) {
@@ -559,21 +535,6 @@ class UcxTransport final : public WriteTransport {
       }
     }
     pending_.resize(kept);
-  }
-
-  // "peers 1, 3" (those with writes since the last successful flush), for error messages.
-  std::string unflushedPeers() const {
-    std::vector<int32_t> peers;
-    for (const Remote& r : remotes_) {
-      if (r.written) peers.push_back(r.peer);
-    }
-    std::sort(peers.begin(), peers.end());
-    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-    if (peers.empty()) return "no peer";
-    std::string out = peers.size() == 1 ? "peer " : "peers ";
-    for (size_t i = 0; i < peers.size(); ++i)
-      out += (i ? ", " : "") + std::to_string(peers[i]);
-    return out;
   }
 
   UcxTransportOptions options_;

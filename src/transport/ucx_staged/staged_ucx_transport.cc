@@ -15,6 +15,7 @@
 #include "common/wire.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/ucx/ucx_transport.h"
+#include "transport/write_checks.h"
 
 namespace wsync {
 namespace {
@@ -450,10 +451,11 @@ class StagedUcxTransport final : public WriteTransport {
       return ucx_->write2d(target->inner, remote_offset, remote_pitch, src, src_pitch, row_bytes,
                            rows);
     }
-    // Checks the target range the way UCX would, before any piece is staged: a zero-row dry run
-    // costs nothing and posts nothing.
-    WSYNC_RETURN_IF_ERROR(
-        checkRange(*target, remote, remote_offset, remote_pitch, src_pitch, row_bytes, rows));
+    // Checks the write the way UCX would, before any piece is staged, so a bad write posts
+    // nothing; messages name the peer and this transport's remote id.
+    WSYNC_ASSIGN_OR_RETURN(const uint64_t size, ucx_->attachedSize(target->inner));
+    const WriteShape shape{remote_offset, remote_pitch, 0, src_pitch, 0, row_bytes, rows, 1};
+    WSYNC_RETURN_IF_ERROR(checkWrite({"staged UCX", target->peer, remote, size}, shape, src));
     const RemoteMemoryId inner = target->inner;
     const auto* s = static_cast<const uint8_t*>(src);
     Chunk* last = nullptr;  // holds the write's last piece
@@ -593,32 +595,6 @@ class StagedUcxTransport final : public WriteTransport {
     EventPtr copied;              // recorded after the chunk's device copies
     std::unique_ptr<SourceRegistration> registration;
   };
-
-  // The checks UCX makes before posting (ids, pitches, bounds), made before anything is staged,
-  // so a bad write posts nothing; messages name the peer and the remote id as UCX's do.
-  Status checkRange(const Attached& target, RemoteMemoryId remote, uint64_t remote_offset,
-                    uint64_t remote_pitch, size_t src_pitch, size_t row_bytes, size_t rows) const {
-    const std::string where = "staged UCX write to peer " + std::to_string(target.peer) +
-                              ", remote memory " + std::to_string(remote) + ": ";
-    if (rows > 1 && (remote_pitch < row_bytes || src_pitch < row_bytes)) {
-      return invalidArgument(where + "pitches (remote " + std::to_string(remote_pitch) +
-                             ", source " + std::to_string(src_pitch) + ") smaller than the row (" +
-                             std::to_string(row_bytes) + " bytes) of a " + std::to_string(rows) +
-                             "-row write");
-    }
-    WSYNC_ASSIGN_OR_RETURN(const uint64_t size, ucx_->attachedSize(target.inner));
-    uint64_t extent = 0;
-    uint64_t end = 0;
-    if (__builtin_mul_overflow(rows - 1, remote_pitch, &extent) ||
-        __builtin_add_overflow(extent, row_bytes, &extent) ||
-        __builtin_add_overflow(remote_offset, extent, &end) || end > size) {
-      return invalidArgument(
-          where + std::to_string(rows) + " rows of " + std::to_string(row_bytes) +
-          " bytes at offset " + std::to_string(remote_offset) + ", pitch " +
-          std::to_string(remote_pitch) + " do not fit the exposed size " + std::to_string(size));
-    }
-    return Status::ok();
-  }
 
   // The filling chunk when it has `bytes` free (aligned), else a fresh one (sealing the current
   // chunk, posting completed copies and flushing UCX as needed to free one).

@@ -7,6 +7,8 @@
 #include <new>
 #include <string>
 
+#include "common/fast_copy.h"
+#include "options/options.h"
 #include "runtime/context.h"
 #include "runtime/rollout_context.h"
 #include "runtime/trainer_context.h"
@@ -121,20 +123,29 @@ wsync::Result<wsync::Piece> pieceFrom(wsync::Context& ctx, const wsync_piece_t& 
 extern "C" {
 
 namespace {
-// TEMPORARY until the options module lands: the environment's switches.
-void applyEnvironment(wsync::ContextOptions& o) {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v != nullptr ? v : "";
-  };
-  o.coordinator_host = env("WSYNC_COORDINATOR_HOST");
-  o.log_coordinator = std::getenv("WSYNC_LOG") != nullptr;
-  o.device_transport = env("WSYNC_DEVICE_TRANSPORT");
-  o.cuda_ipc_export = env("WSYNC_CUDA_IPC_EXPORT");
-  o.debug_timing = env("WSYNC_DEBUG_TIMING") == "1";
-  o.debug_no_early_landing = env("WSYNC_DEBUG_NO_EARLY_LANDING") == "1";
-  o.debug_no_copy_batch = env("WSYNC_DEBUG_NO_COPY_BATCH") == "1";
-  o.debug_send_delay_ms = std::atoi(env("WSYNC_DEBUG_SEND_DELAY_MS").c_str());
+// The effective options (config fields, overridden by the environment: see src/options) as the
+// runtime takes them.
+void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
+  o.coordinator_host = effective.coordinator_host;
+  o.log_coordinator = effective.log;
+  o.device_transport = wsync::optionValueName(effective.device_transport);
+  o.cuda_ipc_export = wsync::optionValueName(effective.cuda_ipc_export);
+  o.debug_timing = effective.debug_timing;
+  o.debug_no_early_landing = effective.debug_no_early_landing;
+  o.debug_no_copy_batch = effective.debug_no_copy_batch;
+  o.debug_send_delay_ms = effective.debug_send_delay_ms;
+  switch (effective.host_copy) {
+    case wsync::HostCopy::kMemcpy:
+      wsync::preferHostCopy(wsync::HostCopyKind::kMemcpy);
+      break;
+    case wsync::HostCopy::kAvx2:
+      wsync::preferHostCopy(wsync::HostCopyKind::kStreamAvx2);
+      break;
+    case wsync::HostCopy::kAuto:
+    case wsync::HostCopy::kAvx512:
+      wsync::preferHostCopy(wsync::HostCopyKind::kStreamAvx512);
+      break;
+  }
 }
 }  // namespace
 
@@ -172,7 +183,9 @@ wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_
     if (config->coordinator_address) o.coordinator_address = config->coordinator_address;
     if (config->secret) o.secret = config->secret;
     o.cuda_device = config->cuda_device;
-    applyEnvironment(o);
+    wsync::Result<wsync::Options> environment = wsync::readOptions();
+    if (!environment.isOk()) return record(nullptr, environment.status());
+    applyOptions(wsync::resolve(wsync::Options{}, *environment), o);
     auto ctx = wsync::Context::create(o);
     if (!ctx.isOk()) return record(nullptr, ctx.status());
     auto* handle = new wsync_context_s;

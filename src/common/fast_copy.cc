@@ -1,8 +1,8 @@
 #include "common/fast_copy.h"
 
+#include <atomic>
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -94,21 +94,19 @@ HostCopyKind usable(HostCopyKind wanted) {
   return HostCopyKind::kMemcpy;
 }
 
-HostCopyKind chooseKind() {
-  HostCopyKind wanted = HostCopyKind::kStreamAvx512;
-  if (const char* env = std::getenv("WSYNC_HOST_COPY")) {
-    const std::string_view v(env);
-    if (v == "memcpy") wanted = HostCopyKind::kMemcpy;
-    if (v == "avx2") wanted = HostCopyKind::kStreamAvx2;
-  }
-  return usable(wanted);
+std::atomic<HostCopyKind>& chosenKind() {
+  static std::atomic<HostCopyKind> kind{usable(HostCopyKind::kStreamAvx512)};
+  return kind;
 }
 
 }  // namespace
 
 HostCopyKind hostCopyKind() {
-  static const HostCopyKind kind = chooseKind();
-  return kind;
+  return chosenKind().load(std::memory_order_relaxed);
+}
+
+void preferHostCopy(HostCopyKind wanted) {
+  chosenKind().store(usable(wanted), std::memory_order_relaxed);
 }
 
 const char* hostCopyKindName(HostCopyKind kind) {

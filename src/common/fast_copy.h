@@ -18,10 +18,12 @@ enum class HostCopyKind {
   kStreamAvx512,  // 64-byte non-temporal stores
 };
 
-// The kind copy2d() uses, chosen once per process: the widest streaming kind the CPU supports,
-// unless the environment variable WSYNC_HOST_COPY is "memcpy", "avx2" or "avx512" (a kind the CPU
-// lacks falls back to the widest it has). Thread-safe.
+// The kind copy2d() uses: the widest streaming kind the CPU supports, unless preferHostCopy()
+// asked for another (WSYNC_HOST_COPY, through the options module). Thread-safe.
 HostCopyKind hostCopyKind();
+// Makes copy2d() use `wanted` from now on in this process (a kind the CPU lacks falls back to the
+// widest it has). Thread-safe.
+void preferHostCopy(HostCopyKind wanted);
 const char* hostCopyKindName(HostCopyKind kind);
 
 // Copies `rows` rows of `row_bytes` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows

@@ -10,6 +10,7 @@
 #include <cxxopts.hpp>
 
 #include "bootstrap/mpi_bootstrap.h"
+#include "options/options.h"
 #include "coordinator/coordinator.h"
 
 namespace {
@@ -41,8 +42,12 @@ int run(int argc, char** argv) {
   opt.max_staleness = args["max-staleness"].as<int>();
   opt.skip_grace = std::chrono::milliseconds(args["skip-grace-ms"].as<int>());
   opt.control.secret = args["secret"].as<std::string>();
-  if (opt.control.secret.empty() && std::getenv("WSYNC_SECRET"))
-    opt.control.secret = std::getenv("WSYNC_SECRET");
+  wsync::Result<wsync::Options> environment = wsync::readOptions();
+  if (!environment.isOk()) {
+    std::fprintf(stderr, "wsync-coordinator: %s\n", environment.status().toString().c_str());
+    return 2;
+  }
+  if (opt.control.secret.empty()) opt.control.secret = environment->secret;
   if (!args.count("quiet"))
     opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 
@@ -50,8 +55,7 @@ int run(int argc, char** argv) {
       wsync::internalError("not started");
   if (args.count("mpi")) {
     opt.first_participant_world_rank = 1;
-    const char* host = std::getenv("WSYNC_COORDINATOR_HOST");
-    coordinator = wsync::hostCoordinatorForMpiJob(std::move(opt), host != nullptr ? host : "");
+    coordinator = wsync::hostCoordinatorForMpiJob(std::move(opt), environment->coordinator_host);
   } else {
     if (opt.control.secret.empty()) {
       std::fprintf(stderr, "wsync-coordinator: a secret is required (--secret or WSYNC_SECRET)\n");

@@ -248,6 +248,87 @@ void printRank(int index, int replica, int tp_rank, bool device, bool copy_flip,
   std::fflush(stdout);
 }
 
+// This rank's place in the rollout app: replica, and TP rank within it.
+struct Place {
+  int index = 0;  // in the rollout app
+  int tp = 1;
+  int replica = 0;
+  int tp_rank = 0;
+};
+
+bool findPlace(int replicas, Place* place) {
+  int count = 0;
+  wsync_demo::mpmdAppRank(&place->index, &count);
+  if (replicas <= 0 || count % replicas != 0) {
+    std::fprintf(stderr, "[rollout] %d ranks cannot form %d equal replicas\n", count, replicas);
+    return false;
+  }
+  place->tp = count / replicas;
+  place->replica = place->index / place->tp;
+  place->tp_rank = place->index % place->tp;
+  return true;
+}
+
+// Copy flip: the engine's live parameters, which keep their addresses (CUDA graphs).
+struct LiveParameters {
+  std::vector<void*> data;  // empty without copy flip
+  std::vector<std::vector<uint8_t>> host;
+  bool device = false;
+  ~LiveParameters() {
+    for (size_t b = 0; device && b < data.size(); ++b)
+      wsync_demo::deviceFree(data[b]);
+  }
+};
+
+void allocateLive(const std::vector<BufferSpec>& buffers, wsync_dtype_t dtype, bool device,
+                  LiveParameters* live) {
+  live->device = device;
+  for (const BufferSpec& buffer : buffers) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, buffer.num_elements)) *
+                         wsync_demo::dtypeBytes(dtype);
+    live->host.emplace_back(bytes);
+    live->data.push_back(device ? wsync_demo::deviceAlloc(bytes) : live->host.back().data());
+  }
+}
+
+// Runs the generation thread until the last version is verified, prints this rank's line, destroys
+// the context and sends this rank's report to the summary. 0 when every read was right.
+int serve(const Generation::Setup& setup, const wsync_demo::DemoJob& job, const Place& place,
+          uint64_t last_version, int timeout_ms) {
+  std::atomic<bool> stop{false};
+  Generation reader(setup);
+  std::thread generation([&] { reader.run(stop); });
+  const int followed = followVersions(setup.ctx, job, reader, last_version, timeout_ms);
+  stop.store(true);
+  generation.join();
+  if (followed != 0) return followed;
+
+  uint64_t newest = 0;
+  wsync_newest_version(setup.ctx, &newest);
+  const ReaderStats& stats = reader.stats();
+  printRank(place.index, place.replica, place.tp_rank, setup.device, !setup.live.empty(), stats,
+            newest);
+  const bool ok = stats.mismatched_reads == 0 && stats.went_backwards == 0 && stats.reads > 0 &&
+                  stats.versions.count(last_version) == 1 &&
+                  (!job.paced() || stats.verified.size() == last_version);
+  if (!ok) {
+    std::fprintf(stderr,
+                 "[rollout %d] FAILED: a read saw a wrong version, or a version was never "
+                 "verified\n",
+                 place.index);
+  }
+  const wsync_status_t s = wsync_context_destroy(setup.ctx);
+  if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
+
+  wsync_demo::RolloutReport report;
+  report.steps = stats.reads;
+  report.versions_verified = static_cast<int64_t>(stats.verified.size());
+  report.torn_or_wrong_reads = stats.mismatched_reads;
+  report.out_of_order_reads = stats.went_backwards;
+  job.collectReports({}, report, stats.steps);
+  return ok ? 0 : 1;
+}
+
 int run(int argc, char** argv) {
   auto options = rolloutOptions();
   const auto args = options.parse(argc, argv);
@@ -269,29 +350,18 @@ int run(int argc, char** argv) {
     return 2;
   }
   const int versions = args["versions"].as<int>();
-  const uint64_t last_version = static_cast<uint64_t>(versions);
-
-  int index = 0, count = 0;
-  wsync_demo::mpmdAppRank(&index, &count);
-  const int replicas = args["replicas"].as<int>();
-  if (replicas <= 0 || count % replicas != 0) {
-    std::fprintf(stderr, "[rollout] %d ranks cannot form %d equal replicas\n", count, replicas);
-    return 2;
-  }
-  const int tp = count / replicas;
-  const int replica = index / tp;
-  const int tp_rank = index % tp;
+  Place place;
+  if (!findPlace(args["replicas"].as<int>(), &place)) return 2;
   wsync_demo::MemoryChoice memory;
-  const int chosen = wsync_demo::chooseMemory("rollout", args["memory"].as<std::string>(),
-                                              args.count("one-gpu-per-rank") > 0,
-                                              args.count("skip-without-gpu") > 0, index, &memory);
+  const int chosen = wsync_demo::chooseMemory(
+      "rollout", args["memory"].as<std::string>(), args.count("one-gpu-per-rank") > 0,
+      args.count("skip-without-gpu") > 0, place.index, &memory);
   if (chosen != 0) return chosen;
-  const bool copy_flip = args.count("copy-flip") > 0;
 
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = WSYNC_ROLE_ROLLOUT;
   cfg.cuda_device = memory.cuda_device;
-  cfg.replica = replica;
+  cfg.replica = place.replica;
   cfg.num_slots = args["slots"].as<int>();
   cfg.timeout_ms = args["timeout-ms"].as<int>();
   wsync_context_t ctx = nullptr;
@@ -301,65 +371,32 @@ int run(int argc, char** argv) {
   wsync_context_info(ctx, &rank, &num_trainers, &num_rollouts);
   const wsync_demo::DemoJob job(false, rank, num_trainers, num_rollouts, versions);
 
-  const auto buffers = wsync_demo::rolloutLayout(tensors, layout, tp, tp_rank);
-  // Copy flip: the engine's live parameters, which keep their addresses (CUDA graphs).
-  std::vector<void*> live;
-  std::vector<std::vector<uint8_t>> live_host;
-  for (size_t b = 0; copy_flip && b < buffers.size(); ++b) {
-    const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, buffers[b].num_elements)) *
-                         wsync_demo::dtypeBytes(dtype);
-    live_host.emplace_back(bytes);
-    live.push_back(memory.device ? wsync_demo::deviceAlloc(bytes) : live_host.back().data());
-  }
+  const auto buffers = wsync_demo::rolloutLayout(tensors, layout, place.tp, place.tp_rank);
+  LiveParameters live;
+  if (args.count("copy-flip") > 0) allocateLive(buffers, dtype, memory.device, &live);
   std::vector<int> indices;
-  s = wsync_demo::registerBuffers(ctx, tensors, buffers, dtype, live, &indices,
+  s = wsync_demo::registerBuffers(ctx, tensors, buffers, dtype, live.data, &indices,
                                   memory.device ? WSYNC_MEMORY_DEVICE : WSYNC_MEMORY_HOST);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_register_buffer", s);
   s = wsync_commit(ctx);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
-  if (args.count("expect-broadcast") > 0) {
-    wsync_plan_info_t plan{};
-    wsync_plan_info(ctx, &plan);
-    if (plan.broadcast_groups == 0) {
-      std::fprintf(stderr, "[rollout] --expect-broadcast: rollout %d has no broadcast group\n",
-                   index);
-      return 1;
-    }
+  wsync_plan_info_t plan{};
+  wsync_plan_info(ctx, &plan);
+  if (args.count("expect-broadcast") > 0 && plan.broadcast_groups == 0) {
+    std::fprintf(stderr, "[rollout] --expect-broadcast: rollout %d has no broadcast group\n",
+                 place.index);
+    return 1;
   }
-
-  std::atomic<bool> stop{false};
-  Generation reader({ctx, tensors, buffers, indices, dtype, memory.device, memory.cuda_device, live,
-                     std::chrono::microseconds(args["decode-us"].as<int>())});
-  std::thread generation([&] { reader.run(stop); });
-  const int followed = followVersions(ctx, job, reader, last_version, cfg.timeout_ms);
-  stop.store(true);
-  generation.join();
-  if (followed != 0) return followed;
-
-  uint64_t newest = 0;
-  wsync_newest_version(ctx, &newest);
-  const ReaderStats& stats = reader.stats();
-  printRank(index, replica, tp_rank, memory.device, copy_flip, stats, newest);
-  const bool ok = stats.mismatched_reads == 0 && stats.went_backwards == 0 && stats.reads > 0 &&
-                  stats.versions.count(last_version) == 1 &&
-                  (!job.paced() || stats.verified.size() == last_version);
-  if (!ok)
-    std::fprintf(stderr,
-                 "[rollout %d] FAILED: a read saw a wrong version, or a version was never "
-                 "verified\n",
-                 index);
-  s = wsync_context_destroy(ctx);
-  for (size_t b = 0; memory.device && b < live.size(); ++b)
-    wsync_demo::deviceFree(live[b]);
-  if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
-
-  wsync_demo::RolloutReport report;
-  report.steps = stats.reads;
-  report.versions_verified = static_cast<int64_t>(stats.verified.size());
-  report.torn_or_wrong_reads = stats.mismatched_reads;
-  report.out_of_order_reads = stats.went_backwards;
-  job.collectReports({}, report, stats.steps);
-  return ok ? 0 : 1;
+  const Generation::Setup setup{ctx,
+                                tensors,
+                                buffers,
+                                indices,
+                                dtype,
+                                memory.device,
+                                memory.cuda_device,
+                                live.data,
+                                std::chrono::microseconds(args["decode-us"].as<int>())};
+  return serve(setup, job, place, static_cast<uint64_t>(versions), cfg.timeout_ms);
 }
 
 }  // namespace

@@ -153,6 +153,23 @@ void printStart(const wsync_demo::DemoSummary& s, const wsync_plan_info_t& plan,
       job.paced() ? "" : "; checks not paced: ", job.notPacedReason().c_str());
 }
 
+// What the summary knows before the first version.
+wsync_demo::DemoSummary startSummary(const wsync_demo::MemoryChoice& memory,
+                                     const wsync_plan_info_t& plan, int num_trainers,
+                                     int num_rollouts, int versions) {
+  wsync_demo::DemoSummary summary;
+  summary.device = memory.device;
+  summary.memory_detail = memory.detail;
+  summary.trainers = num_trainers;
+  summary.rollout_ranks = num_rollouts;
+  summary.replicas = plan.num_replicas;
+  summary.versions = versions;
+  summary.bytes_per_version = plan.bytes_per_version;
+  summary.limit_bytes = std::min<uint64_t>(plan.bytes_per_version, kLimitBytesCap);
+  summary.sample_elements = wsync_demo::kSampleElements;
+  return summary;
+}
+
 int run(int argc, char** argv) {
   auto options = trainerOptions();
   const auto args = options.parse(argc, argv);
@@ -206,15 +223,8 @@ int run(int argc, char** argv) {
 
   const Trainer trainer{args,     tensors, layout, job, ctx, params, args.count("quiet") > 0,
                         rank == 0};
-  wsync_demo::DemoSummary summary;
-  summary.device = memory.device;
-  summary.memory_detail = memory.detail;
-  summary.trainers = num_trainers;
-  summary.rollout_ranks = num_rollouts;
-  summary.replicas = plan.num_replicas;
-  summary.versions = versions;
-  summary.bytes_per_version = plan.bytes_per_version;
-  summary.limit_bytes = std::min<uint64_t>(plan.bytes_per_version, kLimitBytesCap);
+  wsync_demo::DemoSummary summary =
+      startSummary(memory, plan, num_trainers, num_rollouts, versions);
   if (trainer.reporter) {
     summary.limit_gbps = memory.device ? wsync_demo::deviceCopyGbps(summary.limit_bytes)
                                        : wsync_demo::hostCopyGbps(summary.limit_bytes);
@@ -231,7 +241,6 @@ int run(int argc, char** argv) {
   if (!trainer.reporter) return 0;
   summary.paced = job.paced();
   summary.not_paced_reason = job.notPacedReason();
-  summary.sample_elements = wsync_demo::kSampleElements;
   summary.processes_on_node = job.active() ? job.processesOnNode() : num_trainers + num_rollouts;
   summary.cores_on_node = static_cast<int>(std::thread::hardware_concurrency());
   printSummary(summary);

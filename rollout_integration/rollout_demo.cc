@@ -62,6 +62,9 @@ cxxopts::Options rolloutOptions() {
       "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
       "skips (exit 77) when the job has more ranks than the node has GPUs")(
       "expect-broadcast", "fail unless this rank receives broadcast groups")("h,help", "this help");
+  // The trainer program's own flags, accepted so that one argument list serves the whole job.
+  options.add_options("trainer (ignored here)")("snapshot", "")("step-ms", "",
+                                                                cxxopts::value<int>());
   return options;
 }
 
@@ -234,9 +237,7 @@ int followVersions(wsync_context_t ctx, const wsync_demo::DemoJob& job, const Ge
 
 void printRank(int index, int replica, int tp_rank, bool device, bool copy_flip,
                const ReaderStats& stats, uint64_t newest) {
-  std::vector<double> lat = stats.acquire_us;
-  std::sort(lat.begin(), lat.end());
-  const double p99 = lat.empty() ? 0 : lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  const double p99 = wsync_demo::percentile(stats.acquire_us, 0.99);
   std::printf(
       "[rollout %d, replica %d, tp rank %d, %s%s] %lld reads of %zu versions (newest %llu), %zu "
       "verified in full, %lld torn or wrong, %lld out of order, acquire p99 %.1f us%s%s\n",
@@ -325,6 +326,8 @@ int serve(const Generation::Setup& setup, const wsync_demo::DemoJob& job, const 
   report.versions_verified = static_cast<int64_t>(stats.verified.size());
   report.torn_or_wrong_reads = stats.mismatched_reads;
   report.out_of_order_reads = stats.went_backwards;
+  report.acquire_p99_ns =
+      static_cast<int64_t>(wsync_demo::percentile(stats.acquire_us, 0.99) * 1e3);
   job.collectReports({}, report, stats.steps);
   return ok ? 0 : 1;
 }

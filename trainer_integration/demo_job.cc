@@ -11,7 +11,7 @@ namespace {
 constexpr int kJobTag = 0x5744;    // MPI_Comm_create_group of the demo processes
 constexpr int kClockTag = 0x5745;  // the clock ping-pong
 constexpr int kClockRounds = 8;    // ping-pongs per rollout; the one of least round trip counts
-constexpr int kReportFields = 5;   // the int64 fields of a RolloutReport
+constexpr int kReportFields = 6;   // the int64 fields of a RolloutReport
 constexpr int kTrainer = 0, kRollout = 1, kReporter = 2;
 
 }  // namespace
@@ -133,6 +133,7 @@ std::vector<RolloutReport> DemoJob::collectReports(const std::vector<Interval>& 
     fields[2] = mine.versions_verified;
     fields[3] = mine.torn_or_wrong_reads;
     fields[4] = mine.out_of_order_reads;
+    fields[5] = mine.acquire_p99_ns;
   }
   std::vector<int64_t> all(reporter_ ? roles_.size() * kReportFields : 0);
   MPI_Gather(fields, kReportFields, MPI_INT64_T, all.data(), kReportFields, MPI_INT64_T,
@@ -141,7 +142,7 @@ std::vector<RolloutReport> DemoJob::collectReports(const std::vector<Interval>& 
   for (size_t r = 0; reporter_ && r < roles_.size(); ++r) {
     if (roles_[r] != kRollout) continue;
     const int64_t* f = &all[r * kReportFields];
-    reports.push_back({f[0], f[1], f[2], f[3], f[4]});
+    reports.push_back({f[0], f[1], f[2], f[3], f[4], f[5]});
   }
   return reports;
 }

@@ -15,6 +15,7 @@ std::string format(const char* fmt, double a) {
 }
 
 std::string seconds(double s) {
+  if (s < 1e-5) return format("%.1f us", s * 1e6);
   if (s < 1e-3) return format("%.0f us", s * 1e6);
   if (s < 1) return format("%.2f ms", s * 1e3);
   return format("%.3f s", s);
@@ -153,6 +154,7 @@ RolloutReport DemoSummary::rolloutTotals() const {
     t.versions_verified = std::min(t.versions_verified, r.versions_verified);
     t.torn_or_wrong_reads += r.torn_or_wrong_reads;
     t.out_of_order_reads += r.out_of_order_reads;
+    t.acquire_p99_ns = std::max(t.acquire_p99_ns, r.acquire_p99_ns);
   }
   return t;
 }
@@ -181,9 +183,14 @@ std::vector<std::string> summaryLines(const DemoSummary& s) {
     lines.push_back("reads             not collected: see each [rollout] line");
   } else {
     const RolloutReport t = s.rolloutTotals();
+    double transfers_s = 0;
+    for (double v : s.sync_s)
+      transfers_s += v;
     lines.push_back("generation        " + std::to_string(t.steps_during_transfers) + " of " +
                     std::to_string(t.steps) +
-                    " generation steps were served while transfers were in flight");
+                    " generation steps were served while transfers were in flight (" +
+                    seconds(transfers_s) + " in all); taking a version: p99 " +
+                    seconds(static_cast<double>(t.acquire_p99_ns) * 1e-9) + " on the worst rank");
     lines.push_back("reads             " + std::string(s.readsOk() ? "OK" : "FAILED") + ": " +
                     std::to_string(t.versions_verified) + " of " + std::to_string(s.versions) +
                     " versions verified bit for bit on each of " +
@@ -216,6 +223,8 @@ std::string summaryJson(const DemoSummary& s) {
   j += ",\"ratio_to_limit\":" + jsonNumber(s.ratioToLimit());
   j += ",\"steps\":" + count(t.steps);
   j += ",\"steps_during_transfers\":" + count(t.steps_during_transfers);
+  j += ",\"acquire_p99_s\":" +
+       (have ? jsonNumber(static_cast<double>(t.acquire_p99_ns) * 1e-9) : std::string("null"));
   j += ",\"versions_verified\":" + count(t.versions_verified);
   j += ",\"torn_or_wrong_reads\":" + count(t.torn_or_wrong_reads);
   j += ",\"out_of_order_reads\":" + count(t.out_of_order_reads);

@@ -35,6 +35,7 @@ struct RolloutReport {
   int64_t versions_verified = 0;       // versions whose every byte was checked
   int64_t torn_or_wrong_reads = 0;     // reads that saw a byte of another version (must be 0)
   int64_t out_of_order_reads = 0;      // reads of a version older than the one before
+  int64_t acquire_p99_ns = 0;          // 99th percentile of taking a step's version (lease or flip)
 };
 
 struct DemoSummary {
@@ -60,7 +61,8 @@ struct DemoSummary {
   double syncMedianS() const { return percentile(sync_s, 0.5); }
   double gbpsAtMedian() const;
   double ratioToLimit() const;
-  RolloutReport rolloutTotals() const;  // sums; versions_verified: the fewest of any rank
+  // Sums; versions_verified: the fewest of any rank; acquire_p99_ns: the largest.
+  RolloutReport rolloutTotals() const;
   bool readsOk() const;  // every rank verified every version, no torn, wrong or out-of-order read
 };
 

@@ -54,6 +54,11 @@ cxxopts::Options trainerOptions() {
       "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
       "skips (exit 77) when the job has more ranks than the node has GPUs")(
       "expect-broadcast", "fail unless this rank sends broadcast groups")("h,help", "this help");
+  // The rollout program's own flags, accepted so that one argument list serves the whole job.
+  options.add_options("rollout (ignored here)")("replicas", "", cxxopts::value<int>())(
+      "layout", "", cxxopts::value<std::string>())("dtype", "", cxxopts::value<std::string>())(
+      "slots", "", cxxopts::value<int>())("decode-us", "", cxxopts::value<int>())("copy-flip", "")(
+      "skip-without-gpu", "");
   return options;
 }
 

@@ -62,7 +62,9 @@ DemoSummary hostSummary() {
   r.steps = 100;
   r.steps_during_transfers = 40;
   r.versions_verified = 3;
+  r.acquire_p99_ns = 1500;
   s.rollouts = {r, r, r, r};
+  s.rollouts[3].acquire_p99_ns = 2500;
   return s;
 }
 
@@ -74,7 +76,9 @@ TEST(DemoReport, SummaryGivesTheMedianAgainstTheLimitAndTheReads) {
   const auto lines = wsync_demo::summaryLines(s);
   EXPECT_TRUE(contains(lines, "median 200.00 ms, p90 300.00 ms")) << lines[1];
   EXPECT_TRUE(contains(lines, "5.00 GB/s at the median = 0.50 x memcpy"));
-  EXPECT_TRUE(contains(lines, "160 of 400 generation steps were served while transfers"));
+  EXPECT_TRUE(contains(lines,
+                       "160 of 400 generation steps were served while transfers were in "
+                       "flight (600.00 ms in all); taking a version: p99 2.5 us on the worst"));
   EXPECT_TRUE(contains(lines, "OK: 3 of 3 versions verified bit for bit on each of 4 rollout"));
   EXPECT_TRUE(contains(lines, "0 torn or wrong reads"));
   EXPECT_FALSE(contains(lines, "expect < 1 x memcpy"));  // a core per process, an idle node
@@ -86,6 +90,7 @@ TEST(DemoReport, SummaryGivesTheMedianAgainstTheLimitAndTheReads) {
   EXPECT_NE(json.find("\"ratio_to_limit\":0.5,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"steps_during_transfers\":160,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"torn_or_wrong_reads\":0,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"acquire_p99_s\":2.5e-06,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"reads_ok\":true"), std::string::npos) << json;
 }
 

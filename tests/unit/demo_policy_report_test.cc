@@ -117,6 +117,10 @@ TEST(DemoReport, TheNoteSaysWhatSharedCoresDoToTheHostRatio) {
   s.device = true;  // copies on the GPU: the cores do not bound them
   EXPECT_FALSE(contains(wsync_demo::summaryLines(s), "expect < 1 x memcpy"));
   EXPECT_TRUE(contains(wsync_demo::summaryLines(s), "x device-to-device copy"));
+  // 1 GB at 10 GB/s is 100 ms of the median 200 ms: no hint; at 100 GB/s, 10 ms: the hint.
+  EXPECT_FALSE(contains(wsync_demo::summaryLines(s), "larger versions"));
+  s.limit_gbps = 100;
+  EXPECT_TRUE(contains(wsync_demo::summaryLines(s), "Copying the bytes at the limit would take"));
 }
 
 }  // namespace

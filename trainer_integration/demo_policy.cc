@@ -243,25 +243,39 @@ void fillTrainerBuffer(const std::vector<TensorSpec>& tensors, const BufferSpec&
 int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
                         wsync_dtype_t dtype, const void* data, uint64_t version,
                         std::string* first_error) {
+  return countMismatchesInRange(tensors, buffer, dtype, data, version, 0, buffer.num_elements,
+                                first_error);
+}
+
+int64_t countMismatchesInRange(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
+                               wsync_dtype_t dtype, const void* data, uint64_t version,
+                               int64_t begin, int64_t count, std::string* first_error) {
+  const int64_t end = std::min(buffer.num_elements, begin + count);
   int64_t bad = 0;
   for (const PieceSpec& p : buffer.pieces) {
-    forEachRun(tensors[static_cast<size_t>(p.tensor)], p,
-               [&](int64_t local, int64_t flat, int64_t run) {
-                 for (int64_t i = 0; i < run; ++i) {
-                   const float want = expectedValue(p.tensor, flat + i, version);
-                   const float got = toFloat(dtype, data, local + i);
-                   if (got != want) {
-                     if (bad == 0 && first_error) {
-                       *first_error = "buffer '" + buffer.name + "' tensor '" +
-                                      tensors[static_cast<size_t>(p.tensor)].name + "' element " +
-                                      std::to_string(flat + i) + ": got " + std::to_string(got) +
-                                      ", want " + std::to_string(want) + " (version " +
-                                      std::to_string(version) + ")";
-                     }
-                     ++bad;
-                   }
-                 }
-               });
+    int64_t last = p.local_offset;  // the piece's last element in the buffer
+    for (size_t d = 0; d < p.extent.size(); ++d)
+      last += (p.extent[d] - 1) * p.strides[d];
+    if (last < begin || p.local_offset >= end) continue;
+    forEachRun(
+        tensors[static_cast<size_t>(p.tensor)], p, [&](int64_t local, int64_t flat, int64_t run) {
+          const int64_t from = std::max(local, begin);
+          const int64_t to = std::min(local + run, end);
+          for (int64_t e = from; e < to; ++e) {
+            const int64_t g = flat + (e - local);
+            const float want = expectedValue(p.tensor, g, version);
+            const float got = toFloat(dtype, data, e - begin);
+            if (got != want) {
+              if (bad == 0 && first_error) {
+                *first_error = "buffer '" + buffer.name + "' tensor '" +
+                               tensors[static_cast<size_t>(p.tensor)].name + "' element " +
+                               std::to_string(g) + ": got " + std::to_string(got) + ", want " +
+                               std::to_string(want) + " (version " + std::to_string(version) + ")";
+              }
+              ++bad;
+            }
+          }
+        });
   }
   return bad;
 }

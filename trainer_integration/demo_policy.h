@@ -87,6 +87,11 @@ void fillTrainerBuffer(const std::vector<TensorSpec>& tensors, const BufferSpec&
 int64_t countMismatches(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
                         wsync_dtype_t dtype, const void* data, uint64_t version,
                         std::string* first_error);
+// countMismatches over elements [begin, begin + count) of `buffer` only (clipped to the buffer);
+// `data` holds those elements, element `begin` first. A generation step's sample check.
+int64_t countMismatchesInRange(const std::vector<TensorSpec>& tensors, const BufferSpec& buffer,
+                               wsync_dtype_t dtype, const void* data, uint64_t version,
+                               int64_t begin, int64_t count, std::string* first_error);
 
 // Registers every buffer with wsync_register_buffer. `data[i]` is the trainer's memory for buffer
 // i (NULL for rollouts). Writes the buffer indices into `indices`.

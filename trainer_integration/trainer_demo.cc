@@ -4,23 +4,29 @@
 // demo_policy.h), so the rollout side can check every byte it receives. Parameters are held in an
 // FSDP-like layout: every tensor split along dim 0 over the trainer ranks. Run it under mpirun with
 // wsync-rollout-demo (README.md); world rank 0 must be a trainer (it hosts the coordinator).
-#include <mpi.h>
-
+//
+// Trainer rank 0 times every version from publish until it is ready on every replica, measures the
+// copy limit of the same bytes (memcpy, or a device-to-device copy), and ends the job with the
+// summary of demo_report.h. While versions are timed the rollouts only run light generation steps:
+// they verify each version in full before the trainers publish the next (DemoJob::barrier).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <cxxopts.hpp>
 #include <thread>
 #include <vector>
 
 #include "trainer_integration/demo_device.h"
+#include "trainer_integration/demo_job.h"
+#include "trainer_integration/demo_main.h"
 #include "trainer_integration/demo_policy.h"
+#include "trainer_integration/demo_report.h"
 #include "wsync/wsync.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr int kSkipped = 77;  // ctest's SKIP_RETURN_CODE: the test needs a GPU this machine lacks
+constexpr uint64_t kLimitBytesCap = 1ull << 30;  // the limit copy: the version's bytes, <= 1 GiB
 
 int fail(wsync_context_t ctx, const char* what, wsync_status_t s) {
   std::fprintf(stderr, "[trainer] %s failed: %s: %s\n", what, wsync_status_string(s),
@@ -28,17 +34,7 @@ int fail(wsync_context_t ctx, const char* what, wsync_status_t s) {
   return 1;
 }
 
-// GB/s of one memcpy of `bytes` (the physical limit the sync is compared with).
-double memcpyGbps(size_t bytes) {
-  std::vector<char> a(bytes, 1), b(bytes, 2);
-  std::memcpy(b.data(), a.data(), bytes);  // touch the pages
-  const auto t0 = Clock::now();
-  std::memcpy(b.data(), a.data(), bytes);
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return static_cast<double>(bytes) / s / 1e9;
-}
-
-int run(int argc, char** argv) {
+cxxopts::Options trainerOptions() {
   cxxopts::Options options("wsync-trainer-demo",
                            "Publishes a demo policy every step through wsync");
   options.add_options()("versions", "versions to publish",
@@ -58,6 +54,129 @@ int run(int argc, char** argv) {
       "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
       "skips (exit 77) when the job has more ranks than the node has GPUs")(
       "expect-broadcast", "fail unless this rank sends broadcast groups")("h,help", "this help");
+  // The rollout program's own flags, accepted so that one argument list serves the whole job.
+  options.add_options("rollout (ignored here)")("replicas", "", cxxopts::value<int>())(
+      "layout", "", cxxopts::value<std::string>())("dtype", "", cxxopts::value<std::string>())(
+      "slots", "", cxxopts::value<int>())("decode-us", "", cxxopts::value<int>())("copy-flip", "")(
+      "skip-without-gpu", "");
+  return options;
+}
+
+// The parameters of this trainer rank: host vectors, and their device copies on device memory.
+struct Parameters {
+  std::vector<std::vector<float>> host;
+  std::vector<void*> data;  // what wsync reads
+  bool device = false;
+  ~Parameters() {
+    for (size_t b = 0; device && b < data.size(); ++b)
+      wsync_demo::deviceFree(data[b]);
+  }
+};
+
+bool allocate(const std::vector<wsync_demo::BufferSpec>& layout, bool device, Parameters* p) {
+  p->device = device;
+  for (const auto& buffer : layout) {
+    p->host.emplace_back(static_cast<size_t>(std::max<int64_t>(1, buffer.num_elements)));
+    p->data.push_back(device ? wsync_demo::deviceAlloc(p->host.back().size() * sizeof(float))
+                             : p->host.back().data());
+    if (p->data.back() == nullptr) return false;
+  }
+  return true;
+}
+
+void printSummary(const wsync_demo::DemoSummary& summary) {
+  for (const std::string& line : wsync_demo::summaryLines(summary))
+    std::printf("%s\n", line.c_str());
+  std::printf("%s\n", wsync_demo::summaryJson(summary).c_str());
+  std::fflush(stdout);
+}
+
+// One trainer rank's job after commit.
+struct Trainer {
+  const cxxopts::ParseResult& args;
+  const std::vector<wsync_demo::TensorSpec>& tensors;
+  const std::vector<wsync_demo::BufferSpec>& layout;
+  const wsync_demo::DemoJob& job;
+  wsync_context_t ctx;
+  Parameters& params;
+  bool quiet;
+  bool reporter;  // trainer rank 0: prints, times, and reports
+};
+
+// Sets every parameter to version v (the "training step") and uploads it on device memory.
+bool trainStep(const Trainer& t, uint64_t v) {
+  for (size_t b = 0; b < t.layout.size(); ++b) {
+    wsync_demo::fillTrainerBuffer(t.tensors, t.layout[b], v, t.params.host[b].data());
+    if (t.params.device && !wsync_demo::copyToDevice(t.params.data[b], t.params.host[b].data(),
+                                                     t.params.host[b].size() * sizeof(float))) {
+      return false;
+    }
+  }
+  const int step_ms = t.args["step-ms"].as<int>();
+  if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  return true;
+}
+
+// Publishes versions 1..N, each timed from publish until it is ready on every replica; appends
+// each version's window and sync time.
+int publishVersions(const Trainer& t, wsync_demo::DemoSummary* summary,
+                    std::vector<wsync_demo::Interval>* windows) {
+  for (int v = 1; v <= summary->versions; ++v) {
+    if (!trainStep(t, static_cast<uint64_t>(v))) return fail(t.ctx, "cudaMemcpy", WSYNC_ERR_SYSTEM);
+    if (t.job.paced() && v > 1) t.job.barrier();  // the rollouts have verified version v - 1
+    const double t0 = wsync_demo::steadySeconds();
+    wsync_request_t request = nullptr;
+    wsync_status_t s = wsync_publish_on_stream(
+        t.ctx, static_cast<uint64_t>(v), static_cast<wsync_cuda_stream_t>(wsync_demo::demoStream()),
+        &request);
+    if (s != WSYNC_SUCCESS) return fail(t.ctx, "wsync_publish", s);
+    const double publish_s = wsync_demo::steadySeconds() - t0;
+    s = wsync_request_wait(request, -1);
+    wsync_request_free(request);
+    if (s != WSYNC_SUCCESS) return fail(t.ctx, "wsync_request_wait", s);
+    windows->push_back({t0, wsync_demo::steadySeconds()});
+    const double sync_s = windows->back().end_s - t0;
+    summary->sync_s.push_back(sync_s);
+    if (t.reporter && !t.quiet) {
+      const double gbps = static_cast<double>(summary->bytes_per_version) / sync_s / 1e9;
+      std::printf("[trainer] version %d: %.2f ms, %.2f GB/s; publish returned after %.3f ms\n", v,
+                  sync_s * 1e3, gbps, publish_s * 1e3);
+    }
+  }
+  return 0;
+}
+
+void printStart(const wsync_demo::DemoSummary& s, const wsync_plan_info_t& plan, size_t num_tensors,
+                const wsync_demo::DemoJob& job) {
+  std::printf(
+      "[trainer] %s memory (%s); %d trainers -> %d rollout ranks in %d replicas; %zu tensors; "
+      "%llu bytes per version; this rank: %lld broadcast groups, %lld writes; %s %.2f GB/s%s%s\n",
+      s.device ? "device" : "host", s.memory_detail.c_str(), s.trainers, s.rollout_ranks,
+      s.replicas, num_tensors, static_cast<unsigned long long>(s.bytes_per_version),
+      static_cast<long long>(plan.broadcast_groups), static_cast<long long>(plan.write_ops),
+      s.device ? "device-to-device copy" : "memcpy", s.limit_gbps,
+      job.paced() ? "" : "; checks not paced: ", job.notPacedReason().c_str());
+}
+
+// What the summary knows before the first version.
+wsync_demo::DemoSummary startSummary(const wsync_demo::MemoryChoice& memory,
+                                     const wsync_plan_info_t& plan, int num_trainers,
+                                     int num_rollouts, int versions) {
+  wsync_demo::DemoSummary summary;
+  summary.device = memory.device;
+  summary.memory_detail = memory.detail;
+  summary.trainers = num_trainers;
+  summary.rollout_ranks = num_rollouts;
+  summary.replicas = plan.num_replicas;
+  summary.versions = versions;
+  summary.bytes_per_version = plan.bytes_per_version;
+  summary.limit_bytes = std::min<uint64_t>(plan.bytes_per_version, kLimitBytesCap);
+  summary.sample_elements = wsync_demo::kSampleElements;
+  return summary;
+}
+
+int run(int argc, char** argv) {
+  auto options = trainerOptions();
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -70,59 +189,33 @@ int run(int argc, char** argv) {
   shape.vocab = args["vocab"].as<int64_t>();
   const auto tensors = wsync_demo::policyTensors(shape);
   const int versions = args["versions"].as<int>();
-  const bool snapshot = args.count("snapshot") > 0;
-  const bool quiet = args.count("quiet") > 0;
 
   int app_index = 0, app_count = 0;
   wsync_demo::mpmdAppRank(&app_index, &app_count);  // collective: the rollout app calls it too
-
-  const bool one_gpu_per_rank = args.count("one-gpu-per-rank") > 0;
-  const std::string memory = one_gpu_per_rank ? "device" : args["memory"].as<std::string>();
-  const bool on_device = memory == "device" || (memory == "auto" && wsync_demo::deviceCount() > 0);
-  int device = on_device ? app_index % std::max(1, wsync_demo::deviceCount()) : -1;
-  if (memory == "device" && wsync_demo::deviceCount() == 0) {
-    std::fprintf(stderr, "[%s] --memory device: no usable CUDA device; skipping\n", "trainer");
-    return kSkipped;
-  }
-  if (one_gpu_per_rank) {
-    int world_rank = 0, world_size = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    if (wsync_demo::deviceCount() < world_size) {
-      std::fprintf(stderr, "[%s] --one-gpu-per-rank: %d ranks but %d GPUs; skipping\n", "trainer",
-                   world_size, wsync_demo::deviceCount());
-      return kSkipped;
-    }
-    device = world_rank;
-  }
-  if (on_device && !wsync_demo::selectDevice(device)) {
-    std::fprintf(stderr, "[%s] cannot use CUDA device %d\n", "trainer", device);
-    return 2;
-  }
+  wsync_demo::MemoryChoice memory;
+  const int chosen =
+      wsync_demo::chooseMemory("trainer", args["memory"].as<std::string>(),
+                               args.count("one-gpu-per-rank") > 0, false, app_index, &memory);
+  if (chosen != 0) return chosen;
 
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = WSYNC_ROLE_TRAINER;
-  cfg.cuda_device = device;
-  cfg.snapshot = snapshot ? 1 : 0;
+  cfg.cuda_device = memory.cuda_device;
+  cfg.snapshot = args.count("snapshot") > 0 ? 1 : 0;
   cfg.timeout_ms = args["timeout-ms"].as<int>();
   wsync_context_t ctx = nullptr;
   wsync_status_t s = wsync_context_create(&cfg, &ctx);
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_create", s);
   int rank = 0, num_trainers = 0, num_rollouts = 0;
   wsync_context_info(ctx, &rank, &num_trainers, &num_rollouts);
+  const wsync_demo::DemoJob job(true, rank, num_trainers, num_rollouts, versions);
 
   const auto layout = wsync_demo::trainerLayout(tensors, num_trainers, rank);
-  std::vector<std::vector<float>> params(layout.size());
-  std::vector<void*> data;  // what wsync reads: the host vectors, or their device copies
-  for (size_t b = 0; b < layout.size(); ++b) {
-    params[b].resize(static_cast<size_t>(std::max<int64_t>(1, layout[b].num_elements)));
-    data.push_back(on_device ? wsync_demo::deviceAlloc(params[b].size() * sizeof(float))
-                             : params[b].data());
-    if (data.back() == nullptr) return fail(ctx, "cudaMalloc", WSYNC_ERR_SYSTEM);
-  }
+  Parameters params;
+  if (!allocate(layout, memory.device, &params)) return fail(ctx, "cudaMalloc", WSYNC_ERR_SYSTEM);
   std::vector<int> indices;
-  s = wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_FLOAT32, data, &indices,
-                                  on_device ? WSYNC_MEMORY_DEVICE : WSYNC_MEMORY_HOST);
+  s = wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_FLOAT32, params.data, &indices,
+                                  memory.device ? WSYNC_MEMORY_DEVICE : WSYNC_MEMORY_HOST);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_register_buffer", s);
   s = wsync_commit(ctx);
   if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_commit", s);
@@ -132,84 +225,35 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "[trainer] --expect-broadcast: trainer %d has no broadcast group\n", rank);
     return 1;
   }
-  const double memcpy_gbps =
-      rank == 0 ? memcpyGbps(std::min<uint64_t>(plan.bytes_per_version, 1ull << 30)) : 0;
-  if (rank == 0 && !quiet) {
-    std::printf(
-        "[trainer] %s memory; %d trainers -> %d rollout ranks in %d replicas; %zu tensors; %llu "
-        "bytes per version; this rank: %lld broadcast groups, %lld writes; memcpy %.2f GB/s\n",
-        on_device ? "device" : "host", num_trainers, num_rollouts, plan.num_replicas,
-        tensors.size(), static_cast<unsigned long long>(plan.bytes_per_version),
-        static_cast<long long>(plan.broadcast_groups), static_cast<long long>(plan.write_ops),
-        memcpy_gbps);
-  }
 
-  auto train_step = [&](uint64_t v) {
-    for (size_t b = 0; b < layout.size(); ++b) {
-      wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
-      if (on_device &&
-          !wsync_demo::copyToDevice(data[b], params[b].data(), params[b].size() * sizeof(float))) {
-        return false;
-      }
-    }
-    if (args["step-ms"].as<int>() > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(args["step-ms"].as<int>()));
-    return true;
-  };
-  double total_s = 0;
-  for (int v = 1; v <= versions; ++v) {
-    if (!train_step(static_cast<uint64_t>(v))) return fail(ctx, "cudaMemcpy", WSYNC_ERR_SYSTEM);
-    const auto t0 = Clock::now();
-    wsync_request_t request = nullptr;
-    s = wsync_publish_on_stream(ctx, static_cast<uint64_t>(v),
-                                static_cast<wsync_cuda_stream_t>(wsync_demo::demoStream()),
-                                &request);
-    if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_publish", s);
-    const double publish_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    s = wsync_request_wait(request, -1);
-    wsync_request_free(request);
-    if (s != WSYNC_SUCCESS) return fail(ctx, "wsync_request_wait", s);
-    const double sync_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    total_s += sync_s;
-    if (rank == 0 && !quiet) {
-      const double gbps = static_cast<double>(plan.bytes_per_version) / sync_s / 1e9;
-      std::printf(
-          "[trainer] version %d: %llu bytes in %.4f s, %.2f GB/s, %.2f x memcpy; publish returned "
-          "after %.6f s\n",
-          v, static_cast<unsigned long long>(plan.bytes_per_version), sync_s, gbps,
-          gbps / memcpy_gbps, publish_s);
-    }
+  const Trainer trainer{args,     tensors, layout, job, ctx, params, args.count("quiet") > 0,
+                        rank == 0};
+  wsync_demo::DemoSummary summary =
+      startSummary(memory, plan, num_trainers, num_rollouts, versions);
+  if (trainer.reporter) {
+    summary.limit_gbps = memory.device ? wsync_demo::deviceCopyGbps(summary.limit_bytes)
+                                       : wsync_demo::hostCopyGbps(summary.limit_bytes);
+    if (getloadavg(&summary.load_average, 1) != 1) summary.load_average = -1;
+    if (!trainer.quiet) printStart(summary, plan, tensors.size(), job);
   }
-  if (rank == 0) {
-    const double gbps = static_cast<double>(plan.bytes_per_version) * versions / total_s / 1e9;
-    std::printf("[trainer] done: %d versions, %.2f GB/s average, %.2f x memcpy\n", versions, gbps,
-                memcpy_gbps > 0 ? gbps / memcpy_gbps : 0.0);
-  }
+  std::vector<wsync_demo::Interval> windows;
+  const int published = publishVersions(trainer, &summary, &windows);
+  if (published != 0) return published;
   s = wsync_context_destroy(ctx);
-  if (on_device) {
-    for (void* p : data)
-      wsync_demo::deviceFree(p);
-  }
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
-  return 0;
+
+  summary.rollouts = job.collectReports(windows, {}, {});
+  if (!trainer.reporter) return 0;
+  summary.paced = job.paced();
+  summary.not_paced_reason = job.notPacedReason();
+  summary.processes_on_node = job.active() ? job.processesOnNode() : num_trainers + num_rollouts;
+  summary.cores_on_node = static_cast<int>(std::thread::hardware_concurrency());
+  printSummary(summary);
+  return summary.rollouts.empty() || summary.readsOk() ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rc = 1;
-  try {
-    rc = run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "[trainer] %s\n", e.what());
-  }
-  if (rc == kSkipped) {
-    MPI_Finalize();
-    return rc;
-  }
-  if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
-  MPI_Finalize();
-  return rc;
+  return wsync_demo::demoMain("trainer", argc, argv, run);
 }

@@ -1,5 +1,6 @@
 // The demo policy's Llama-3-8B preset: real names, shapes and parameter count, and layouts that
-// cover every element (the device-memory sync benchmark relies on both).
+// cover every element (the device-memory sync benchmark relies on both); the checks of received
+// bytes, whole and by range (the rollout demo's sample checks).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -95,6 +96,54 @@ TEST(DemoPolicy, Llama3_8bLayoutsCoverEveryElement) {
           << tensors[t].name << " in layout " << static_cast<int>(layout);
     }
   }
+}
+
+// A fused qkv buffer of the mixed layout (three pieces), filled with version 3 in float32.
+struct QkvBuffer {
+  std::vector<TensorSpec> tensors =
+      wsync_demo::policyTensors(wsync_demo::PolicyShape{1, 64, 96, 128, false, false});
+  BufferSpec buffer;
+  std::vector<float> data;
+  QkvBuffer() {
+    for (const BufferSpec& b :
+         wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 2, 1)) {
+      if (b.name.find("qkv_proj") != std::string::npos) buffer = b;
+    }
+    data.resize(static_cast<size_t>(buffer.num_elements));
+    wsync_demo::fillTrainerBuffer(tensors, buffer, 3, data.data());
+  }
+  int64_t inRange(int64_t begin, int64_t count) const {
+    return wsync_demo::countMismatchesInRange(tensors, buffer, WSYNC_DTYPE_FLOAT32,
+                                              data.data() + begin, 3, begin, count, nullptr);
+  }
+};
+
+TEST(DemoPolicy, RangeChecksSeeOnlyTheirElementsAndAddUpToTheWholeCheck) {
+  QkvBuffer q;
+  ASSERT_EQ(q.buffer.pieces.size(), 3u);
+  const int64_t n = q.buffer.num_elements;
+  EXPECT_EQ(wsync_demo::countMismatches(q.tensors, q.buffer, WSYNC_DTYPE_FLOAT32, q.data.data(), 3,
+                                        nullptr),
+            0);
+  // One wrong element in the k piece, and every element of the last 10 wrong (another version).
+  const int64_t wrong = q.buffer.pieces[1].local_offset + 5;
+  q.data[static_cast<size_t>(wrong)] += 1.0f;
+  for (int64_t e = n - 10; e < n; ++e)
+    q.data[static_cast<size_t>(e)] = -q.data[static_cast<size_t>(e)] + 0.5f;
+  std::string first;
+  EXPECT_EQ(wsync_demo::countMismatches(q.tensors, q.buffer, WSYNC_DTYPE_FLOAT32, q.data.data(), 3,
+                                        &first),
+            11);
+  EXPECT_NE(first.find("k_proj"), std::string::npos) << first;
+  EXPECT_EQ(q.inRange(wrong, 1), 1);
+  EXPECT_EQ(q.inRange(wrong - 100, 100), 0);  // ends just before it
+  EXPECT_EQ(q.inRange(wrong + 1, 100), 0);
+  EXPECT_EQ(q.inRange(0, 2 * n), 11);  // clipped to the buffer's end
+  EXPECT_EQ(q.inRange(n - 5, 4096), 5);
+  int64_t sum = 0;
+  for (int64_t begin = 0; begin < n; begin += 1000)
+    sum += q.inRange(begin, 1000);
+  EXPECT_EQ(sum, 11);
 }
 
 }  // namespace

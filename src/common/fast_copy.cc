@@ -1,7 +1,7 @@
 #include "common/fast_copy.h"
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string_view>

@@ -15,7 +15,7 @@
 
 namespace wsync {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  // success
   Status(wsync_status_t code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -68,7 +68,7 @@ inline Status internalError(std::string m) {
 
 // Result<T>: a value or a non-success Status.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)

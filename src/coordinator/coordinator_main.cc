@@ -10,8 +10,8 @@
 #include <cxxopts.hpp>
 
 #include "bootstrap/mpi_bootstrap.h"
-#include "options/options.h"
 #include "coordinator/coordinator.h"
+#include "options/options.h"
 
 namespace {
 

@@ -468,8 +468,9 @@ Status launchConvert(const void* src, DType from, void* dst, DType to, int64_t c
   DeviceLimits limits;
   WSYNC_RETURN_IF_ERROR(currentDeviceLimits(limits).withContext(what));
   Status result;
-  withOp(from, to, scale,
-         [&](auto op) { result = runContiguous(src, dst, count, op, stream, limits, what); });
+  withOp(from, to, scale, [&](auto op) {
+    (void)(result = runContiguous(src, dst, count, op, stream, limits, what));
+  });
   return result;
 }
 
@@ -536,7 +537,7 @@ Status kernels::launchCopyRegionDims(const void* src, DType from, void* dst, DTy
   }
   Status result;
   withOp(from, to, scale,
-         [&](auto op) { result = runRegion(src, dst, s, op, stream, limits, what); });
+         [&](auto op) { (void)(result = runRegion(src, dst, s, op, stream, limits, what)); });
   return result;
 }
 

@@ -511,8 +511,7 @@ Status TrainerContext::postWrite(size_t index, int32_t slot) {
   }
   return peer.transport->write3d(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
                                  static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
-                                 src_plane_pitch, row_bytes, rows,
-                                 static_cast<size_t>(r.count[2]));
+                                 src_plane_pitch, row_bytes, rows, static_cast<size_t>(r.count[2]));
 }
 
 // Completes every posted write on every backend.

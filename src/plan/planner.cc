@@ -54,7 +54,7 @@ Result<Plan> makePlan(const std::vector<Registration>& trainers,
   emitter.emitWrites();
   // Free what the passes needed before the plan's remaining parts are allocated.
   emitter.freeScratch();
-  input.releasePieces();
+  input.freePieces();
   emitter.finishWrites();
   std::vector<int64_t> loads;
   Plan plan = emitter.takePlan(&loads);

@@ -114,7 +114,7 @@ struct UnifiedInput {
     return tensors[static_cast<size_t>(proc_tensor[proc])];
   }
   // Frees the piece buckets (the tensor table stays).
-  void releasePieces() {
+  void freePieces() {
     release(trainer_begin);
     release(trainer_refs);
     release(rollout_begin);

@@ -24,21 +24,6 @@ Dims Dims::filled(int r, int64_t value) {
   return d;
 }
 
-int64_t Dims::product() const {
-  int64_t p = 1;
-  for (int i = 0; i < rank; ++i)
-    p *= v[static_cast<size_t>(i)];
-  return p;
-}
-
-bool Dims::operator==(const Dims& o) const {
-  if (rank != o.rank) return false;
-  for (int i = 0; i < rank; ++i) {
-    if ((*this)[i] != o[i]) return false;
-  }
-  return true;
-}
-
 std::string Dims::toString() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) {
@@ -60,13 +45,6 @@ Dims rowMajorStrides(const Dims& shape) {
 
 Box Box::whole(const Dims& shape) {
   return {Dims::zeros(shape.rank), shape};
-}
-
-bool Box::empty() const {
-  for (int i = 0; i < extent.rank; ++i) {
-    if (extent[i] <= 0) return true;
-  }
-  return false;
 }
 
 bool Box::contains(const Box& inner) const {
@@ -114,6 +92,39 @@ bool overlaps(const Box& a, const Box& b) {
     if (std::max(a.offset[i], b.offset[i]) >= std::min(a.end(i), b.end(i))) return false;
   }
   return true;
+}
+
+void appendDifference(const Box& a, const Box& b, std::vector<Box>* out) {
+  if (!overlaps(a, b)) {
+    out->push_back(a);
+    return;
+  }
+  Box rest = a;  // the part of `a` inside b along the dims cut so far
+  for (int d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(rest.offset[d], b.offset[d]);
+    const int64_t hi = std::min(rest.end(d), b.end(d));
+    if (rest.offset[d] < lo) {
+      Box part = rest;
+      part.extent[d] = lo - rest.offset[d];
+      out->push_back(part);
+    }
+    if (hi < rest.end(d)) {
+      Box part = rest;
+      part.offset[d] = hi;
+      part.extent[d] = rest.end(d) - hi;
+      out->push_back(part);
+    }
+    rest.offset[d] = lo;
+    rest.extent[d] = hi - lo;
+  }
+  // What is left of `rest` lies inside b.
+}
+
+void subtractFromEach(std::vector<Box>* boxes, const Box& b, std::vector<Box>* scratch) {
+  scratch->clear();
+  for (const Box& box : *boxes)
+    appendDifference(box, b, scratch);
+  boxes->swap(*scratch);
 }
 
 }  // namespace wsync

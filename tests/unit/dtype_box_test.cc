@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "common/wire.h"
@@ -51,6 +52,136 @@ TEST(Box, IntersectOverlapContain) {
   EXPECT_FALSE(b.fitsIn({4, 8}));
   EXPECT_EQ(a.toString(), "[0:4, 0:8]");
   EXPECT_EQ(rowMajorStrides({2, 3, 4}), (Dims{12, 4, 1}));
+}
+
+// Every 2-D box with offsets in [0, 3] and extents in [0, 3] (empty ones included).
+std::vector<Box> smallBoxes2d() {
+  std::vector<Box> boxes;
+  for (int64_t o0 = 0; o0 < 4; ++o0) {
+    for (int64_t o1 = 0; o1 < 4; ++o1) {
+      for (int64_t e0 = 0; e0 < 4; ++e0) {
+        for (int64_t e1 = 0; e1 < 4; ++e1)
+          boxes.push_back(Box{{o0, o1}, {e0, e1}});
+      }
+    }
+  }
+  return boxes;
+}
+
+bool holds(const Box& b, int64_t x, int64_t y) {
+  return x >= b.offset[0] && x < b.end(0) && y >= b.offset[1] && y < b.end(1);
+}
+
+TEST(Box, IntersectIntoAgreesWithIntersect) {
+  const std::vector<Box> boxes = smallBoxes2d();
+  int met = 0;
+  for (const Box& a : boxes) {
+    for (const Box& b : boxes) {
+      const Box expected = intersect(a, b);
+      Box out;
+      const bool meet = intersectInto(a, b, &out);
+      ASSERT_EQ(meet, !expected.empty()) << a.toString() << " " << b.toString();
+      ASSERT_EQ(meet, overlaps(a, b)) << a.toString() << " " << b.toString();
+      if (meet) {
+        ASSERT_EQ(out, expected) << a.toString() << " " << b.toString();
+        ++met;
+      }
+    }
+  }
+  EXPECT_GT(met, 1000);
+  Box out{{7}, {7}};
+  EXPECT_FALSE(intersectInto(Box{{0}, {4}}, Box{{4}, {2}}, &out));  // touching
+  EXPECT_TRUE(intersectInto(Box{}, Box{}, &out));                   // rank 0: the one element
+  EXPECT_EQ(out.rank(), 0);
+  EXPECT_EQ(out.volume(), 1);
+}
+
+TEST(Box, OrderByOffsetThenExtent) {
+  const Box a{{0, 5}, {2, 1}};
+  const Box b{{1, 0}, {1, 1}};
+  const Box c{{1, 0}, {2, 1}};
+  EXPECT_LT(compareBoxes(a, b), 0);  // dim 0 offset decides before dim 1
+  EXPECT_LT(compareBoxes(b, c), 0);  // same offset: the extent decides
+  EXPECT_GT(compareBoxes(c, b), 0);
+  EXPECT_EQ(compareBoxes(c, Box{{1, 0}, {2, 1}}), 0);
+  EXPECT_TRUE(boxLess(a, b));
+  EXPECT_FALSE(boxLess(c, c));
+  EXPECT_FALSE(offsetLess(b, c));  // offsetLess ignores the extents
+  EXPECT_FALSE(offsetLess(c, b));
+  EXPECT_TRUE(offsetLess(a, b));
+  // A strict weak order over all small boxes, consistent with ==.
+  const std::vector<Box> boxes = smallBoxes2d();
+  for (const Box& x : boxes) {
+    for (const Box& y : boxes) {
+      const int xy = compareBoxes(x, y);
+      ASSERT_EQ(xy, -compareBoxes(y, x));
+      ASSERT_EQ(xy == 0, x == y);
+      ASSERT_EQ(boxLess(x, y), xy < 0);
+    }
+  }
+}
+
+TEST(Box, DifferenceIsDisjointAndCoversExactlyWhatIsOutside) {
+  const Box a{{0, 0}, {4, 4}};
+  std::vector<Box> out;
+  appendDifference(a, Box{{1, 1}, {1, 2}}, &out);
+  // Cut along dim 0 first (below, then above), then along dim 1 inside b's rows.
+  const std::vector<Box> expected = {Box{{0, 0}, {1, 4}}, Box{{2, 0}, {2, 4}}, Box{{1, 0}, {1, 1}},
+                                     Box{{1, 3}, {1, 1}}};
+  EXPECT_EQ(out, expected);
+
+  const std::vector<Box> boxes = smallBoxes2d();
+  for (const Box& x : boxes) {
+    if (x.empty()) continue;
+    for (const Box& y : boxes) {
+      out.clear();
+      appendDifference(x, y, &out);
+      if (!overlaps(x, y)) {
+        ASSERT_EQ(out, std::vector<Box>{x}) << x.toString() << " \\ " << y.toString();
+        continue;
+      }
+      ASSERT_LE(out.size(), 4u);
+      for (int64_t i = 0; i < 8; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+          int covered = 0;
+          for (const Box& part : out)
+            covered += holds(part, i, j) ? 1 : 0;
+          const int want = holds(x, i, j) && !holds(y, i, j) ? 1 : 0;
+          ASSERT_EQ(covered, want)
+              << x.toString() << " \\ " << y.toString() << " at " << i << ", " << j;
+        }
+      }
+    }
+  }
+  out.clear();
+  appendDifference(Box{}, Box{}, &out);  // rank 0: equal scalars leave nothing
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(Box, SubtractFromEachRemovesEveryCutBox) {
+  std::vector<Box> parts = {Box{{0, 0}, {6, 6}}};
+  std::vector<Box> scratch = {Box{{9, 9}, {1, 1}}};  // its contents do not matter
+  const std::vector<Box> cuts = {Box{{1, 1}, {2, 2}}, Box{{2, 0}, {4, 3}}, Box{{5, 5}, {3, 3}}};
+  for (const Box& cut : cuts)
+    subtractFromEach(&parts, cut, &scratch);
+  int64_t volume = 0;
+  for (const Box& p : parts)
+    volume += p.volume();
+  int64_t expected = 0;
+  for (int64_t i = 0; i < 6; ++i) {
+    for (int64_t j = 0; j < 6; ++j) {
+      bool cut = false;
+      for (const Box& c : cuts)
+        cut = cut || holds(c, i, j);
+      int covered = 0;
+      for (const Box& p : parts)
+        covered += holds(p, i, j) ? 1 : 0;
+      ASSERT_EQ(covered, cut ? 0 : 1) << i << ", " << j;
+      expected += cut ? 0 : 1;
+    }
+  }
+  EXPECT_EQ(volume, expected);
+  EXPECT_EQ(expected, 36 - 4 - 10 - 1);
 }
 
 TEST(Registration, DeclareTensorIsIdempotentAndChecksShape) {

@@ -97,13 +97,14 @@ class Coordinator:
 
     def __init__(self, trainers: int, rollouts: int, *, secret: Optional[str] = None,
                  bind: str = "127.0.0.1", port: int = 0, timeout_ms: int = 60000,
-                 max_staleness: int = -1, program: Optional[str] = None,
+                 max_staleness: int = -1, quiet: bool = True, program: Optional[str] = None,
                  extra_args: Optional[List[str]] = None) -> None:
         self.secret = secret or secrets.token_hex(16)
         self.program = program or _lib.find_coordinator()
         args = [self.program, "--trainers", str(trainers), "--rollouts", str(rollouts),
                 "--bind", bind, "--port", str(port), "--secret", self.secret,
-                "--timeout-ms", str(timeout_ms), "--max-staleness", str(max_staleness), "--quiet"]
+                "--timeout-ms", str(timeout_ms), "--max-staleness", str(max_staleness)]
+        args += ["--quiet"] if quiet else []
         self.process = subprocess.Popen(args + list(extra_args or []), stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
         line = self.process.stdout.readline() if self.process.stdout else ""

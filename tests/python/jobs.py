@@ -235,7 +235,42 @@ def mismatch(args: dict) -> None:
     endpoint.ctx.abort()
 
 
+def errors(args: dict) -> None:
+    """Calls out of order and waits that time out, each recorded with wsync's status and message;
+    then a normal version goes through (the errors left the job usable)."""
+    b = bootstrap(args, 0, 1, 1)
+    seen = {}
+
+    def record(what, fn):
+        try:
+            fn()
+            seen[what] = None
+        except wsync.WsyncError as e:
+            seen[what] = [type(e).__name__, e.status_name, e.message]
+
+    if args["side"] == "trainer":
+        t = wsync.Trainer(b, timeout_ms=300000)
+        t.register_tensors({"w": torch.arange(12.).view(3, 4)})
+        record("publish_before_commit", lambda: t.ctx.publish(1))
+        t.commit()
+        t.publish(2, wait=True)
+        record("version_not_increasing", lambda: t.publish(1))
+        t.close()
+    else:
+        r = wsync.Rollout(b, timeout_ms=300000)
+        r.register_slots({"w": ((3, 4), torch.float32)})
+        record("acquire_before_commit", lambda: r.ctx.acquire())
+        r.commit()
+        record("wait_timeout", lambda: r.wait_for_version(after=5, timeout_ms=200))
+        record("acquire_gone_version", lambda: r.ctx.acquire(77))
+        v = r.wait_for_version(0, timeout_ms=60000)
+        seen["named"] = {n: x.tolist() for n, x in r.named_tensors(v)}
+        r.close()
+    Path(args["out"], f"errors_{args['side']}.json").write_text(json.dumps(seen))
+
+
 SCENARIOS = {
+    ("errors", "any"): errors,
     ("llama", "trainer"): llama_trainer, ("llama", "rollout_tp"): llama_rollout_tp,
     ("llama", "rollout_hf"): llama_rollout_hf, ("dtensor", "trainer"): dtensor_trainer,
     ("dtensor", "rollout"): dtensor_rollout, ("mismatch", "any"): mismatch,

@@ -100,6 +100,7 @@ class Rollout:
         self._lease: Optional[Lease] = None  # pointer swap: the lease the parameters view
         self._watchers: List[Watcher] = []
         self.flip_python_s: List[float] = []  # Python time per flip/swap minus the C calls
+        self.flip_c_s: List[float] = []  # time in wsync_copy_flip per flip
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def connect(self, cuda_device: Optional[int] = None) -> Context:
@@ -240,6 +241,7 @@ class Rollout:
         t2 = time.perf_counter()
         self.version = flipped
         self.flip_python_s.append((t1 - t0) + (time.perf_counter() - t2))
+        self.flip_c_s.append(t2 - t1)
         return flipped
 
     def swap(self, version: int = VERSION_NEWEST) -> Optional[int]:

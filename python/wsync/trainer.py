@@ -52,6 +52,7 @@ class Trainer:
         self.last_request: Optional[Request] = None
         self.check_pointers = True
         self.publish_python_s: List[float] = []  # Python time per publish minus the C call
+        self.publish_c_s: List[float] = []  # time in wsync_publish(_on_stream) per publish
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def connect(self, cuda_device: Optional[int] = None) -> Context:
@@ -159,6 +160,7 @@ class Trainer:
         t2 = time.perf_counter()
         self.last_request = request
         self.publish_python_s.append((t1 - t0) + (time.perf_counter() - t2))
+        self.publish_c_s.append(t2 - t1)
         if wait:
             request.wait()
         return request

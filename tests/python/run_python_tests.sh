@@ -41,6 +41,21 @@ fi
 "$py" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
   -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel"
 
+# The vLLM backend's test needs the real vLLM, which pins another torch: its own venv.
+# Reused when it exists; WSYNC_SETUP_VLLM=1 creates it (vllm 0.33 from PyPI, several GB).
+vllm_venv=${WSYNC_VLLM_VENV:-/opt/wsync-vllm-venv}
+if [ "${WSYNC_SETUP_VLLM:-0}" = 1 ] && [ ! -x "$vllm_venv/bin/python" ]; then
+  python3 -m venv "$vllm_venv"
+  "$vllm_venv/bin/python" -m pip install -q --upgrade pip
+  "$vllm_venv/bin/python" -m pip install -q "vllm==0.33.*" "scikit-build-core>=0.10"
+fi
+if [ -x "$vllm_venv/bin/python" ] && "$vllm_venv/bin/python" -c "import vllm" 2>/dev/null; then
+  "$vllm_venv/bin/python" -m pip install -q "scikit-build-core>=0.10"
+  "$vllm_venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
+    -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel-vllm"
+  export WSYNC_VLLM_PYTHON="$vllm_venv/bin/python"
+fi
+
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 rm -f /dev/shm/vader_segment.* 2>/dev/null || true
 cd "$repo/tests/python"  # not the repo root: `import wsync` must find the installed package

@@ -2,8 +2,9 @@
 engine's own weight loaders once on probe tensors.
 
 Every parameter is temporarily given float64 storage filled with -1, and each HF tensor is fed to
-the engine's loader as ``arange(numel)`` in float64 (exact up to 2**53): afterwards every written
-element of a parameter holds the linear index of its source element. :func:`boxes_from_indices`
+the engine's loader as ``1 + arange(numel)`` in float64 (exact up to 2**53): afterwards every
+element a loader copied holds 1 + the linear index of its source element (0 marks padding that a
+loader zeroed, such as vLLM's padded vocabulary rows: wsync leaves it alone). :func:`boxes_from_indices`
 turns such an index map into wsync boxes. A loader that transforms values (quantization, scaling,
 transposes) leaves a map that is not made of boxes: those tensors are reported, and an engine
 falls back to its load_weights with full tensors for them.
@@ -92,13 +93,15 @@ def probe_loaders(params: Dict[str, torch.nn.Parameter],
             numel = 1
             for s in shape:
                 numel *= int(s)
-            load([(hf, torch.arange(numel, dtype=torch.float64).view(*shape))])
+            # Values 1..numel: 0 is what loaders write into padding (vLLM zeroes padded
+            # vocabulary rows), -1 is untouched; both end up below 0 after the shift.
+            load([(hf, torch.arange(1, numel + 1, dtype=torch.float64).view(*shape))])
             found = False
             for pname, p in params.items():
-                if not (p.data >= 0).any():
+                if not (p.data > 0).any():
                     continue
                 found = True
-                got = boxes_from_indices(hf, shape, p.data)
+                got = boxes_from_indices(hf, shape, p.data - 1)
                 if got is None:
                     fallback.append(hf)
                     break

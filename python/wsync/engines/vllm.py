@@ -157,6 +157,11 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
     def start_weight_update(self) -> None:
         """Nothing to prepare: weights land in place."""
 
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
+        """vLLM's per-chunk call: the copy flip has completed on the device when receive returns,
+        so no device-wide synchronize is needed (the base class's would fail without a GPU)."""
+        self.receive_weights(self.parse_update_info(update_info))
+
     def receive_weights(self, update_info: WsyncUpdateInfo) -> None:
         self.version = self.receiver.receive(update_info.version, update_info.timeout_ms)
 

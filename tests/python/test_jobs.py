@@ -134,3 +134,14 @@ def test_dtensor_gloo(job, tmp_path):
             assert info["boxes"][name] == boxes, (r, name)
         # _StridedShard(0, split_factor=2) of 8 rows on 2 ranks: rows {2r, 2r+1} and {4+2r, ...}
         assert info["boxes"]["model.w_strided"] == [[[2 * r, 0], [2, 3]], [[4 + 2 * r, 0], [2, 3]]]
+
+
+def test_gpu_proof_flow_on_host_memory(tmp_path):
+    """The GPU proof's flow (2 deterministic trainers with dim-0 shards of a Qwen2, TP-2 vLLM
+    layout with copy flip, logits rebuilt from both ranks' bytes) on host memory."""
+    result = subprocess.run([sys.executable, str(Path(JOBS).parent / "gpu_proof.py"), "--cpu",
+                             "--versions", "3", "--layers", "2", "--hidden", "128", "--out",
+                             str(tmp_path)], capture_output=True, text=True, timeout=500,
+                            env=worker_env())
+    assert result.returncode == 0 and "RESULT: PASS" in result.stdout, \
+        result.stdout[-4000:] + result.stderr[-2000:]

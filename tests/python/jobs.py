@@ -261,10 +261,18 @@ def errors(args: dict) -> None:
         r.register_slots({"w": ((3, 4), torch.float32)})
         record("acquire_before_commit", lambda: r.ctx.acquire())
         r.commit()
+        import threading
+
+        called = threading.Event()
+        watched = []
+        watcher = r.on_new_version(lambda v: (watched.append(v), called.set()), poll_ms=50)
         record("wait_timeout", lambda: r.wait_for_version(after=5, timeout_ms=200))
         record("acquire_gone_version", lambda: r.ctx.acquire(77))
         v = r.wait_for_version(0, timeout_ms=60000)
         seen["named"] = {n: x.tolist() for n, x in r.named_tensors(v)}
+        called.wait(30)
+        watcher.stop()
+        seen["watched"] = watched
         r.close()
     Path(args["out"], f"errors_{args['side']}.json").write_text(json.dumps(seen))
 

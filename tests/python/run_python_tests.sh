@@ -41,20 +41,28 @@ fi
 "$py" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
   -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel"
 
-# The vLLM backend's test needs the real vLLM, which pins another torch: its own venv.
-# Reused when it exists; WSYNC_SETUP_VLLM=1 creates it (vllm 0.33 from PyPI, several GB).
-vllm_venv=${WSYNC_VLLM_VENV:-/opt/wsync-vllm-venv}
-if [ "${WSYNC_SETUP_VLLM:-0}" = 1 ] && [ ! -x "$vllm_venv/bin/python" ]; then
-  python3 -m venv "$vllm_venv"
-  "$vllm_venv/bin/python" -m pip install -q --upgrade pip
-  "$vllm_venv/bin/python" -m pip install -q "vllm==0.33.*" "scikit-build-core>=0.10"
-fi
-if [ -x "$vllm_venv/bin/python" ] && "$vllm_venv/bin/python" -c "import vllm" 2>/dev/null; then
-  "$vllm_venv/bin/python" -m pip install -q "scikit-build-core>=0.10"
-  "$vllm_venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
-    -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel-vllm"
-  export WSYNC_VLLM_PYTHON="$vllm_venv/bin/python"
-fi
+# The engine adapters' tests need the real engines, which pin other torch / transformers
+# versions: each has its own venv, reused when it exists (its wsync reinstalled from this tree);
+# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 create them from PyPI (several GB). Otherwise skipped.
+engine_venv() {  # name venv import packages...
+  local name=$1 dir=$2 module=$3
+  shift 3
+  local flag="WSYNC_SETUP_${name^^}"
+  if [ "${!flag:-0}" = 1 ] && [ ! -x "$dir/bin/python" ]; then
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --upgrade pip
+    "$dir/bin/python" -m pip install -q "$@" "scikit-build-core>=0.10"
+  fi
+  if [ -x "$dir/bin/python" ] && VLLM_TARGET_DEVICE=cpu "$dir/bin/python" -c "import $module" 2>/dev/null; then
+    "$dir/bin/python" -m pip install -q "scikit-build-core>=0.10"
+    "$dir/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
+      -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel-$name"
+    export "WSYNC_${name^^}_PYTHON=$dir/bin/python"
+  fi
+}
+engine_venv vllm "${WSYNC_VLLM_VENV:-/opt/wsync-vllm-venv}" vllm "vllm==0.33.*"
+engine_venv verl "${WSYNC_VERL_VENV:-/opt/wsync-verl-venv}" verl.checkpoint_engine.base \
+  "torch==2.11.*" "verl==0.9.1" uvicorn fastapi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 rm -f /dev/shm/vader_segment.* 2>/dev/null || true

@@ -86,6 +86,7 @@ def test_calls_out_of_order_and_timeouts(job, tmp_path):
     assert "not greater than the last published version 2" in t["version_not_increasing"][2]
     assert "newer than 5" in r["wait_timeout"][2] and "200 ms" in r["wait_timeout"][2]
     assert r["named"]["w"] == torch.arange(12.).view(3, 4).tolist()
+    assert r["watched"] == [2]  # the on_new_version callback saw the one version
 
 
 def test_partial_placement_is_refused():

@@ -172,3 +172,19 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
         if getattr(self, "receiver", None) is not None:
             self.receiver.close()
             self.receiver = None
+
+
+class WsyncWorkerExtension:
+    """For vLLM versions without weight-transfer backends: pass
+    ``worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension"`` and call
+    ``llm.collective_rpc("wsync_init", args=(init_info_dict,))`` once, then
+    ``llm.collective_rpc("wsync_update", args=(version,))`` per version. Methods run on every
+    worker, whose ``model_runner.model`` is the live model."""
+
+    def wsync_init(self, init_info: Dict[str, Any]) -> None:
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        self._wsync = WsyncReceiver(model, model.load_weights, WsyncInitInfo(**init_info),
+                                    tp_rank())
+
+    def wsync_update(self, version: Optional[int] = None) -> int:
+        return self._wsync.receive(version)

@@ -1,0 +1,214 @@
+"""Finds libwsync.so and declares the C API's prototypes for ctypes.
+
+Why ctypes: the C API (include/wsync/wsync.h) is small, plain C, with opaque handles and
+status codes, so ctypes binds it with no compile step beyond the library itself; one wheel works
+for every CPython version (no per-interpreter extension module), and a library built elsewhere
+(the CMake build, a carried .so on a GPU machine) can be used as it is. A ctypes call costs about a
+microsecond, negligible next to a publish or a flip; ctypes releases the GIL during each call, so
+a blocking wait on one thread never stalls another.
+
+Search order for the library: ``$WSYNC_LIBRARY`` (a file), the package's own ``lib/`` folder (a
+wheel built by pip), the package folder, a CMake build of the repository the package sits in
+(``build*/src/capi/libwsync.so``), then the system loader (``libwsync.so`` on LD_LIBRARY_PATH).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import LibraryNotFoundError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_REPO_DIR = _PACKAGE_DIR.parent.parent  # <repo>/python/wsync -> <repo>
+
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class Config(ctypes.Structure):
+    """wsync_config_t (same field order; `size` tells the library which fields we know)."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("magic", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("role", ctypes.c_int),
+        ("bootstrap", ctypes.c_int),
+        ("replica", ctypes.c_int),
+        ("num_slots", ctypes.c_int),
+        ("timeout_ms", ctypes.c_int),
+        ("max_staleness", ctypes.c_int),
+        ("snapshot", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("num_trainers", ctypes.c_int),
+        ("num_rollouts", ctypes.c_int),
+        ("coordinator_address", ctypes.c_char_p),
+        ("secret", ctypes.c_char_p),
+        ("cuda_device", ctypes.c_int),
+    ]
+
+
+CONFIG_MAGIC = 0x7773796E
+API_VERSION = 1
+
+
+def default_config() -> Config:
+    """A Config equal to WSYNC_CONFIG_INITIALIZER."""
+    return Config(ctypes.sizeof(Config), CONFIG_MAGIC, API_VERSION, 0, 0, -1, 2, 60000, -1, 0,
+                  -1, 0, 0, None, None, -1)
+
+
+class Piece(ctypes.Structure):
+    """wsync_piece_t."""
+
+    _fields_ = [
+        ("tensor", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("global_shape", c_int64_p),
+        ("box_offset", c_int64_p),
+        ("box_extent", c_int64_p),
+        ("local_offset", ctypes.c_int64),
+        ("local_strides", c_int64_p),
+    ]
+
+
+class PlanInfo(ctypes.Structure):
+    """wsync_plan_info_t."""
+
+    _fields_ = [
+        ("bytes_per_version", ctypes.c_uint64),
+        ("broadcast_groups", ctypes.c_int64),
+        ("write_ops", ctypes.c_int64),
+        ("num_replicas", ctypes.c_int),
+    ]
+
+
+_vp = ctypes.c_void_p
+_st = ctypes.c_int
+_PROTOTYPES = {
+    "wsync_status_string": (ctypes.c_char_p, [_st]),
+    "wsync_last_error": (ctypes.c_char_p, [_vp]),
+    "wsync_context_create": (_st, [ctypes.POINTER(Config), ctypes.POINTER(_vp)]),
+    "wsync_context_destroy": (_st, [_vp]),
+    "wsync_context_abort": (_st, [_vp]),
+    "wsync_plan_info": (_st, [_vp, ctypes.POINTER(PlanInfo)]),
+    "wsync_context_info": (_st, [_vp, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
+                                 ctypes.POINTER(ctypes.c_int)]),
+    "wsync_register_buffer": (_st, [_vp, ctypes.c_char_p, _st, _st, _vp, ctypes.c_int64,
+                                    ctypes.c_int, ctypes.POINTER(Piece),
+                                    ctypes.POINTER(ctypes.c_int)]),
+    "wsync_commit": (_st, [_vp]),
+    "wsync_set_tensor_scale": (_st, [_vp, ctypes.c_char_p, ctypes.c_float]),
+    "wsync_publish": (_st, [_vp, ctypes.c_uint64, ctypes.POINTER(_vp)]),
+    "wsync_publish_on_stream": (_st, [_vp, ctypes.c_uint64, _vp, ctypes.POINTER(_vp)]),
+    "wsync_request_test": (_st, [_vp]),
+    "wsync_request_wait": (_st, [_vp, ctypes.c_int]),
+    "wsync_request_free": (_st, [_vp]),
+    "wsync_newest_version": (_st, [_vp, ctypes.POINTER(ctypes.c_uint64)]),
+    "wsync_wait_version": (_st, [_vp, ctypes.c_uint64, ctypes.c_int,
+                                 ctypes.POINTER(ctypes.c_uint64)]),
+    "wsync_acquire": (_st, [_vp, ctypes.c_uint64, ctypes.POINTER(_vp)]),
+    "wsync_lease_version": (_st, [_vp, ctypes.POINTER(ctypes.c_uint64)]),
+    "wsync_lease_buffer": (_st, [_vp, ctypes.c_int, ctypes.POINTER(_vp)]),
+    "wsync_lease_release": (_st, [_vp]),
+    "wsync_copy_flip": (_st, [_vp, ctypes.c_uint64, _vp, ctypes.POINTER(ctypes.c_uint64)]),
+}
+# Symbols that newer libraries have; bound when present (None otherwise).
+_OPTIONAL_PROTOTYPES = {
+    "wsync_request_error": (ctypes.c_char_p, [_vp]),
+}
+
+
+def candidate_paths() -> List[Path]:
+    """Where the library is looked for, in order (the env var first)."""
+    found: List[Path] = []
+    env = os.environ.get("WSYNC_LIBRARY")
+    if env:
+        found.append(Path(env))
+    found += [_PACKAGE_DIR / "lib" / "libwsync.so", _PACKAGE_DIR / "libwsync.so"]
+    if (_REPO_DIR / "CMakeLists.txt").exists():
+        found += sorted(_REPO_DIR.glob("build*/src/capi/libwsync.so"))
+    return found
+
+
+def find_library() -> str:
+    """The path (or loader name) of libwsync.so; raises LibraryNotFoundError."""
+    env = os.environ.get("WSYNC_LIBRARY")
+    if env and not Path(env).is_file():
+        raise LibraryNotFoundError(f"WSYNC_LIBRARY={env} is not a file")
+    for path in candidate_paths():
+        if path.is_file():
+            return str(path)
+    name = ctypes.util.find_library("wsync")
+    if name:
+        return name
+    raise LibraryNotFoundError(
+        "libwsync.so not found: install the package with pip (it builds the library), set "
+        "WSYNC_LIBRARY to a built libwsync.so, or build the repository with CMake; looked in "
+        + ", ".join(str(p) for p in candidate_paths()))
+
+
+def find_coordinator() -> str:
+    """The wsync-coordinator program: $WSYNC_COORDINATOR, the package's bin/, the CMake build
+    next to the library, then PATH. Raises LibraryNotFoundError."""
+    env = os.environ.get("WSYNC_COORDINATOR")
+    candidates: List[Path] = [Path(env)] if env else []
+    candidates.append(_PACKAGE_DIR / "bin" / "wsync-coordinator")
+    try:
+        lib = Path(library_path())
+        candidates.append(lib.parent.parent / "coordinator" / "wsync-coordinator")  # CMake build
+        candidates.append(lib.parent.parent / "bin" / "wsync-coordinator")  # wheel layout
+    except LibraryNotFoundError:
+        pass
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    on_path = shutil.which("wsync-coordinator")
+    if on_path:
+        return on_path
+    raise LibraryNotFoundError("wsync-coordinator not found (set WSYNC_COORDINATOR); looked in "
+                               + ", ".join(str(p) for p in candidates))
+
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_lib_path: Optional[str] = None
+
+
+def library_path() -> str:
+    """The path of the library this process loaded (loading it when needed)."""
+    load()
+    assert _lib_path is not None
+    return _lib_path
+
+
+def load() -> ctypes.CDLL:
+    """Loads libwsync.so once (RTLD_GLOBAL: Open MPI's plugins resolve libmpi's symbols globally)
+    and declares every prototype. Thread-safe."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = find_library()
+        try:
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            raise LibraryNotFoundError(f"cannot load {path}: {e}") from e
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        for name, (restype, argtypes) in _OPTIONAL_PROTOTYPES.items():
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = restype, argtypes
+        _lib, _lib_path = lib, path
+        return lib
+
+
+def has_symbol(name: str) -> bool:
+    """Whether the loaded library exports `name` (for optional, newer functions)."""
+    return getattr(load(), name, None) is not None

@@ -1,0 +1,149 @@
+"""How a process joins a wsync job: under mpirun, explicitly, or from torch.distributed's env.
+
+A :class:`Bootstrap` value is passed to :class:`wsync.Trainer` / :class:`wsync.Rollout`. Under
+mpirun (``Bootstrap.mpi()``) MPI_COMM_WORLD holds every trainer and rollout and the coordinator
+runs on world rank 0 (a thread of trainer 0, or a ``wsync-coordinator --mpi`` process). Everywhere
+else (torchrun, Ray, an engine started by its own launcher) ranks join a standalone
+``wsync-coordinator`` (:class:`Coordinator` starts one) with an explicit rank, counts, address and
+shared secret.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import threading
+from dataclasses import dataclass
+from typing import List, Optional
+
+from . import _lib
+from .core import ContextConfig
+from .types import Bootstrap as BootstrapKind
+
+
+@dataclass
+class Bootstrap:
+    """Bootstrap settings (the explicit fields matter only when `kind` is EXPLICIT)."""
+
+    kind: BootstrapKind = BootstrapKind.MPI
+    rank: int = -1
+    num_trainers: int = 0
+    num_rollouts: int = 0
+    coordinator_address: Optional[str] = None
+    secret: Optional[str] = None
+
+    @staticmethod
+    def mpi() -> "Bootstrap":
+        """Under mpirun: roles and ranks from MPI_COMM_WORLD (wsync initializes MPI when needed)."""
+        return Bootstrap(BootstrapKind.MPI)
+
+    @staticmethod
+    def explicit(rank: int, num_trainers: int, num_rollouts: int, coordinator_address: str,
+                 secret: str) -> "Bootstrap":
+        """Rank among the ranks of its role, the job's counts, and the coordinator's
+        ``"host:port"`` and secret."""
+        return Bootstrap(BootstrapKind.EXPLICIT, rank, num_trainers, num_rollouts,
+                         coordinator_address, secret)
+
+    @staticmethod
+    def from_torch_distributed(coordinator_address: Optional[str] = None,
+                               num_rollouts: Optional[int] = None,
+                               secret: Optional[str] = None) -> "Bootstrap":
+        """A trainer's bootstrap under torchrun: rank and trainer count from torch.distributed
+        (the default process group when initialized, else torchrun's RANK / WORLD_SIZE), the
+        coordinator from the arguments or $WSYNC_COORDINATOR_ADDRESS, $WSYNC_NUM_ROLLOUTS and
+        $WSYNC_SECRET."""
+        rank, world = _torch_rank_world()
+        address = coordinator_address or os.environ.get("WSYNC_COORDINATOR_ADDRESS")
+        rollouts = num_rollouts if num_rollouts is not None else \
+            int(os.environ.get("WSYNC_NUM_ROLLOUTS", "0"))
+        key = secret or os.environ.get("WSYNC_SECRET")
+        if not address or rollouts <= 0 or not key:
+            raise ValueError("from_torch_distributed needs the coordinator address, the number "
+                             "of rollout ranks and the secret (arguments or WSYNC_COORDINATOR_"
+                             "ADDRESS, WSYNC_NUM_ROLLOUTS, WSYNC_SECRET)")
+        return Bootstrap.explicit(rank, world, rollouts, address, key)
+
+    def apply(self, config: ContextConfig) -> ContextConfig:
+        """Writes these settings into `config` and returns it."""
+        config.bootstrap = self.kind
+        if self.kind == BootstrapKind.EXPLICIT:
+            config.rank, config.num_trainers = self.rank, self.num_trainers
+            config.num_rollouts = self.num_rollouts
+            config.coordinator_address, config.secret = self.coordinator_address, self.secret
+        else:
+            config.secret = self.secret
+        return config
+
+
+def _torch_rank_world() -> "tuple[int, int]":
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    raise ValueError("torch.distributed is not initialized and RANK / WORLD_SIZE are not set")
+
+
+class Coordinator:
+    """A standalone ``wsync-coordinator`` process (for explicit bootstrap), started on this host.
+
+    ``with Coordinator(trainers=2, rollouts=2) as c: ... c.address, c.secret ...``. The process
+    exits on its own once every rank said goodbye; :meth:`stop` ends it earlier."""
+
+    def __init__(self, trainers: int, rollouts: int, *, secret: Optional[str] = None,
+                 bind: str = "127.0.0.1", port: int = 0, timeout_ms: int = 60000,
+                 max_staleness: int = -1, quiet: bool = True, program: Optional[str] = None,
+                 extra_args: Optional[List[str]] = None) -> None:
+        self.secret = secret or secrets.token_hex(16)
+        self.program = program or _lib.find_coordinator()
+        args = [self.program, "--trainers", str(trainers), "--rollouts", str(rollouts),
+                "--bind", bind, "--port", str(port), "--secret", self.secret,
+                "--timeout-ms", str(timeout_ms), "--max-staleness", str(max_staleness)]
+        args += ["--quiet"] if quiet else []
+        self.process = subprocess.Popen(args + list(extra_args or []), stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline() if self.process.stdout else ""
+        if "listening on port" not in line:
+            err = self.process.stderr.read() if self.process.stderr else ""
+            self.process.wait(timeout=10)
+            raise RuntimeError(f"wsync-coordinator did not start: {line.strip()} {err.strip()}")
+        self.port = int(line.rsplit(" ", 1)[-1])
+        self.address = f"{bind}:{self.port}"
+        self._stderr: List[str] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        """What the coordinator printed on stderr so far."""
+        return "".join(self._stderr)
+
+    def wait(self, timeout_s: Optional[float] = None) -> int:
+        """Waits for the process to exit; its exit code (0: the job finished cleanly)."""
+        return self.process.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        """Ends the process (terminate, then kill after 5 s)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> "Coordinator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

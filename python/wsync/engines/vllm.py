@@ -1,0 +1,190 @@
+"""A vLLM weight-transfer backend: ``WeightTransferConfig(backend="wsync")``.
+
+Registered through vLLM's plugin entry point (``vllm.general_plugins``: wsync =
+wsync.engines.vllm:register, declared in pyproject.toml), so that vLLM's own
+``init_weight_transfer_engine`` / ``start_weight_update`` / ``update_weights`` /
+``finish_weight_update`` calls drive it:
+
+  * init_transfer_engine(init_info): learns where every Hugging Face tensor's slice lands in this
+    TP rank's parameters by running vLLM's own weight loaders once on probe tensors
+    (:mod:`wsync.engines.probe`: fused qkv_proj / gate_up_proj, vocab padding, experts), registers
+    those boxes with wsync against the live parameters (copy flip), and commits.
+  * update_weights({"version": v}): waits until version v (default: anything newer than the live
+    one) is ready on this replica and copy-flips it into the parameters in place (CUDA graphs stay
+    valid). Tensors whose loaders transform values (quantized layers) are received as full HF
+    tensors in wsync slots and passed to ``model.load_weights``.
+  * start/finish_weight_update: nothing to prepare (weights land in place).
+Each TP rank receives only its own bytes, directly from the trainers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ..bootstrap import Bootstrap
+from ..rollout import Rollout
+from ..types import VERSION_NEWEST
+from .probe import probe_loaders
+
+try:  # vLLM is optional: the classes below exist only where it imports
+    from vllm.distributed.weight_transfer.base import (WeightTransferEngine,
+                                                       WeightTransferInitInfo,
+                                                       WeightTransferUpdateInfo)
+    HAVE_VLLM = True
+except Exception:  # ImportError, or a CUDA build failing to load its ops
+    HAVE_VLLM = False
+    WeightTransferEngine = object  # type: ignore[assignment,misc]
+
+    @dataclass
+    class WeightTransferInitInfo:  # type: ignore[no-redef]
+        """(vLLM not importable here.)"""
+
+    @dataclass
+    class WeightTransferUpdateInfo:  # type: ignore[no-redef]
+        """(vLLM not importable here.)"""
+
+
+def register() -> None:
+    """vLLM plugin entry point: registers the "wsync" backend with vLLM's factory (idempotent)."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    if "wsync" not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine("wsync", "wsync.engines.vllm",
+                                                    "WsyncWeightTransferEngine")
+
+
+@dataclass
+class WsyncInitInfo(WeightTransferInitInfo):
+    """How this worker joins the wsync job (explicit bootstrap; see wsync.Coordinator).
+
+    rollout_rank_base: this replica's first rollout rank (its TP rank is added);
+    hf_shapes: {hf_name: shape} of the checkpoint (default: learned from the model's
+    named parameters is not possible, so trainers' names must be given)."""
+
+    coordinator_address: str = ""
+    secret: str = ""
+    num_trainers: int = 1
+    num_rollouts: int = 1
+    rollout_rank_base: int = 0
+    replica: int = 0
+    num_slots: int = 2
+    timeout_ms: int = 60000
+    hf_shapes: Dict[str, List[int]] = field(default_factory=dict)
+
+
+@dataclass
+class WsyncUpdateInfo(WeightTransferUpdateInfo):
+    """version: the version to apply (None: the next one newer than the live one)."""
+
+    version: Optional[int] = None
+    timeout_ms: int = -1
+
+
+def tp_rank() -> int:
+    """This worker's tensor-parallel rank (0 without an initialized vLLM TP group)."""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:
+        return 0
+
+
+class WsyncReceiver:
+    """The engine-independent part: probe the loaders, register, flip. `load_weights` is the
+    engine's loader (vLLM: model.load_weights)."""
+
+    def __init__(self, model: torch.nn.Module, load_weights: Any, info: WsyncInitInfo,
+                 rank: int) -> None:
+        self.model = model
+        shapes: List[Tuple[str, Tuple[int, ...]]] = [(n, tuple(s))
+                                                     for n, s in info.hf_shapes.items()]
+        params = dict(model.named_parameters())
+        self.boxes, self.fallback = probe_loaders(params, shapes, load_weights)
+        self.load_weights = load_weights
+        bootstrap = Bootstrap.explicit(info.rollout_rank_base + rank, info.num_trainers,
+                                       info.num_rollouts, info.coordinator_address, info.secret)
+        device = next(iter(params.values())).device
+        self.rollout = Rollout(bootstrap, replica=info.replica, num_slots=info.num_slots,
+                               timeout_ms=info.timeout_ms,
+                               cuda_device=device.index if device.type == "cuda" else None)
+        live = {n: params[n] for n in self.boxes}
+        self.rollout.register_module(live, specs=self.boxes, mode="copy_flip")
+        if self.fallback:  # full HF tensors in slots, applied through the engine's loader
+            self.rollout.register_slots({n: (dict(shapes)[n], params_dtype(params))
+                                         for n in self.fallback}, device=device)
+        self.rollout.commit()
+
+    def receive(self, version: Optional[int], timeout_ms: int = -1) -> int:
+        """Waits for `version` (None: one newer than the live one), copy-flips it, applies the
+        fallback tensors; returns the version now live."""
+        if version is None:
+            target = self.rollout.wait_for_version(timeout_ms=timeout_ms)
+        else:
+            target = int(version)
+            while (self.rollout.newest_version() or 0) < target:
+                self.rollout.wait_for_version(after=target - 1, timeout_ms=timeout_ms)
+        flipped = self.rollout.flip(target if version is not None else VERSION_NEWEST)
+        if self.fallback:
+            self.load_weights(list(self.rollout.named_tensors(flipped or target)))
+        return int(flipped if flipped is not None else target)
+
+    def close(self) -> None:
+        """Leaves the wsync job."""
+        self.rollout.close()
+
+
+def params_dtype(params: Dict[str, torch.nn.Parameter]) -> torch.dtype:
+    """The dtype of the model's first floating-point parameter."""
+    for p in params.values():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,valid-type]
+    """vLLM's WeightTransferEngine over wsync (see the module docstring)."""
+
+    init_info_cls = WsyncInitInfo
+    update_info_cls = WsyncUpdateInfo
+
+    def init_transfer_engine(self, init_info: WsyncInitInfo) -> None:
+        self.receiver = WsyncReceiver(self.model, self.model.load_weights, init_info, tp_rank())
+        self.version: Optional[int] = None
+
+    def start_weight_update(self) -> None:
+        """Nothing to prepare: weights land in place."""
+
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
+        """vLLM's per-chunk call: the copy flip has completed on the device when receive returns,
+        so no device-wide synchronize is needed (the base class's would fail without a GPU)."""
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def receive_weights(self, update_info: WsyncUpdateInfo) -> None:
+        self.version = self.receiver.receive(update_info.version, update_info.timeout_ms)
+
+    def finish_weight_update(self) -> None:
+        """Nothing to finalize."""
+
+    def shutdown(self) -> None:
+        if getattr(self, "receiver", None) is not None:
+            self.receiver.close()
+            self.receiver = None
+
+
+class WsyncWorkerExtension:
+    """For vLLM versions without weight-transfer backends: pass
+    ``worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension"`` and call
+    ``llm.collective_rpc("wsync_init", args=(init_info_dict,))`` once, then
+    ``llm.collective_rpc("wsync_update", args=(version,))`` per version. Methods run on every
+    worker, whose ``model_runner.model`` is the live model."""
+
+    def wsync_init(self, init_info: Dict[str, Any]) -> None:
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        self._wsync = WsyncReceiver(model, model.load_weights, WsyncInitInfo(**init_info),
+                                    tp_rank())
+
+    def wsync_update(self, version: Optional[int] = None) -> int:
+        return self._wsync.receive(version)

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the Python tests (no GPU needed): creates or reuses a venv with the pinned packages,
+# installs the wsync package around the CMake build's libwsync.so, runs pytest.
+# Usage: tests/python/run_python_tests.sh [pytest args...]
+# Env: WSYNC_VENV (default /opt/wsync-venv, outside the repo so caches survive), WSYNC_BUILD_DIR
+#      (default build: the CMake build whose libwsync.so and wsync-coordinator are packaged).
+# Exits non-zero when a test fails or when no test ran (pytest's exit 5 is a failure here).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+venv=${WSYNC_VENV:-/opt/wsync-venv}
+build_dir=${WSYNC_BUILD_DIR:-build}
+case "$build_dir" in /*) ;; *) build_dir="$repo/$build_dir" ;; esac
+py="$venv/bin/python"
+
+pinned=("torch==2.11.*" numpy pytest mpi4py transformers "scikit-build-core>=0.10")
+have_pinned() {
+  [ -x "$py" ] && "$py" - <<'PY' 2>/dev/null
+import importlib, sys
+import torch
+assert torch.__version__.startswith("2.11"), torch.__version__
+for m in ("numpy", "pytest", "mpi4py", "transformers", "scikit_build_core"):
+    importlib.import_module(m)
+PY
+}
+if ! have_pinned; then
+  echo "run_python_tests: setting up $venv (torch 2.11 from PyPI: a few minutes when cold)"
+  [ -x "$py" ] || python3 -m venv "$venv"
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q "${pinned[@]}"
+fi
+
+if [ ! -f "$build_dir/src/capi/libwsync.so" ] || [ ! -x "$build_dir/src/coordinator/wsync-coordinator" ]; then
+  if [ -f "$build_dir/build.ninja" ]; then
+    cmake --build "$build_dir" --target wsync wsync-coordinator
+  else
+    bash "$repo/.ci/setup.sh" "$build_dir"
+  fi
+fi
+
+# The package as pip installs it, with the already-built library (no second C++ build).
+"$py" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
+  -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel"
+
+# The engine adapters' tests need the real engines, which pin other torch / transformers
+# versions: each has its own venv, reused when it exists (its wsync reinstalled from this tree);
+# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 create them from PyPI (several GB). Otherwise skipped.
+engine_venv() {  # name venv import packages...
+  local name=$1 dir=$2 module=$3
+  shift 3
+  local flag="WSYNC_SETUP_${name^^}"
+  if [ "${!flag:-0}" = 1 ] && [ ! -x "$dir/bin/python" ]; then
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --upgrade pip
+    "$dir/bin/python" -m pip install -q "$@" "scikit-build-core>=0.10"
+  fi
+  if [ -x "$dir/bin/python" ] && VLLM_TARGET_DEVICE=cpu "$dir/bin/python" -c "import $module" 2>/dev/null; then
+    "$dir/bin/python" -m pip install -q "scikit-build-core>=0.10"
+    "$dir/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
+      -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel-$name"
+    export "WSYNC_${name^^}_PYTHON=$dir/bin/python"
+  fi
+}
+engine_venv vllm "${WSYNC_VLLM_VENV:-/opt/wsync-vllm-venv}" vllm "vllm==0.33.*"
+engine_venv verl "${WSYNC_VERL_VENV:-/opt/wsync-verl-venv}" verl.checkpoint_engine.base \
+  "torch==2.11.*" "verl==0.9.1" uvicorn fastapi
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+rm -f /dev/shm/vader_segment.* 2>/dev/null || true
+cd "$repo/tests/python"  # not the repo root: `import wsync` must find the installed package
+set +e
+"$py" -m pytest -p no:cacheprovider -q -rs "$@" .
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "run_python_tests: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$rc"

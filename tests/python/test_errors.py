@@ -1,0 +1,116 @@
+"""Error paths: each failure is a WsyncError subclass carrying wsync's status name and message."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import wsync
+from wsync import layout
+from wsync.errors import UnpublishableError
+from conftest import worker_env
+
+
+def test_core_imports_and_reports_errors_without_torch():
+    """The core API needs neither torch nor a GPU; a bad config fails with wsync's own message."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["torch"] = None  # any import of torch now fails
+        import wsync
+        cfg = wsync.ContextConfig(bootstrap=wsync.types.Bootstrap.EXPLICIT, rank=0,
+                                  num_trainers=0, num_rollouts=1,
+                                  coordinator_address="127.0.0.1:1", secret="s")
+        try:
+            wsync.Context(cfg)
+        except wsync.InvalidArgumentError as e:
+            print(e.status_name, "|", e.message)
+        else:
+            raise SystemExit("no error")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=worker_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    name, message = result.stdout.strip().split(" | ", 1)
+    assert name == "WSYNC_ERR_INVALID_ARGUMENT"
+    assert "trainer" in message  # wsync names the bad field
+
+
+def test_unreachable_coordinator_times_out_with_its_address():
+    b = wsync.Bootstrap.explicit(0, 1, 1, "127.0.0.1:9", "secret")
+    with pytest.raises(wsync.WsyncTimeoutError) as info:
+        wsync.Trainer(b, timeout_ms=300).connect()
+    assert info.value.status_name == "WSYNC_ERR_TIMEOUT"
+    assert "127.0.0.1:9" in info.value.message
+    assert isinstance(info.value, TimeoutError)  # also a builtin TimeoutError
+
+
+def test_status_names_come_from_the_library():
+    assert wsync.status_name(wsync.Status.ERR_MISMATCH) == "WSYNC_ERR_MISMATCH"
+    e = wsync.errors.error_for(5, "WSYNC_ERR_TIMEOUT", "m", "wsync_x")
+    assert isinstance(e, wsync.WsyncTimeoutError) and str(e) == "wsync_x: WSYNC_ERR_TIMEOUT: m"
+
+
+def test_mismatched_registrations_fail_commit_on_both_sides(job, tmp_path):
+    with wsync.Coordinator(trainers=1, rollouts=1, timeout_ms=300000) as c:
+        base = {"address": c.address, "secret": c.secret}
+        job.start("mismatch", "any", dict(base, side="trainer"), name="trainer")
+        job.start("mismatch", "any", dict(base, side="rollout"), name="rollout")
+        job.wait()
+    for side in ("trainer", "rollout"):
+        r = json.loads((tmp_path / f"mismatch_{side}.json").read_text())
+        assert r["status"] == "WSYNC_ERR_MISMATCH", r
+        assert r["error"] == "MismatchError"
+        # wsync names the tensor, both ranks and both shapes, on every side
+        for part in ("'w'", "[4, 4]", "trainer 0", "[4, 5]", "rollout 0"):
+            assert part in r["message"], r["message"]
+
+
+def test_calls_out_of_order_and_timeouts(job, tmp_path):
+    with wsync.Coordinator(trainers=1, rollouts=1, timeout_ms=300000) as c:
+        base = {"address": c.address, "secret": c.secret}
+        job.start("errors", "any", dict(base, side="trainer"), name="trainer")
+        job.start("errors", "any", dict(base, side="rollout"), name="rollout")
+        job.wait()
+    t = json.loads((tmp_path / "errors_trainer.json").read_text())
+    r = json.loads((tmp_path / "errors_rollout.json").read_text())
+    assert t["publish_before_commit"][:2] == ["InvalidUsageError", "WSYNC_ERR_INVALID_USAGE"]
+    assert t["version_not_increasing"][:2] == ["InvalidUsageError", "WSYNC_ERR_INVALID_USAGE"]
+    assert r["acquire_before_commit"][:2] == ["InvalidUsageError", "WSYNC_ERR_INVALID_USAGE"]
+    assert r["wait_timeout"][:2] == ["WsyncTimeoutError", "WSYNC_ERR_TIMEOUT"]
+    assert r["acquire_gone_version"][:2] == ["NotReadyError", "WSYNC_ERR_NOT_READY"]
+    assert "before commit" in t["publish_before_commit"][2]
+    assert "not greater than the last published version 2" in t["version_not_increasing"][2]
+    assert "newer than 5" in r["wait_timeout"][2] and "200 ms" in r["wait_timeout"][2]
+    assert r["named"]["w"] == torch.arange(12.).view(3, 4).tolist()
+    assert r["watched"] == [2]  # the on_new_version callback saw the one version
+
+
+def test_partial_placement_is_refused():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial
+    from conftest import free_port
+
+    dist.init_process_group("gloo", rank=0, world_size=1,
+                            init_method=f"tcp://127.0.0.1:{free_port()}")
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        dt = DTensor.from_local(torch.ones(2, 2), mesh, [Partial()])
+        with pytest.raises(UnpublishableError, match="Partial"):
+            layout.dtensor_boxes("w", dt)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_unregistrable_tensors_are_refused_before_any_c_call():
+    r = wsync.Rollout(wsync.Bootstrap.explicit(0, 1, 1, "127.0.0.1:9", "s"))
+    with pytest.raises(UnpublishableError, match="contiguous"):
+        r.register_module({"w": torch.empty(4, 3).t()})
+    with pytest.raises(UnpublishableError, match="meta"):
+        wsync.Trainer(wsync.Bootstrap.explicit(0, 1, 1, "127.0.0.1:9", "s")).register_tensors(
+            {"w": torch.empty(2, 2, device="meta")})
+    assert r.ctx is None  # nothing reached the library

@@ -1,0 +1,47 @@
+"""The "wsync" CheckpointEngine in the REAL verl 0.9.1 (its registry and base class), driven
+through the calls verl's CheckpointEngineManager makes. verl pins other transformers and needs
+ray: its own venv, $WSYNC_VERL_PYTHON (default /opt/wsync-verl-venv/bin/python); skipped when
+that Python cannot import verl's checkpoint engine and wsync."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import wsync
+from conftest import HERE
+from test_vllm import wait_all
+
+VERL_PYTHON = os.environ.get("WSYNC_VERL_PYTHON", "/opt/wsync-verl-venv/bin/python")
+
+
+def _verl_ready() -> str:
+    if not Path(VERL_PYTHON).exists():
+        return f"{VERL_PYTHON} does not exist (a venv with verl==0.9.1 and wsync installed)"
+    r = subprocess.run([VERL_PYTHON, "-c", "import wsync.engines.verl as v; assert v.HAVE_VERL"],
+                       capture_output=True, text=True, timeout=300)
+    return "" if r.returncode == 0 else f"verl does not import there: {r.stderr[-300:]}"
+
+
+def test_verl_checkpoint_engine_moves_each_version(tmp_path):
+    why = _verl_ready()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
+        base = {"address": c.address, "secret": c.secret, "actors": 2, "versions": 3,
+                "out": str(tmp_path)}
+        procs = []
+        for role, rank in (("actor", 0), ("actor", 1), ("rollout", 0)):
+            procs.append(subprocess.Popen(
+                [VERL_PYTHON, str(HERE / "verl_jobs.py"), role, json.dumps(dict(base, rank=rank))],
+                env=env, stdout=open(tmp_path / f"{role}{rank}.log", "w"),
+                stderr=subprocess.STDOUT))
+        codes = wait_all(procs, timeout_s=400)
+        logs = "".join((tmp_path / n).read_text()[-2500:]
+                       for n in ("actor0.log", "actor1.log", "rollout0.log"))
+        assert codes == [0, 0, 0], logs + c.stderr
+    assert json.loads((tmp_path / "verl_ok.json").read_text()) == {"versions": 3}

@@ -231,6 +231,8 @@ def verify(v, gathered, layouts, checker, batch, shared, tensors, x, graph, stat
         logits = checker(input_ids=batch).logits.cpu()
     wait_file(shared / f"logits_v{v}.pt")
     want = torch.load(shared / f"logits_v{v}.pt")
+    for k in (0, 1):  # each trainer writes its record after its own publish completed
+        wait_file(shared / f"trainer{k}_v{v}.json")
     t0 = json.loads((shared / f"trainer0_v{v}.json").read_text())
     t1 = json.loads((shared / f"trainer1_v{v}.json").read_text())
     result = {"logits_equal": bool(torch.equal(logits, want)),

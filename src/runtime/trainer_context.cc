@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "runtime/host_convert.h"
 #include "runtime/plan_names.h"
@@ -234,6 +235,10 @@ Status TrainerContext::startRunning() {
 // ---- publish ---------------------------------------------------------------------------------
 Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version,
                                                                 CudaStreamHandle stream) {
+  if (version == std::numeric_limits<uint64_t>::max()) {
+    return invalidArgument("publish: version " + std::to_string(version) +
+                           " is reserved (WSYNC_VERSION_NEWEST) and cannot be published");
+  }
   if (!committed()) return invalidUsage("publish before commit");
   if (failedOrAborted()) return failure();
   std::unique_lock lock(queue_mu_);
@@ -511,8 +516,7 @@ Status TrainerContext::postWrite(size_t index, int32_t slot) {
   }
   return peer.transport->write3d(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
                                  static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
-                                 src_plane_pitch, row_bytes, rows,
-                                 static_cast<size_t>(r.count[2]));
+                                 src_plane_pitch, row_bytes, rows, static_cast<size_t>(r.count[2]));
 }
 
 // Completes every posted write on every backend.

@@ -26,6 +26,15 @@ Status checkHello(const JobShape& job, const HelloMsg& hello,
   if (hello.role == Role::kRollout && hello.replica < 0) {
     return invalidArgument("rollout Hello without a replica index (set config.replica >= 0)");
   }
+  // Every replica has at least one rank: a replica index sizes per-replica tables, so it is bounded
+  // by the number of ranks that can join before anything is sized by it.
+  if (hello.role == Role::kRollout && hello.replica >= expectedParticipants(job)) {
+    return invalidArgument("replica " + std::to_string(hello.replica) +
+                           " is out of range: a job of " +
+                           std::to_string(expectedParticipants(job)) +
+                           " ranks has fewer replicas (replica must be < the number of rollout "
+                           "ranks)");
+  }
   for (const HelloMsg* q : joined) {
     if (sameIdentity(job, *q, hello)) {
       return invalidArgument("a rank with the same identity already joined (" +

@@ -1,6 +1,7 @@
 #include "runtime/context.h"
 
 #include <unordered_set>
+#include <utility>
 
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
@@ -10,11 +11,29 @@
 #include "transport/registry.h"
 
 namespace wsync {
+namespace {
+// The most ranks of one role a job may have; bounds counts and indices before they size anything.
+constexpr int32_t kMaxJobRanks = 1 << 16;
+}  // namespace
 
 Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) {
   if (options.timeout.count() <= 0) return invalidArgument("timeout_ms must be positive");
+  for (const auto& [field, count] : {std::pair{"num_trainers", options.num_trainers},
+                                     std::pair{"num_rollouts", options.num_rollouts}}) {
+    if (count < 0 || count > kMaxJobRanks) {
+      return invalidArgument(std::string(field) + " must be in [0, " +
+                             std::to_string(kMaxJobRanks) + "], got " + std::to_string(count));
+    }
+  }
   if (options.role == Role::kRollout) {
     if (options.replica < 0) return invalidArgument("a rollout context needs replica >= 0");
+    // A replica has at least one rank, so its index is below the number of rollout ranks.
+    const int32_t replica_bound = options.use_mpi ? kMaxJobRanks : options.num_rollouts;
+    if (options.replica >= replica_bound) {
+      return invalidArgument("replica must be in [0, " + std::to_string(replica_bound) +
+                             ") (below the number of rollout ranks), got " +
+                             std::to_string(options.replica));
+    }
     if (options.num_slots < 2 || options.num_slots > 64) {
       return invalidArgument("num_slots must be in [2, 64], got " +
                              std::to_string(options.num_slots));

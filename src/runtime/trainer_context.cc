@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "runtime/host_convert.h"
 #include "runtime/plan_names.h"
@@ -234,6 +235,10 @@ Status TrainerContext::startRunning() {
 // ---- publish ---------------------------------------------------------------------------------
 Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version,
                                                                 CudaStreamHandle stream) {
+  if (version == std::numeric_limits<uint64_t>::max()) {
+    return invalidArgument("publish: version " + std::to_string(version) +
+                           " is reserved (WSYNC_VERSION_NEWEST) and cannot be published");
+  }
   if (!committed()) return invalidUsage("publish before commit");
   if (failedOrAborted()) return failure();
   std::unique_lock lock(queue_mu_);

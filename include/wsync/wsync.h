@@ -1,3 +1,4 @@
+/* clang-format off */
 /* wsync: weight synchronization from RL trainers to rollout (inference) engines. The public C API.
  *
  * Model. Trainer ranks hold shards of the policy's tensors; rollout ranks (grouped in replicas, one
@@ -9,43 +10,69 @@
  * on a replica only once it is complete on all of its ranks. Readers take a lease on a version for
  * one forward pass; a slot is never written while a lease holds it.
  *
- * Conventions. Every function returns wsync_status_t. Output parameters come last and are written
- * only on success. wsync_last_error(ctx) explains the last failure on that context. No function
- * throws or aborts the process on bad input. Handles are opaque.
+ * Conventions. Every function returns wsync_status_t (except the few that return a string). Output
+ * parameters come last and are written only on success. wsync_last_error(ctx) explains the last
+ * failure on that context. No function throws or aborts the process on bad input. Handles are
+ * opaque.
  *
  * Trainer call sequence:
  * @code
  *   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
- *   cfg.role = WSYNC_ROLE_TRAINER;                 // bootstrap from MPI_COMM_WORLD (mpirun)
+ *   cfg.role = WSYNC_ROLE_TRAINER;              // bootstrap from MPI_COMM_WORLD (mpirun)
  *   wsync_context_t ctx;
  *   wsync_context_create(&cfg, &ctx);
- *   wsync_piece_t piece = WSYNC_PIECE_INITIALIZER;  // rows [r0, r1) of a [4096, 4096] tensor
- *   piece.tensor = "layers.0.wq"; piece.ndim = 2;
- *   piece.global_shape = shape; piece.box_offset = off; piece.box_extent = ext;
+ *
+ *   // This rank holds rows [r0, r1) of the [4096, 4096] tensor "layers.0.wq".
+ *   int64_t shape[2] = {4096, 4096}, off[2] = {r0, 0}, ext[2] = {r1 - r0, 4096};
+ *   wsync_piece_t piece = WSYNC_PIECE_INITIALIZER;
+ *   piece.tensor = "layers.0.wq";
+ *   piece.ndim = 2;
+ *   piece.global_shape = shape;
+ *   piece.box_offset = off;
+ *   piece.box_extent = ext;
  *   wsync_register_buffer(ctx, "layers.0.wq", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, data,
- *                         n_elements, 1, &piece, NULL);
- *   wsync_commit(ctx);                              // collective: all trainers and rollouts
- *   for (uint64_t step = 1; ...; ++step) {
+ *                         (r1 - r0) * 4096, 1, &piece, NULL);
+ *   wsync_commit(ctx);                          // collective: all trainers and rollouts
+ *
+ *   for (uint64_t step = 1; step <= num_steps; ++step) {
  *     train_step();
  *     wsync_request_t req;
- *     wsync_publish(ctx, step, &req);               // returns at once
- *     ...; wsync_request_wait(req, -1); wsync_request_free(req);
+ *     wsync_publish(ctx, step, &req);           // returns at once
+ *     ...
+ *     if (wsync_request_wait(req, -1) != WSYNC_SUCCESS)
+ *       fprintf(stderr, "publish %llu: %s\n", (unsigned long long)step, wsync_request_error(req));
+ *     wsync_request_free(req);
  *   }
- *   wsync_context_destroy(ctx);                     // finalizes
+ *   wsync_context_destroy(ctx);                 // finalizes
  * @endcode
+ *
  * Rollout call sequence:
  * @code
- *   cfg.role = WSYNC_ROLE_ROLLOUT; cfg.replica = my_engine_index;
+ *   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
+ *   cfg.role = WSYNC_ROLE_ROLLOUT;
+ *   cfg.replica = my_engine_index;
+ *   wsync_context_t ctx;
  *   wsync_context_create(&cfg, &ctx);
+ *
+ *   // One fused buffer of three pieces (q, k, v); wsync allocates its slots (data = NULL).
+ *   int qkv_index;
  *   wsync_register_buffer(ctx, "qkv", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST, NULL, n, 3, qkv,
- * &qkv_index); wsync_commit(ctx); while (serving) {                               // at the start
- * of each decode step wsync_lease_t lease; if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) ==
- * WSYNC_SUCCESS) { void* qkv_ptr; wsync_lease_buffer(lease, qkv_index, &qkv_ptr); forward(qkv_ptr,
- * ...); wsync_lease_release(lease);
+ *                         &qkv_index);
+ *   wsync_commit(ctx);
+ *
+ *   while (serving) {                           // at the start of each decode step
+ *     wsync_lease_t lease;
+ *     if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) == WSYNC_SUCCESS) {
+ *       void* qkv_ptr;
+ *       wsync_lease_buffer(lease, qkv_index, &qkv_ptr);
+ *       forward(qkv_ptr, ...);
+ *       wsync_lease_release(lease);
  *     }
  *   }
+ *   wsync_context_destroy(ctx);
  * @endcode
  */
+/* clang-format on */
 #ifndef WSYNC_WSYNC_H_
 #define WSYNC_WSYNC_H_
 
@@ -87,8 +114,34 @@ typedef enum {
   WSYNC_BOOTSTRAP_FORCE_INT32_ = 0x7fffffff
 } wsync_bootstrap_t;
 
-/** Context configuration. Initialize with WSYNC_CONFIG_INITIALIZER, then set fields: fields added
- *  by later versions go at the end, and `size` tells wsync which ones the caller knows. */
+/** Device transport: how device-memory (WSYNC_MEMORY_DEVICE) versions reach the rollouts. */
+typedef enum {
+  WSYNC_DEVICE_TRANSPORT_DEFAULT = 0,  /**< wsync's choice (today: CUDA IPC) */
+  WSYNC_DEVICE_TRANSPORT_CUDA_IPC = 1, /**< CUDA IPC peer copies (one node) */
+  WSYNC_DEVICE_TRANSPORT_STAGED = 2,   /**< any node: through pinned host memory and UCX */
+  WSYNC_DEVICE_TRANSPORT_UCX_CUDA = 3, /**< any node: UCX device puts when the UCX loaded handles
+                                            CUDA memory, else staged */
+  WSYNC_DEVICE_TRANSPORT_FORCE_INT32_ = 0x7fffffff
+} wsync_device_transport_t;
+
+/** How the CUDA IPC transport shares rollout slots with the trainers' processes. */
+typedef enum {
+  WSYNC_CUDA_IPC_EXPORT_DEFAULT = 0, /**< wsync's choice (today VMM where the driver supports it) */
+  WSYNC_CUDA_IPC_EXPORT_VMM = 1,     /**< VMM allocations shared by file descriptor */
+  WSYNC_CUDA_IPC_EXPORT_LEGACY = 2,  /**< cudaIpcGetMemHandle handles */
+  WSYNC_CUDA_IPC_EXPORT_FORCE_INT32_ = 0x7fffffff
+} wsync_cuda_ipc_export_t;
+
+/** Context configuration. Initialize with WSYNC_CONFIG_INITIALIZER, then set fields.
+ *
+ *  How the struct grows (the rule every change must follow): fields are only ever appended at the
+ *  end, never reordered, resized or removed; an appended field's zero value means its default;
+ *  WSYNC_CONFIG_INITIALIZER lists every field in declaration order; and the library learns the new
+ *  layout (src/capi/capi_config.h). `size` tells wsync which layout, so which fields, the caller
+ *  compiled: wsync reads only those and gives every later field its default, so a program compiled
+ *  against an older header keeps working unchanged. A `size` wsync does not know (a caller built
+ *  against a newer header) is INVALID_ARGUMENT. `version` changes only with an incompatible break.
+ */
 typedef struct {
   size_t size;      /**< sizeof(wsync_config_t) as the caller compiled it */
   uint32_t magic;   /**< WSYNC_CONFIG_MAGIC */
@@ -110,13 +163,30 @@ typedef struct {
   const char* secret;              /**< shared secret (MPI bootstrap: generated when NULL) */
   /* Device memory: */
   int cuda_device; /**< CUDA device of WSYNC_MEMORY_DEVICE buffers (default -1: none) */
+  /* ---- the end of the first (0.1.0) layout; fields below were appended later ---- */
+  /* Device data plane (the environment variables WSYNC_DEVICE_TRANSPORT and WSYNC_CUDA_IPC_EXPORT
+     override these): */
+  wsync_device_transport_t device_transport; /**< default: WSYNC_DEVICE_TRANSPORT_DEFAULT */
+  wsync_cuda_ipc_export_t cuda_ipc_export;   /**< default: WSYNC_CUDA_IPC_EXPORT_DEFAULT */
 } wsync_config_t;
 
-#define WSYNC_CONFIG_INITIALIZER                                                       \
-  {                                                                                    \
-    sizeof(wsync_config_t), WSYNC_CONFIG_MAGIC, WSYNC_API_VERSION, WSYNC_ROLE_TRAINER, \
-        WSYNC_BOOTSTRAP_MPI, -1, 2, 60000, -1, 0, -1, 0, 0, NULL, NULL, -1             \
+/* clang-format off */
+#define WSYNC_CONFIG_INITIALIZER {                                                                 \
+    sizeof(wsync_config_t), WSYNC_CONFIG_MAGIC, WSYNC_API_VERSION,                                 \
+    WSYNC_ROLE_TRAINER,                 /* role */                                                 \
+    WSYNC_BOOTSTRAP_MPI,                /* bootstrap */                                            \
+    -1,                                 /* replica */                                              \
+    2,                                  /* num_slots */                                            \
+    60000,                              /* timeout_ms */                                           \
+    -1,                                 /* max_staleness */                                        \
+    0,                                  /* snapshot */                                             \
+    -1, 0, 0,                           /* rank, num_trainers, num_rollouts */                     \
+    NULL, NULL,                         /* coordinator_address, secret */                          \
+    -1,                                 /* cuda_device */                                          \
+    WSYNC_DEVICE_TRANSPORT_DEFAULT,     /* device_transport */                                     \
+    WSYNC_CUDA_IPC_EXPORT_DEFAULT       /* cuda_ipc_export */                                      \
   }
+/* clang-format on */
 
 /** One piece of a local buffer: elements [box_offset, box_offset + box_extent) of the global
  *  tensor `tensor` (global shape `global_shape`) live in the buffer from element `local_offset` on,
@@ -140,8 +210,9 @@ typedef struct {
 /** Creates a context and joins the job (collective under WSYNC_BOOTSTRAP_MPI).
  *  @param [in] config   settings (WSYNC_CONFIG_INITIALIZER, then fields set)
  *  @param [out] ctx     the new context, written only on success
- *  @return SUCCESS; INVALID_ARGUMENT (null, bad magic/size, bad field); TIMEOUT (the coordinator or
- *          a rank did not show up); SYSTEM (MPI, socket or UCX failure); PROTOCOL; REMOTE.
+ *  @return SUCCESS; INVALID_ARGUMENT (null, bad magic/size, bad field: the message names it);
+ *          TIMEOUT (the coordinator or a rank did not show up); SYSTEM (MPI, socket or UCX
+ *          failure); PROTOCOL; REMOTE.
  *          On failure no context exists; wsync_last_error(NULL) explains it. */
 wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* ctx);
 
@@ -155,6 +226,10 @@ wsync_status_t wsync_context_abort(wsync_context_t ctx);
 /** The explanation of the last failure on `ctx` (or of the last failed create when NULL); "" when
  *  none. Valid until the next call on the context from the same thread. */
 const char* wsync_last_error(wsync_context_t ctx);
+
+/** The version of the wsync library loaded at run time (its package version, e.g. 0.1.0). Any
+ *  pointer may be NULL. @return SUCCESS. */
+wsync_status_t wsync_get_version(int* major, int* minor, int* patch);
 
 /** What the plan means for this rank (valid after commit). */
 typedef struct {
@@ -182,8 +257,8 @@ wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_train
  *  one memory kind.
  *  @param [out] buffer_index  optional (may be NULL): the index for wsync_lease_buffer()
  *  @return SUCCESS; INVALID_ARGUMENT (a piece outside the buffer or the tensor, bad dtype,
- * duplicate name; the message names the buffer and tensor); INVALID_USAGE (after commit);
- *          UNSUPPORTED (device memory in a build without CUDA). */
+ *          duplicate name; the message names the buffer and tensor); INVALID_USAGE (after
+ *          commit); UNSUPPORTED (device memory in a build without CUDA). */
 wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsync_dtype_t dtype,
                                      wsync_memory_kind_t memory, void* data, int64_t num_elements,
                                      int num_pieces, const wsync_piece_t* pieces,
@@ -222,12 +297,20 @@ wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_reques
 wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version,
                                        wsync_cuda_stream_t stream, wsync_request_t* request);
 
-/** Non-blocking check. @return SUCCESS (done), IN_PROGRESS, or the publish's error. */
+/** Non-blocking check. @return SUCCESS (done), IN_PROGRESS, or the publish's error; on an error,
+ *  wsync_request_error(request) and wsync_last_error() of the publishing context explain it. */
 wsync_status_t wsync_request_test(wsync_request_t request);
 
-/** Waits up to timeout_ms (-1: the context's timeout). @return SUCCESS, TIMEOUT (still running;
- *  wait again), or the publish's error (MISMATCH, REMOTE, SYSTEM, ABORTED ...). */
+/** Waits up to timeout_ms (-1: the context's timeout). @return SUCCESS; TIMEOUT (still running:
+ *  wait again; wsync_last_error() says so, the request has no error); or the publish's error
+ *  (MISMATCH, REMOTE, SYSTEM, ABORTED ...), which wsync_request_error(request) and
+ *  wsync_last_error() of the publishing context then explain. */
 wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms);
+
+/** Why the publish behind `request` failed; "" while it is in flight, once it succeeded, and for
+ *  NULL. Does not wait. The string belongs to the request: it stays valid and unchanged until
+ *  wsync_request_free(request) (a failed publish's error never changes). */
+const char* wsync_request_error(wsync_request_t request);
 
 /** Frees a request (completed or not; a running publish goes on). NULL is accepted. */
 wsync_status_t wsync_request_free(wsync_request_t request);

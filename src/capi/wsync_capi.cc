@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "capi/capi_config.h"
 #include "common/fast_copy.h"
 #include "options/options.h"
 #include "runtime/context.h"
@@ -14,15 +15,31 @@
 #include "runtime/trainer_context.h"
 #include "wsync/wsync.h"
 
+namespace {
+// A context's last error. Shared with its requests, so that a request may record a failure on its
+// context even when it outlives the handle.
+struct ErrorSlot {
+  std::mutex mu;
+  std::string text;
+  void set(const std::string& message) {
+    std::lock_guard lock(mu);
+    text = message;
+  }
+};
+}  // namespace
+
 struct wsync_context_s {
   std::unique_ptr<wsync::Context> ctx;
-  std::mutex error_mu;
-  std::string last_error;
+  std::shared_ptr<ErrorSlot> last_error = std::make_shared<ErrorSlot>();
 };
 
 struct wsync_request_s {
   std::shared_ptr<wsync::PublishRequest> request;
   std::chrono::milliseconds default_timeout{60000};
+  std::shared_ptr<ErrorSlot> context_error;  // the publishing context's last error
+  // The publish's failure, set once (never changed after): wsync_request_error() returns it.
+  std::mutex error_mu;
+  std::string error;
 };
 
 struct wsync_lease_s {
@@ -38,8 +55,7 @@ thread_local std::string t_error_copy;    // what wsync_last_error() returned la
 wsync_status_t record(wsync_context_t ctx, const wsync::Status& s) {
   if (s.isOk()) return WSYNC_SUCCESS;
   if (ctx != nullptr) {
-    std::lock_guard lock(ctx->error_mu);
-    ctx->last_error = s.message();
+    ctx->last_error->set(s.message());
   } else {
     t_create_error = s.message();
   }
@@ -58,6 +74,26 @@ wsync_status_t guarded(wsync_context_t ctx, Body&& body) noexcept {
   } catch (...) {
     return record(ctx, wsync::internalError("unexpected exception"));
   }
+}
+
+// The text of a publish's failure `s`: never empty, and naming the version.
+std::string publishErrorText(const wsync::PublishRequest& request, const wsync::Status& s) {
+  const std::string version = "version " + std::to_string(request.version());
+  const std::string message = s.message().empty() ? wsync_status_string(s.code()) : s.message();
+  return message.rfind(version, 0) == 0 ? message : version + ": " + message;
+}
+
+// Returns s's code; a failure is recorded on the request's context, and a final failure (the
+// publish is over) also on the request.
+wsync_status_t recordRequest(wsync_request_t request, const wsync::Status& s, bool final) {
+  if (s.isOk() || s.code() == WSYNC_IN_PROGRESS) return s.code();
+  const std::string text = publishErrorText(*request->request, s);
+  request->context_error->set(text);
+  if (final) {
+    std::lock_guard lock(request->error_mu);
+    if (request->error.empty()) request->error = text;
+  }
+  return s.code();
 }
 
 wsync::Status invalid(const std::string& m) {
@@ -128,8 +164,12 @@ namespace {
 void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
   o.coordinator_host = effective.coordinator_host;
   o.log_coordinator = effective.log;
-  o.device_transport = wsync::optionValueName(effective.device_transport);
-  o.cuda_ipc_export = wsync::optionValueName(effective.cuda_ipc_export);
+  // The data-plane choices: the environment's when its variable is set, else the config's ("" is
+  // the config's default: the registry's choice / VMM exports).
+  if (effective.fromEnvironment(wsync::OptionId::device_transport))
+    o.device_transport = wsync::optionValueName(effective.device_transport);
+  if (effective.fromEnvironment(wsync::OptionId::cuda_ipc_export))
+    o.cuda_ipc_export = wsync::optionValueName(effective.cuda_ipc_export);
   o.debug_timing = effective.debug_timing;
   o.debug_no_early_landing = effective.debug_no_early_landing;
   o.debug_no_copy_batch = effective.debug_no_copy_batch;
@@ -153,40 +193,12 @@ wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_
   return guarded(nullptr, [&]() -> wsync_status_t {
     if (config == nullptr || out == nullptr)
       return record(nullptr, invalid("config and ctx must not be NULL"));
-    if (config->magic != WSYNC_CONFIG_MAGIC) {
-      return record(nullptr,
-                    invalid("config.magic is wrong: initialize it with WSYNC_CONFIG_INITIALIZER"));
-    }
-    if (config->size < sizeof(wsync_config_t) || config->version != WSYNC_API_VERSION) {
-      return record(nullptr,
-                    invalid("config was built for API version " + std::to_string(config->version) +
-                            " (size " + std::to_string(config->size) +
-                            "); this library is version " + std::to_string(WSYNC_API_VERSION)));
-    }
-    if (config->role != WSYNC_ROLE_TRAINER && config->role != WSYNC_ROLE_ROLLOUT) {
-      return record(nullptr, invalid("config.role is not a wsync_role_t"));
-    }
-    if (config->bootstrap != WSYNC_BOOTSTRAP_MPI && config->bootstrap != WSYNC_BOOTSTRAP_EXPLICIT) {
-      return record(nullptr, invalid("config.bootstrap is not a wsync_bootstrap_t"));
-    }
-    wsync::ContextOptions o;
-    o.role = config->role == WSYNC_ROLE_TRAINER ? wsync::Role::kTrainer : wsync::Role::kRollout;
-    o.use_mpi = config->bootstrap == WSYNC_BOOTSTRAP_MPI;
-    o.replica = config->replica;
-    o.num_slots = config->num_slots;
-    o.timeout = std::chrono::milliseconds(config->timeout_ms);
-    o.max_staleness = config->max_staleness;
-    o.snapshot = config->snapshot != 0;
-    o.rank = config->rank;
-    o.num_trainers = config->num_trainers;
-    o.num_rollouts = config->num_rollouts;
-    if (config->coordinator_address) o.coordinator_address = config->coordinator_address;
-    if (config->secret) o.secret = config->secret;
-    o.cuda_device = config->cuda_device;
+    auto options = wsync::capi::contextOptionsFrom(*config);
+    if (!options.isOk()) return record(nullptr, options.status());
     wsync::Result<wsync::Options> environment = wsync::readOptions();
     if (!environment.isOk()) return record(nullptr, environment.status());
-    applyOptions(wsync::resolve(wsync::Options{}, *environment), o);
-    auto ctx = wsync::Context::create(o);
+    applyOptions(*environment, *options);
+    auto ctx = wsync::Context::create(*options);
     if (!ctx.isOk()) return record(nullptr, ctx.status());
     auto* handle = new wsync_context_s;
     handle->ctx = std::move(ctx).value();
@@ -220,13 +232,20 @@ const char* wsync_last_error(wsync_context_t ctx) {
     if (ctx == nullptr) {
       t_error_copy = t_create_error;
     } else {
-      std::lock_guard lock(ctx->error_mu);
-      t_error_copy = ctx->last_error;
+      std::lock_guard lock(ctx->last_error->mu);
+      t_error_copy = ctx->last_error->text;
     }
     return t_error_copy.c_str();
   } catch (...) {
     return "out of memory while reading the last error";
   }
+}
+
+wsync_status_t wsync_get_version(int* major, int* minor, int* patch) {
+  if (major) *major = WSYNC_VERSION_MAJOR;
+  if (minor) *minor = WSYNC_VERSION_MINOR;
+  if (patch) *patch = WSYNC_VERSION_PATCH;
+  return WSYNC_SUCCESS;
 }
 
 wsync_status_t wsync_plan_info(wsync_context_t ctx, wsync_plan_info_t* info) {
@@ -322,6 +341,7 @@ wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version,
     auto* handle = new wsync_request_s;
     handle->request = std::move(r).value();
     handle->default_timeout = trainer->options().timeout;
+    handle->context_error = ctx->last_error;
     *request = handle;
     return WSYNC_SUCCESS;
   });
@@ -329,7 +349,7 @@ wsync_status_t wsync_publish_on_stream(wsync_context_t ctx, uint64_t version,
 
 wsync_status_t wsync_request_test(wsync_request_t request) {
   if (request == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  return guarded(nullptr, [&] { return request->request->test().code(); });
+  return guarded(nullptr, [&] { return recordRequest(request, request->request->test(), true); });
 }
 
 wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms) {
@@ -337,8 +357,28 @@ wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms) {
   return guarded(nullptr, [&] {
     const auto timeout =
         timeout_ms < 0 ? request->default_timeout : std::chrono::milliseconds(timeout_ms);
-    return request->request->wait(timeout).code();
+    const wsync::Status waited = request->request->wait(timeout);
+    if (waited.code() != WSYNC_ERR_TIMEOUT) return recordRequest(request, waited, true);
+    // TIMEOUT: the wait's (still in flight) or the publish's own (then it is over).
+    const wsync::Status now = request->request->test();
+    if (now.code() == WSYNC_IN_PROGRESS) return recordRequest(request, waited, false);
+    return recordRequest(request, now, true);
   });
+}
+
+const char* wsync_request_error(wsync_request_t request) {
+  if (request == nullptr) return "";
+  try {
+    std::lock_guard lock(request->error_mu);
+    if (request->error.empty()) {
+      const wsync::Status s = request->request->test();
+      if (!s.isOk() && s.code() != WSYNC_IN_PROGRESS)
+        request->error = publishErrorText(*request->request, s);
+    }
+    return request->error.c_str();
+  } catch (...) {
+    return "out of memory while reading the request's error";
+  }
 }
 
 wsync_status_t wsync_request_free(wsync_request_t request) {

@@ -163,6 +163,7 @@ TEST(CapiErrors, BadArgumentsAreRejectedLocally) {
   if (isTrainer()) {
     ASSERT_EQ(wsync_publish(ctx, 3, &req), WSYNC_SUCCESS);
     EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS);
+    EXPECT_STREQ(wsync_request_error(req), "");  // a successful publish has no error
     wsync_request_free(req);
     EXPECT_EQ(wsync_publish(ctx, 3, &req), WSYNC_ERR_INVALID_USAGE);  // not increasing
     EXPECT_NE(std::string(wsync_last_error(ctx)).find("version 3"), std::string::npos);
@@ -179,6 +180,46 @@ TEST(CapiErrors, BadArgumentsAreRejectedLocally) {
   EXPECT_EQ(wsync_context_destroy(ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
 }
 
+// A publish that fails after wsync_publish returned keeps its error: the rollouts leave without
+// goodbye (abort) once committed, so the trainer's version 1 fails in the background. The failed
+// wait and test name it in wsync_last_error, and wsync_request_error keeps it until the free.
+TEST(CapiErrors, FailedAsyncPublishKeepsItsError) {
+  wsync_context_t ctx = create();
+  ASSERT_NE(ctx, nullptr);
+  std::vector<float> mem;
+  ASSERT_EQ(registerBox(ctx, "w", {8, 4}, {0, 0}, {8, 4}, WSYNC_DTYPE_FLOAT32, &mem),
+            WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
+  if (!isTrainer()) {
+    EXPECT_EQ(wsync_context_abort(ctx), WSYNC_SUCCESS);
+    MPI_Barrier(MPI_COMM_WORLD);
+    wsync_context_destroy(ctx);
+    return;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // both rollouts are gone
+  wsync_request_t req = nullptr;
+  ASSERT_EQ(wsync_publish(ctx, 1, &req), WSYNC_SUCCESS) << wsync_last_error(ctx);
+  // Another failure first: from here on, wsync_last_error changes only through the request.
+  EXPECT_EQ(wsync_set_tensor_scale(ctx, "nope", 2.0f), WSYNC_ERR_INVALID_ARGUMENT);
+  const wsync_status_t s = wsync_request_wait(req, -1);
+  EXPECT_EQ(s, WSYNC_ERR_REMOTE) << wsync_status_string(s) << ": " << wsync_last_error(ctx);
+  const std::string error = wsync_request_error(req);
+  EXPECT_EQ(error.rfind("version 1", 0), 0u) << error;
+  EXPECT_NE(error.find("disconnected"), std::string::npos) << error;
+  EXPECT_NE(error.find("rollout"), std::string::npos) << error;
+  EXPECT_EQ(wsync_last_error(ctx), error);
+  // test() reports the same failure, and sets the last error again.
+  EXPECT_EQ(wsync_set_tensor_scale(ctx, "nope", 2.0f), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wsync_request_test(req), s);
+  EXPECT_EQ(wsync_last_error(ctx), error);
+  const char* kept = wsync_request_error(req);
+  EXPECT_EQ(wsync_request_wait(req, 0), s);
+  EXPECT_EQ(wsync_request_error(req), kept);  // the same string, unchanged, until the free
+  EXPECT_EQ(std::string(kept), error);
+  wsync_request_free(req);
+  wsync_context_destroy(ctx);
+}
+
 TEST(CapiErrors, ConfigIsValidated) {
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   wsync_context_t ctx = nullptr;
@@ -190,6 +231,15 @@ TEST(CapiErrors, ConfigIsValidated) {
   EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(wsync_last_error(nullptr)).find("replica"), std::string::npos);
   EXPECT_EQ(wsync_context_create(nullptr, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  cfg = WSYNC_CONFIG_INITIALIZER;
+  cfg.device_transport = static_cast<wsync_device_transport_t>(7);
+  EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wsync_last_error(nullptr)).find("device_transport"), std::string::npos);
+  cfg = WSYNC_CONFIG_INITIALIZER;
+  cfg.cuda_ipc_export = static_cast<wsync_cuda_ipc_export_t>(7);
+  EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wsync_last_error(nullptr)).find("cuda_ipc_export"), std::string::npos);
   EXPECT_EQ(ctx, nullptr);
 }
 

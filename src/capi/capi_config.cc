@@ -1,0 +1,119 @@
+#include "capi/capi_config.h"
+
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <string>
+
+namespace wsync::capi {
+namespace {
+
+// The int a C enum field holds, read without loading it as the C++ enum type (a value outside the
+// enumerators' range would be undefined behavior there).
+template <typename Enum>
+int32_t rawEnum(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int32_t), "wsync's C enums are 32-bit");
+  int32_t raw = 0;
+  std::memcpy(&raw, &field, sizeof raw);
+  return raw;
+}
+
+Status notAnEnum(const char* field, const char* type, int32_t value, int32_t last) {
+  return invalidArgument(std::string("config.") + field + " is " + std::to_string(value) +
+                         ": not a " + type + " (0.." + std::to_string(last) + ")");
+}
+
+// The ContextOptions::device_transport name of `value` ("" for the default).
+Result<std::string> deviceTransportName(int32_t value) {
+  switch (value) {
+    case WSYNC_DEVICE_TRANSPORT_DEFAULT:
+      return std::string();
+    case WSYNC_DEVICE_TRANSPORT_CUDA_IPC:
+      return std::string("cuda_ipc");
+    case WSYNC_DEVICE_TRANSPORT_STAGED:
+      return std::string("staged");
+    case WSYNC_DEVICE_TRANSPORT_UCX_CUDA:
+      return std::string("ucx_cuda");
+    default:
+      return notAnEnum("device_transport", "wsync_device_transport_t", value,
+                       WSYNC_DEVICE_TRANSPORT_UCX_CUDA);
+  }
+}
+
+// The ContextOptions::cuda_ipc_export name of `value` ("" for the default).
+Result<std::string> cudaIpcExportName(int32_t value) {
+  switch (value) {
+    case WSYNC_CUDA_IPC_EXPORT_DEFAULT:
+      return std::string();
+    case WSYNC_CUDA_IPC_EXPORT_VMM:
+      return std::string("vmm");
+    case WSYNC_CUDA_IPC_EXPORT_LEGACY:
+      return std::string("legacy");
+    default:
+      return notAnEnum("cuda_ipc_export", "wsync_cuda_ipc_export_t", value,
+                       WSYNC_CUDA_IPC_EXPORT_LEGACY);
+  }
+}
+
+constexpr size_t roundUpToConfigAlignment(size_t bytes) {
+  return (bytes + alignof(wsync_config_t) - 1) / alignof(wsync_config_t) * alignof(wsync_config_t);
+}
+static_assert(roundUpToConfigAlignment(std::end(kConfigLayoutEnds)[-1]) == sizeof(wsync_config_t),
+              "wsync_config_t grew: append the new layout's end to kConfigLayoutEnds");
+
+// The caller's config with the fields its layout lacks set to their defaults. Only the bytes of
+// the caller's fields are read: the tail padding of an older layout may hold garbage where a newer
+// layout has a field.
+Result<wsync_config_t> knownFields(const wsync_config_t& config) {
+  if (config.magic != WSYNC_CONFIG_MAGIC)
+    return invalidArgument("config.magic is wrong: initialize it with WSYNC_CONFIG_INITIALIZER");
+  if (config.version != WSYNC_API_VERSION) {
+    return invalidArgument("config.version is " + std::to_string(config.version) +
+                           "; this library implements API version " +
+                           std::to_string(WSYNC_API_VERSION));
+  }
+  std::string sizes;
+  for (const size_t end : kConfigLayoutEnds) {
+    if (config.size == roundUpToConfigAlignment(end)) {
+      wsync_config_t known = WSYNC_CONFIG_INITIALIZER;
+      std::memcpy(&known, &config, end);
+      known.size = sizeof(wsync_config_t);
+      return known;
+    }
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(roundUpToConfigAlignment(end));
+  }
+  return invalidArgument("config.size is " + std::to_string(config.size) +
+                         ": not the sizeof(wsync_config_t) of a wsync.h this library knows (" +
+                         sizes + "); initialize it with WSYNC_CONFIG_INITIALIZER");
+}
+
+}  // namespace
+
+Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config) {
+  WSYNC_ASSIGN_OR_RETURN(const wsync_config_t c, knownFields(config));
+  const int32_t role = rawEnum(c.role);
+  if (role != WSYNC_ROLE_TRAINER && role != WSYNC_ROLE_ROLLOUT)
+    return notAnEnum("role", "wsync_role_t", role, WSYNC_ROLE_ROLLOUT);
+  const int32_t bootstrap = rawEnum(c.bootstrap);
+  if (bootstrap != WSYNC_BOOTSTRAP_MPI && bootstrap != WSYNC_BOOTSTRAP_EXPLICIT)
+    return notAnEnum("bootstrap", "wsync_bootstrap_t", bootstrap, WSYNC_BOOTSTRAP_EXPLICIT);
+  ContextOptions o;
+  WSYNC_ASSIGN_OR_RETURN(o.device_transport, deviceTransportName(rawEnum(c.device_transport)));
+  WSYNC_ASSIGN_OR_RETURN(o.cuda_ipc_export, cudaIpcExportName(rawEnum(c.cuda_ipc_export)));
+  o.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;
+  o.use_mpi = bootstrap == WSYNC_BOOTSTRAP_MPI;
+  o.replica = c.replica;
+  o.num_slots = c.num_slots;
+  o.timeout = std::chrono::milliseconds(c.timeout_ms);
+  o.max_staleness = c.max_staleness;
+  o.snapshot = c.snapshot != 0;
+  o.rank = c.rank;
+  o.num_trainers = c.num_trainers;
+  o.num_rollouts = c.num_rollouts;
+  if (c.coordinator_address) o.coordinator_address = c.coordinator_address;
+  if (c.secret) o.secret = c.secret;
+  o.cuda_device = c.cuda_device;
+  return o;
+}
+
+}  // namespace wsync::capi

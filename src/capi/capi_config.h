@@ -1,0 +1,27 @@
+// The C API's config conversion: a caller's wsync_config_t (of any layout version, told by its
+// `size`; the rule is in wsync.h) checked field by field and turned into ContextOptions.
+#pragma once
+
+#include <cstddef>
+
+#include "common/status.h"
+#include "runtime/context.h"
+#include "wsync/wsync.h"
+
+namespace wsync::capi {
+
+// The layouts wsync_config_t has had, each told by where its last field ends. A caller's `size` is
+// sizeof of one of them: that end rounded up to the struct's alignment. Appending fields to
+// wsync_config_t means appending their layout's end here (a static_assert checks the last one).
+inline constexpr size_t kConfigLayoutEnds[] = {
+    offsetof(wsync_config_t, cuda_device) + sizeof(int),                          // 0.1.0
+    offsetof(wsync_config_t, cuda_ipc_export) + sizeof(wsync_cuda_ipc_export_t),  // data plane
+};
+
+// Reads the fields of the caller's layout (told by config.size; later fields keep
+// WSYNC_CONFIG_INITIALIZER's values) and validates them. INVALID_ARGUMENT names the field: magic,
+// version, size, role, bootstrap, device_transport or cuda_ipc_export. Fields Context::create
+// checks itself (replica, num_slots, timeout_ms, explicit-bootstrap ranks) pass through unchecked.
+Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config);
+
+}  // namespace wsync::capi

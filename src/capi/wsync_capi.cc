@@ -7,7 +7,7 @@
 #include <new>
 #include <string>
 
-#include "capi/capi_config.h"
+#include "capi_config.h"
 #include "runtime/context.h"
 #include "runtime/rollout_context.h"
 #include "runtime/trainer_context.h"

@@ -1,4 +1,4 @@
-#include "capi/capi_config.h"
+#include "capi_config.h"
 
 #include <cstdint>
 #include <cstring>

@@ -7,7 +7,7 @@
 #include <new>
 #include <string>
 
-#include "capi/capi_config.h"
+#include "capi_config.h"
 #include "common/fast_copy.h"
 #include "options/options.h"
 #include "runtime/context.h"

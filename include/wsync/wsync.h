@@ -340,7 +340,10 @@ wsync_status_t wsync_lease_version(wsync_lease_t lease, uint64_t* version);
  *  @return SUCCESS; INVALID_ARGUMENT (index out of range). */
 wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** data);
 
-/** Releases and frees a lease. NULL is accepted. */
+/** Releases and frees a lease. NULL is accepted. Releasing a handle a second time is harmless:
+ *  it returns WSYNC_ERR_INVALID_USAGE (wsync_last_error(NULL) says so) and changes nothing, as
+ *  long as no later wsync_acquire returned the same handle value (use each handle once).
+ *  @return SUCCESS; INVALID_USAGE (already released). */
 wsync_status_t wsync_lease_release(wsync_lease_t lease);
 
 /** Copy flip, for engines whose CUDA graphs pin parameter addresses: copies `version`

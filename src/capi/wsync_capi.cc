@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 #include "capi_config.h"
 #include "common/fast_copy.h"
@@ -48,6 +49,23 @@ struct wsync_lease_s {
 };
 
 namespace {
+
+// The lease handles not yet released, so that releasing one twice is an error instead of a double
+// free. (A handle's address may be reused by a later acquire; releasing a stale handle after that
+// releases the new lease: use each handle once.)
+std::mutex g_leases_mu;
+std::unordered_set<const wsync_lease_s*>& liveLeases() {
+  static auto* leases = new std::unordered_set<const wsync_lease_s*>();  // outlives exit handlers
+  return *leases;
+}
+void rememberLease(const wsync_lease_s* lease) {
+  std::lock_guard lock(g_leases_mu);
+  liveLeases().insert(lease);
+}
+bool forgetLease(const wsync_lease_s* lease) {
+  std::lock_guard lock(g_leases_mu);
+  return liveLeases().erase(lease) == 1;
+}
 
 thread_local std::string t_create_error;  // last failure of wsync_context_create on this thread
 thread_local std::string t_error_copy;    // what wsync_last_error() returned last on this thread
@@ -427,6 +445,7 @@ wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_
     auto* handle = new wsync_lease_s;
     handle->lease = std::move(l).value();
     handle->ctx = rollout;
+    rememberLease(handle);
     *lease = handle;
     return WSYNC_SUCCESS;
   });
@@ -463,6 +482,12 @@ wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda
 }
 
 wsync_status_t wsync_lease_release(wsync_lease_t lease) {
+  if (lease == nullptr) return WSYNC_SUCCESS;
+  if (!forgetLease(lease)) {  // released already (or never a lease): touch nothing
+    return record(nullptr,
+                  wsync::invalidUsage("wsync_lease_release: the lease was already released "
+                                      "(or is not a lease handle)"));
+  }
   delete lease;  // the Lease destructor releases
   return WSYNC_SUCCESS;
 }

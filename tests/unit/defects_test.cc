@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "coordinator/admission.h"
 #include "coordinator/coordinator.h"
@@ -104,6 +105,62 @@ TEST(Defects, PublishOfReservedVersionIsRejectedAtTheCall) {
   EXPECT_EQ(request, nullptr);
   wsync_context_abort(trainer);
   wsync_context_abort(rollout);
+  wsync_context_destroy(trainer);
+  wsync_context_destroy(rollout);
+}
+
+// Defect: releasing the same lease twice was a use after free (SIGSEGV).
+TEST(Defects, SecondLeaseReleaseIsAnErrorThatChangesNothing) {
+  auto coordinator = startCoordinator(1, 1);
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(coordinator->port());
+  constexpr int64_t kN = 64;
+  std::vector<float> weights(kN, 1.5f);
+  int64_t shape[1] = {kN}, offset[1] = {0}, strides[1] = {1};
+  wsync_piece_t piece = WSYNC_PIECE_INITIALIZER;
+  piece.tensor = "w";
+  piece.ndim = 1;
+  piece.global_shape = shape;
+  piece.box_offset = offset;
+  piece.box_extent = shape;
+  piece.local_strides = strides;
+  wsync_context_t trainer = nullptr, rollout = nullptr;
+  wsync_status_t rollout_status = WSYNC_ERR_INTERNAL;
+  std::thread rollout_thread([&] {
+    wsync_config_t cfg = explicitConfig(address, WSYNC_ROLE_ROLLOUT, 0);
+    rollout_status = wsync_context_create(&cfg, &rollout);
+    if (rollout_status != WSYNC_SUCCESS) return;
+    rollout_status = wsync_register_buffer(rollout, "w", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST,
+                                           nullptr, kN, 1, &piece, nullptr);
+    if (rollout_status == WSYNC_SUCCESS) rollout_status = wsync_commit(rollout);
+  });
+  wsync_config_t cfg = explicitConfig(address, WSYNC_ROLE_TRAINER, 0);
+  wsync_status_t trainer_status = wsync_context_create(&cfg, &trainer);
+  if (trainer_status == WSYNC_SUCCESS) {
+    trainer_status = wsync_register_buffer(trainer, "w", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST,
+                                           weights.data(), kN, 1, &piece, nullptr);
+  }
+  if (trainer_status == WSYNC_SUCCESS) trainer_status = wsync_commit(trainer);
+  rollout_thread.join();
+  ASSERT_EQ(trainer_status, WSYNC_SUCCESS) << wsync_last_error(trainer);
+  ASSERT_EQ(rollout_status, WSYNC_SUCCESS) << wsync_last_error(rollout);
+  wsync_request_t request = nullptr;
+  ASSERT_EQ(wsync_publish(trainer, 1, &request), WSYNC_SUCCESS) << wsync_last_error(trainer);
+  ASSERT_EQ(wsync_request_wait(request, 10000), WSYNC_SUCCESS) << wsync_last_error(trainer);
+  wsync_request_free(request);
+  uint64_t newest = 0;
+  ASSERT_EQ(wsync_wait_version(rollout, 0, 10000, &newest), WSYNC_SUCCESS);
+  wsync_lease_t lease = nullptr;
+  ASSERT_EQ(wsync_acquire(rollout, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+  void* data = nullptr;
+  ASSERT_EQ(wsync_lease_buffer(lease, 0, &data), WSYNC_SUCCESS);
+  EXPECT_EQ(static_cast<float*>(data)[kN - 1], 1.5f);
+  EXPECT_EQ(wsync_lease_release(lease), WSYNC_SUCCESS);
+  EXPECT_EQ(wsync_lease_release(lease), WSYNC_ERR_INVALID_USAGE);
+  EXPECT_TRUE(mentions(wsync_last_error(nullptr), "already released")) << wsync_last_error(nullptr);
+  wsync_lease_t again = nullptr;  // the slot is still usable: leases work as before
+  EXPECT_EQ(wsync_acquire(rollout, WSYNC_VERSION_NEWEST, &again), WSYNC_SUCCESS);
+  EXPECT_EQ(wsync_lease_release(again), WSYNC_SUCCESS);
   wsync_context_destroy(trainer);
   wsync_context_destroy(rollout);
 }

@@ -47,7 +47,8 @@ bool mentions(const char* text, const std::string& what) {
 
 // Defect: config.replica = INT_MAX passed create and the coordinator died of bad_alloc at commit.
 TEST(Defects, HugeReplicaIsRejectedAtCreate) {
-  wsync_config_t cfg = explicitConfig("127.0.0.1:1", WSYNC_ROLE_ROLLOUT, 0);
+  const std::string address = "127.0.0.1:1";  // outlives cfg, which points into it
+  wsync_config_t cfg = explicitConfig(address, WSYNC_ROLE_ROLLOUT, 0);
   cfg.replica = INT_MAX;
   wsync_context_t ctx = nullptr;
   EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
@@ -58,7 +59,8 @@ TEST(Defects, HugeReplicaIsRejectedAtCreate) {
 }
 
 TEST(Defects, HugeRankCountIsRejectedAtCreate) {
-  wsync_config_t cfg = explicitConfig("127.0.0.1:1", WSYNC_ROLE_TRAINER, 0);
+  const std::string address = "127.0.0.1:1";  // outlives cfg, which points into it
+  wsync_config_t cfg = explicitConfig(address, WSYNC_ROLE_TRAINER, 0);
   cfg.num_rollouts = INT_MAX;
   wsync_context_t ctx = nullptr;
   EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);

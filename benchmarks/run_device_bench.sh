@@ -28,6 +28,8 @@ RESULTS=${2:-device_bench_results.jsonl}
 LOG=${RESULTS%.jsonl}.log
 MPIRUN=${MPIRUN:-mpirun}
 MPIRUN_ARGS=${MPIRUN_ARGS:---mca btl self,vader}
+# Under benchmarks/with_mps.sh the ranks are clients of its MPS daemon.
+[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && MPIRUN_ARGS+=" -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-110}
 TOTAL_BUDGET_S=${TOTAL_BUDGET_S:-330}
 CUDA_DEVICE=${CUDA_DEVICE:-0}

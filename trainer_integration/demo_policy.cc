@@ -159,13 +159,21 @@ PolicyShape llama3_8b() {
 }
 
 PolicyShape policyShapeForBytes(int64_t bytes) {
+  // hidden 1024 (ffn 3x, vocab 8x) from one layer plus the embedding (~81 MB) on; narrower for
+  // smaller sizes, down to hidden 64 (~60 KB), so that a 1 MB model measures the fixed cost.
+  auto layer_bytes = [](const PolicyShape& s) {
+    return (s.hidden * s.hidden * 2 + s.hidden * s.hidden / 2 + 3 * s.ffn * s.hidden + s.hidden) *
+           4;
+  };
   PolicyShape s;
-  s.hidden = 1024;
-  s.ffn = 3072;
-  s.vocab = 8192;
-  const int64_t per_layer =
-      (s.hidden * s.hidden * 2 + s.hidden * s.hidden / 2 + 3 * s.ffn * s.hidden + s.hidden) * 4;
-  s.layers = static_cast<int>(std::max<int64_t>(1, (bytes - s.vocab * s.hidden * 4) / per_layer));
+  for (int64_t hidden = 1024; hidden >= 64; hidden /= 2) {
+    s.hidden = hidden;
+    s.ffn = 3 * hidden;
+    s.vocab = 8 * hidden;
+    if (layer_bytes(s) + s.vocab * s.hidden * 4 <= bytes) break;
+  }
+  s.layers =
+      static_cast<int>(std::max<int64_t>(1, (bytes - s.vocab * s.hidden * 4) / layer_bytes(s)));
   return s;
 }
 

@@ -1,12 +1,14 @@
 """GPU proof of the Python layer on one H200 (run through gpu_proof.sh; needs torch with CUDA,
 transformers and a built libwsync.so with CUDA).
 
-    python gpu_proof.py [--versions 8] [--layers 8] [--out DIR]
+    python gpu_proof.py [--versions 8] [--layers 8] [--fsdp2] [--out DIR]
 
 A random-init Qwen2 model (bf16, grouped-query attention: 16 query / 4 kv heads) is trained for
 real (forward, backward, AdamW step) by 2 trainer processes: both run the same deterministic steps
 and each registers only its dim-0 shard (torch.chunk rows) of every parameter, straight from the
-parameter's memory. 2 rollout processes form one replica in vLLM's TP-2 layout (fused qkv_proj
+parameter's memory; or, with --fsdp2, by ONE trainer process whose model is wrapped with FSDP2
+(fully_shard per decoder layer and on the model, a one-rank mesh: NCCL refuses two ranks on one
+GPU) and registered with register_module(model) from its DTensor placements. 2 rollout processes form one replica in vLLM's TP-2 layout (fused qkv_proj
 with biases, fused gate_up_proj, row-parallel o/down, vocabulary padded to 32128) and receive by
 copy flip. After every publish:
   * rollout rank 0 rebuilds the full model from both TP ranks' live tensors and its logits must
@@ -33,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TP = 2
-TRAINERS = 2
+TRAINERS = 2  # without --fsdp2; with it, one FSDP2 process (NCCL needs a GPU per rank)
 
 
 def config(a):
@@ -81,6 +83,29 @@ def wait_file(path: Path, timeout_s: float = 120) -> None:
 
 
 # ---- trainer ------------------------------------------------------------------------------------
+def trainers(a) -> int:
+    return 1 if a.fsdp2 else TRAINERS
+
+
+def local(p):
+    """A parameter's local tensor (a DTensor's shard under FSDP2)."""
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+def fsdp2_wrap(model, a, dev: str) -> None:
+    """fully_shard over a one-rank mesh (each decoder layer, then the model)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo" if a.cpu else "nccl", rank=0, world_size=1,
+                            init_method=f"file://{Path(a.shared) / 'trainer_pg'}")
+    mesh = init_device_mesh("cpu" if a.cpu else "cuda", (1,))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
 def trainer(a) -> None:
     import torch
     import wsync
@@ -92,15 +117,19 @@ def trainer(a) -> None:
     cfg, dev = config(a), device(a)
     model = build_model(cfg, seed=0, dev=dev)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    shards, specs = {}, {}
-    for name, p in model.named_parameters():
-        lo, hi = layout.chunk_range(p.shape[0], a.rank, TRAINERS)
-        shards[name] = p.data.narrow(0, lo, hi - lo)  # a view: the parameter's own memory
-        specs[name] = layout.chunk_shard(name, tuple(p.shape), 0, a.rank, TRAINERS)
-    t = wsync.Trainer(wsync.Bootstrap.explicit(a.rank, TRAINERS, TP, a.address, a.secret),
+    t = wsync.Trainer(wsync.Bootstrap.explicit(a.rank, trainers(a), TP, a.address, a.secret),
                       snapshot=True, cuda_device=None if a.cpu else 0)
-    t.register_tensors(shards, specs=specs)
+    if a.fsdp2:  # FSDP2 on a 1-rank mesh: parameters are DTensors; wsync reads their placements
+        fsdp2_wrap(model, a, dev)
+        t.register_module(model)
+    else:  # each process registers the torch.chunk dim-0 shard of every parameter (views)
+        shards, specs = {}, {}
+        for name, p in model.named_parameters():
+            lo, hi = layout.chunk_range(p.shape[0], a.rank, TRAINERS)
+            shards[name] = p.data.narrow(0, lo, hi - lo)
+            specs[name] = layout.chunk_shard(name, tuple(p.shape), 0, a.rank, TRAINERS)
+        t.register_tensors(shards, specs=specs)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     info = t.commit()
     shared, batch = Path(a.shared), eval_batch(dev)
     for v in range(1, a.versions + 1):
@@ -117,7 +146,7 @@ def trainer(a) -> None:
         request.wait()
         t_ready = time.time()
         with torch.no_grad():
-            checksum = float(sum(p.double().sum() for p in model.parameters()))
+            checksum = float(sum(local(p).double().sum() for p in model.parameters()))
             if a.rank == 0:
                 model.eval()
                 logits = model(input_ids=batch).logits.cpu()
@@ -154,7 +183,7 @@ def rollout(a) -> None:
     local = models.llama_tp_layout(cfg, a.rank, TP)
     tensors = {n: torch.zeros(t.shape, dtype=torch.bfloat16, device=dev)
                for n, t in local.items()}
-    r = wsync.Rollout(wsync.Bootstrap.explicit(a.rank, TRAINERS, TP, a.address, a.secret),
+    r = wsync.Rollout(wsync.Bootstrap.explicit(a.rank, trainers(a), TP, a.address, a.secret),
                       replica=0, cuda_device=None if a.cpu else 0)
     r.register_module(tensors, specs=models.specs_of(local), mode="copy_flip")
     r.commit()
@@ -204,7 +233,7 @@ def rollout(a) -> None:
             gathered[name] = parts
         if a.rank == 0:
             flip.update(verify(target, gathered, layouts, checker, batch, shared, tensors, x,
-                               graph, static_out, previous_graph))
+                               graph, static_out, previous_graph, trainers(a)))
             previous_graph = static_out.clone() if static_out is not None else None
             write_atomic(shared / f"ack_v{target}", lambda p: p.write_text("ok"))
         results.append(flip)
@@ -215,7 +244,7 @@ def rollout(a) -> None:
 
 
 def verify(v, gathered, layouts, checker, batch, shared, tensors, x, graph, static_out,
-           previous_graph) -> dict:
+           previous_graph, num_trainers) -> dict:
     """Rebuilds the HF model from the TP ranks' bytes, compares logits, replays the graph."""
     import torch
 
@@ -231,13 +260,13 @@ def verify(v, gathered, layouts, checker, batch, shared, tensors, x, graph, stat
         logits = checker(input_ids=batch).logits.cpu()
     wait_file(shared / f"logits_v{v}.pt")
     want = torch.load(shared / f"logits_v{v}.pt")
-    for k in (0, 1):  # each trainer writes its record after its own publish completed
+    records = []
+    for k in range(num_trainers):  # each trainer writes its record after its own publish completed
         wait_file(shared / f"trainer{k}_v{v}.json")
-    t0 = json.loads((shared / f"trainer0_v{v}.json").read_text())
-    t1 = json.loads((shared / f"trainer1_v{v}.json").read_text())
+        records.append(json.loads((shared / f"trainer{k}_v{v}.json").read_text()))
     result = {"logits_equal": bool(torch.equal(logits, want)),
               "max_abs_diff": float((logits.float() - want.float()).abs().max()),
-              "trainers_identical": t0["checksum"] == t1["checksum"],
+              "trainers_identical": all(r["checksum"] == records[0]["checksum"] for r in records),
               "graph_equal_eager": None, "graph_changed": None}
     if graph is not None:  # --cpu smoke runs have no graph
         graph.replay()
@@ -264,13 +293,14 @@ def launch(a) -> int:
         dist_port = s.getsockname()[1]
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", OMP_NUM_THREADS="2")
     t_start = time.time()
-    with wsync.Coordinator(trainers=TRAINERS, rollouts=TP, timeout_ms=120000, quiet=False) as c:
+    with wsync.Coordinator(trainers=trainers(a), rollouts=TP, timeout_ms=120000, quiet=False) as c:
         common = ["--address", c.address, "--secret", c.secret, "--shared", str(shared),
                   "--versions", str(a.versions), "--layers", str(a.layers),
                   "--hidden", str(a.hidden), "--dist-port", str(dist_port)]
         common += ["--cpu"] if a.cpu else []
+        common += ["--fsdp2"] if a.fsdp2 else []
         procs = []
-        for role, n in (("trainer", TRAINERS), ("rollout", TP)):
+        for role, n in (("trainer", trainers(a)), ("rollout", TP)):
             for rank in range(n):
                 log = open(out / f"{role}{rank}.log", "w")
                 procs.append((f"{role}{rank}", subprocess.Popen(
@@ -291,17 +321,19 @@ def launch(a) -> int:
         if failed:
             print("--- coordinator:\n" + c.stderr[-2000:])
             return 1
-    return report(shared, a.versions, time.time() - t_start)
+    return report(shared, a.versions, time.time() - t_start, a.fsdp2)
 
 
-def report(shared: Path, versions: int, wall_s: float) -> int:
+def report(shared: Path, versions: int, wall_s: float, fsdp2: bool) -> int:
     r0 = json.loads((shared / "rollout0.json").read_text())
     r1 = json.loads((shared / "rollout1.json").read_text())
     trainers = [[json.loads((shared / f"trainer{k}_v{v}.json").read_text())
-                 for v in range(1, versions + 1)] for k in range(TRAINERS)]
+                 for v in range(1, versions + 1)] for k in range(1 if fsdp2 else TRAINERS)]
     steps = sorted(r0["steps"] + r1["steps"])
     ok = True
-    print(f"wsync GPU proof: Qwen2 bf16 GQA, {TRAINERS} trainers (dim-0 shards) -> 1 replica TP "
+    who = "1 FSDP2 trainer (fully_shard, DTensor placements)" if fsdp2 else \
+        f"{TRAINERS} trainers (dim-0 shards)"
+    print(f"wsync GPU proof: Qwen2 bf16 GQA, {who} -> 1 replica TP "
           f"{TP} (fused qkv/gate_up, copy flip); {trainers[0][0]['bytes_per_version'] / 1e6:.1f} "
           f"MB per version")
     print("version  loss    logits==trainer  trainers_same  graph==eager  graph_changed  "
@@ -344,6 +376,8 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--cpu", action="store_true",
                    help="a smoke run of the same flow on host memory (no CUDA graph)")
+    p.add_argument("--fsdp2", action="store_true",
+                   help="one trainer process wrapped with FSDP2 fully_shard (register_module)")
     p.add_argument("--out", default="")
     a = p.parse_args()
     if a.role == "trainer":

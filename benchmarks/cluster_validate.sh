@@ -11,14 +11,14 @@
 # Namespaces, links, qdiscs and processes are removed on every exit (trap).
 #
 # Usage: benchmarks/cluster_validate.sh [build-dir] [shape ...]
-#   shapes: single a b c (default: all four); VERSIONS (timed, default 3) and WARMUP (default 2:
+#   shapes: single a b c d (default: all five); VERSIONS (timed, default 3) and WARMUP (default 2:
 #   the first version into each of the 2 slots faults its pages in) from the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 shapes=("$@")
-[ ${#shapes[@]} -gt 0 ] || shapes=(single a b c)
+[ ${#shapes[@]} -gt 0 ] || shapes=(single a b c d)
 rank_bin=$build/benchmarks/cluster_model/wsync-cluster-rank
 model_bin=$build/benchmarks/cluster_model/wsync-cluster-model
 coord_bin=$build/src/coordinator/wsync-coordinator
@@ -173,6 +173,8 @@ for s in "${shapes[@]}"; do
     b) run_shape b 2 2 400 1 2 500 --trainer-fsdp 4 --rollout-tp 2 --replicas 1 ;;
     # 1 trainer host x 2 (FSDP 2) at 1000 -> 2 rollout hosts x 2 (TP 2 x 2 replicas) at 600: trainer NIC out
     c) run_shape c 1 2 1000 2 2 600 --trainer-fsdp 2 --rollout-tp 2 --replicas 2 ;;
+    # as c with rollout NICs at 1000: no receiver cap
+    d) run_shape d 1 2 1000 2 2 1000 --trainer-fsdp 2 --rollout-tp 2 --replicas 2 ;;
     *) echo "unknown shape $s" >&2; exit 2 ;;
   esac
 done

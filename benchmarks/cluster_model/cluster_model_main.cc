@@ -56,6 +56,29 @@ std::string slowestPerKind(const Prediction& p) {
   return out + "}";
 }
 
+// The last line: one JSON object (docs/cluster_model.md lists the keys).
+void printJson(const ModelSpec& model_spec, const std::string& layout, const ClusterSpec& cluster,
+               const std::string& memory, const Plan& plan_ref, const Prediction& pred) {
+  std::printf(
+      "{\"model\":%s,\"layout\":%s,\"cluster\":%s,\"memory\":%s,\"trainer_ranks\":%d,"
+      "\"rollout_ranks\":%d,\"trainer_nodes\":%d,\"rollout_nodes\":%d,\"broadcast_groups\":%zu,"
+      "\"write_ops\":%zu,\"messages\":%lld,\"predicted_seconds\":%.6f,"
+      "\"bandwidth_seconds\":%.6f,\"latency_seconds\":%.6f,\"control_seconds\":%.6f,"
+      "\"bottleneck_link\":%s,\"busiest_rank\":%s,\"busiest_rank_bytes\":%.0f,"
+      "\"bytes_delivered\":%.0f,\"bytes_over_network\":%.0f,\"bytes_within_nodes\":%.0f,"
+      "\"sender_imbalance\":%.6f,\"trainer_nic_balance\":%.6f,\"rollout_nic_balance\":%.6f,"
+      "\"slowest_per_kind\":%s}\n",
+      jsonString(model_spec.config().name).c_str(), jsonString(layout).c_str(),
+      jsonString(cluster.name).c_str(), jsonString(memory).c_str(), pred.trainer_ranks,
+      pred.rollout_ranks, pred.trainer_nodes, pred.rollout_nodes, plan_ref.groups.size(),
+      plan_ref.writes.size(), static_cast<long long>(pred.messages), pred.predicted_seconds,
+      pred.bandwidth_seconds, pred.latency_seconds, pred.control_seconds,
+      jsonString(pred.bottleneck_link).c_str(), jsonString(pred.busiest_rank).c_str(),
+      pred.busiest_rank_bytes, pred.bytes_delivered, pred.bytes_over_network,
+      pred.bytes_within_nodes, plan_ref.stats.senderImbalance(), pred.trainer_nic_balance,
+      pred.rollout_nic_balance, slowestPerKind(pred).c_str());
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options options("wsync-cluster-model",
                            "Predicts a wsync plan's sync time per link on a described cluster");
@@ -125,24 +148,7 @@ int run(int argc, char** argv) {
   std::printf("predicted  %.4f s = slowest link %.4f s (%s) + latency %.6f s + control %.6f s\n",
               p->predicted_seconds, p->bandwidth_seconds, p->bottleneck_link.c_str(),
               p->latency_seconds, p->control_seconds);
-  std::printf(
-      "{\"model\":%s,\"layout\":%s,\"cluster\":%s,\"memory\":%s,\"trainer_ranks\":%d,"
-      "\"rollout_ranks\":%d,\"trainer_nodes\":%d,\"rollout_nodes\":%d,\"broadcast_groups\":%zu,"
-      "\"write_ops\":%zu,\"messages\":%lld,\"predicted_seconds\":%.6f,"
-      "\"bandwidth_seconds\":%.6f,\"latency_seconds\":%.6f,\"control_seconds\":%.6f,"
-      "\"bottleneck_link\":%s,\"busiest_rank\":%s,\"busiest_rank_bytes\":%.0f,"
-      "\"bytes_delivered\":%.0f,\"bytes_over_network\":%.0f,\"bytes_within_nodes\":%.0f,"
-      "\"sender_imbalance\":%.6f,\"trainer_nic_balance\":%.6f,\"rollout_nic_balance\":%.6f,"
-      "\"slowest_per_kind\":%s}\n",
-      jsonString(model->config().name).c_str(), jsonString(layout).c_str(),
-      jsonString(spec->name).c_str(), jsonString(args["memory"].as<std::string>()).c_str(),
-      p->trainer_ranks, p->rollout_ranks, p->trainer_nodes, p->rollout_nodes, plan->groups.size(),
-      plan->writes.size(), static_cast<long long>(p->messages), p->predicted_seconds,
-      p->bandwidth_seconds, p->latency_seconds, p->control_seconds,
-      jsonString(p->bottleneck_link).c_str(), jsonString(p->busiest_rank).c_str(),
-      p->busiest_rank_bytes, p->bytes_delivered, p->bytes_over_network, p->bytes_within_nodes,
-      plan->stats.senderImbalance(), p->trainer_nic_balance, p->rollout_nic_balance,
-      slowestPerKind(*p).c_str());
+  printJson(*model, layout, *spec, args["memory"].as<std::string>(), *plan, *p);
   return 0;
 }
 

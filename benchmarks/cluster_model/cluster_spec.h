@@ -1,0 +1,61 @@
+// A cluster description for the cluster model (cluster_model.h): how many ranks share a node, the
+// NICs of a node and their rate, NVLink, PCIe, host memcpy, and the latency terms. Read from a
+// small text file (docs/cluster_model.md describes the format; benchmarks/cluster_model/*.cluster
+// are examples):
+//
+//   # comment
+//   name = h200-8x400g
+//   gpus_per_node = 8        # ranks per node, both roles (or trainer_/rollout_ranks_per_node)
+//   nics_per_node = 8        # both roles (or trainer_/rollout_nics_per_node)
+//   nic_gbit = 400           # per NIC and direction, Gbit/s (or trainer_/rollout_nic_gbit)
+//
+// Unknown keys and malformed values are INVALID_ARGUMENT naming the line.
+// Thread-safety: plain data and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace wsync::cluster {
+
+// How a broadcast group moves its bytes: a pipelined ring (NCCL: every member receives the bytes
+// once and forwards them once, in chunks) or a binomial tree (MPI: round k doubles the holders,
+// each send is the whole payload).
+enum class BroadcastAlgorithm : uint8_t { kRing, kBinomial };
+
+// One role's side of the cluster: its ranks fill nodes of their own (trainer and rollout ranks
+// never share a node), `ranks_per_node` at a time in rank order.
+struct NodeShape {
+  int ranks_per_node = 8;
+  int nics_per_node = 8;
+  double nic_gbit = 400;  // per NIC, per direction (full duplex)
+};
+
+struct ClusterSpec {
+  std::string name = "cluster";
+  NodeShape trainer;
+  NodeShape rollout;
+  // Payload share of the NIC's bits (headers; 1448 / 1514 for TCP over a 1500-byte MTU).
+  double wire_efficiency = 1.0;
+  double nvlink_gbyte = 450;       // per GPU, per direction, GB/s (device memory, same node)
+  double pcie_gbyte = 55;          // per GPU, per direction, GB/s (device memory <-> NIC)
+  double host_memcpy_gbyte = 15;   // per sending process, GB/s (host memory, same node)
+  double network_latency_us = 5;   // one-way latency of a message across the network
+  double message_overhead_us = 1;  // a sender's cost to post one message (serial per sender)
+  double control_ms = 1;           // the control plane per version (publish .. delivered)
+  bool rows_are_messages = false;  // a strided region is posted one row per message
+  BroadcastAlgorithm broadcast = BroadcastAlgorithm::kRing;
+  int64_t broadcast_chunk_bytes = int64_t{4} << 20;  // ring pipeline chunk
+};
+
+// Parses the text format above into `spec` (keys not given keep their current value).
+// INVALID_ARGUMENT names the line number and the key or value at fault.
+Status parseClusterSpec(const std::string& text, ClusterSpec* spec);
+// Reads and parses a file; INVALID_ARGUMENT also when it cannot be read.
+Result<ClusterSpec> loadClusterSpec(const std::string& path);
+// The spec as text in the same format (round-trips through parseClusterSpec).
+std::string formatClusterSpec(const ClusterSpec& spec);
+
+}  // namespace wsync::cluster

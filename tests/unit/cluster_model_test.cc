@@ -1,0 +1,239 @@
+// The cluster model (benchmarks/cluster_model/cluster_model.h) on small plans whose link loads and
+// times are computed by hand in each test, plus the cluster description parser.
+#include "cluster_model.h"
+
+#include <gtest/gtest.h>
+
+#include "cluster_spec.h"
+#include "layout/builders.h"
+#include "plan/planner.h"
+
+namespace wsync::cluster {
+namespace {
+
+// 1 rank per node, 1 NIC of 8 Gbit/s (1 GB/s), no latency terms: times are bytes / 1e9.
+ClusterSpec simpleSpec() {
+  ClusterSpec s;
+  s.trainer = {1, 1, 8.0};
+  s.rollout = {1, 1, 8.0};
+  s.network_latency_us = 0;
+  s.message_overhead_us = 0;
+  s.control_ms = 0;
+  return s;
+}
+
+WriteOp write(int32_t src, int32_t dst, int64_t elements, DType dst_dtype = DType::kFloat32) {
+  WriteOp op;
+  op.tensor = 0;
+  op.src_rank = src;
+  op.dst_rank = dst;
+  op.src_buffer = op.dst_buffer = 0;
+  op.src_dtype = DType::kFloat32;
+  op.dst_dtype = dst_dtype;
+  op.run = elements;
+  return op;
+}
+
+Plan planOf(int trainers, int rollouts, std::vector<WriteOp> writes) {
+  Plan p;
+  p.tensors.push_back({"t", Dims{1 << 20}});
+  p.writes = std::move(writes);
+  p.stats.trainer_ranks = trainers;
+  p.stats.rollout_ranks = rollouts;
+  return p;
+}
+
+const LinkLoad* findLink(const Prediction& p, const std::string& name) {
+  for (const LinkLoad& l : p.links)
+    if (l.name == name) return &l;
+  return nullptr;
+}
+
+std::vector<MemoryKind> hostRanks(int n) {
+  return std::vector<MemoryKind>(n, MemoryKind::kHost);
+}
+
+TEST(ClusterModel, TwoSendersIntoOneReceiverMakeItsNicTheBottleneck) {
+  // Trainers 0 and 1 (nodes 0, 1) each send 250 M float32 = 1 GB to rollout 0: the rollout NIC in
+  // carries 2 GB -> 2 s; each trainer NIC out 1 GB -> 1 s.
+  const Plan plan = planOf(2, 1, {write(0, 0, 250'000'000), write(1, 0, 250'000'000)});
+  Result<Prediction> p = predictSync(plan, hostRanks(2), hostRanks(1), simpleSpec());
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  EXPECT_EQ(p->trainer_nodes, 2);
+  EXPECT_EQ(p->rollout_nodes, 1);
+  EXPECT_EQ(p->bottleneck_link, "rollout-node0/nic0/rx");
+  EXPECT_DOUBLE_EQ(p->predicted_seconds, 2.0);
+  EXPECT_DOUBLE_EQ(p->bytes_over_network, 2e9);
+  EXPECT_EQ(p->busiest_rank, "rollout 0");
+  ASSERT_NE(findLink(*p, "trainer-node1/nic0/tx"), nullptr);
+  EXPECT_DOUBLE_EQ(findLink(*p, "trainer-node1/nic0/tx")->seconds, 1.0);
+}
+
+TEST(ClusterModel, BytesAreCountedInTheDestinationDtype) {
+  // 500 M elements converted to bfloat16 on the sender: 1 GB on the wire, not 2.
+  const Plan plan = planOf(1, 1, {write(0, 0, 500'000'000, DType::kBFloat16)});
+  Result<Prediction> p = predictSync(plan, hostRanks(1), hostRanks(1), simpleSpec());
+  ASSERT_TRUE(p.isOk());
+  EXPECT_DOUBLE_EQ(p->bytes_delivered, 1e9);
+  EXPECT_DOUBLE_EQ(p->predicted_seconds, 1.0);
+}
+
+TEST(ClusterModel, RanksShareNodeNicsAndSpreadOverSeveral) {
+  // 4 trainer ranks on one node with 2 NICs: ranks 0,1 -> NIC 0, ranks 2,3 -> NIC 1. Each sends
+  // 0.5 GB: each NIC out carries 1 GB (1 s at 1 GB/s); a rollout node of 1 rank with 4 NICs
+  // spreads its 2 GB in over all four (0.5 s each).
+  ClusterSpec s = simpleSpec();
+  s.trainer = {4, 2, 8.0};
+  s.rollout = {1, 4, 8.0};
+  const Plan plan = planOf(4, 1,
+                           {write(0, 0, 125'000'000), write(1, 0, 125'000'000),
+                            write(2, 0, 125'000'000), write(3, 0, 125'000'000)});
+  Result<Prediction> p = predictSync(plan, hostRanks(4), hostRanks(1), s);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_EQ(p->trainer_nodes, 1);
+  EXPECT_DOUBLE_EQ(findLink(*p, "trainer-node0/nic0/tx")->bytes, 1e9);
+  EXPECT_DOUBLE_EQ(findLink(*p, "trainer-node0/nic1/tx")->bytes, 1e9);
+  for (int nic = 0; nic < 4; ++nic)
+    EXPECT_DOUBLE_EQ(findLink(*p, "rollout-node0/nic" + std::to_string(nic) + "/rx")->bytes, 5e8);
+  EXPECT_DOUBLE_EQ(p->predicted_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(p->trainer_nic_balance, 1.0);
+  EXPECT_DOUBLE_EQ(p->rollout_nic_balance, 1.0);
+}
+
+TEST(ClusterModel, DeviceMemoryCrossesPcieAndLatencyTermsAdd) {
+  // Device memory, PCIe 0.5 GB/s: 1 GB takes 2 s on each side's PCIe (slower than the 1 GB/s
+  // NIC). Latency 100 us once, 1000 messages x 10 us = 10 ms of issue (not the bottleneck),
+  // control 3 ms: 2 + 0.0001 + 0.003.
+  ClusterSpec s = simpleSpec();
+  s.pcie_gbyte = 0.5;
+  s.network_latency_us = 100;
+  s.message_overhead_us = 10;
+  s.control_ms = 3;
+  std::vector<WriteOp> ops;
+  for (int i = 0; i < 1000; ++i)
+    ops.push_back(write(0, 0, 250'000));
+  const Plan plan = planOf(1, 1, ops);
+  const std::vector<MemoryKind> dev{MemoryKind::kDevice};
+  Result<Prediction> p = predictSync(plan, dev, dev, s);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_EQ(p->bottleneck_link.substr(p->bottleneck_link.size() - 8), "/pcie/tx");
+  EXPECT_NEAR(p->predicted_seconds, 2.0 + 1e-4 + 3e-3, 1e-12);
+  EXPECT_NEAR(findLink(*p, "trainer0/issue")->seconds, 0.01, 1e-12);
+  EXPECT_EQ(p->messages, 1000);
+}
+
+TEST(ClusterModel, SameNodeDeviceTrafficUsesNvlinkNotTheNic) {
+  // A broadcast ring inside one rollout node: trainer 0 (node 0) -> rollout 0 -> rollout 1
+  // (both on rollout node 0). 1 GB crosses the network once (trainer NIC out, rollout 0's NIC
+  // in), then NVLink (2 GB/s) rollout 0 -> 1: 0.5 s.
+  ClusterSpec s = simpleSpec();
+  s.rollout = {2, 2, 8.0};
+  s.nvlink_gbyte = 2;
+  Plan plan = planOf(1, 2, {});
+  BroadcastGroup g;
+  g.tensor = 0;
+  g.num_elements = 250'000'000;
+  g.src = {0, 0, 0};
+  g.dst = {{0, 0, 0}, {1, 0, 0}};
+  plan.groups.push_back(g);
+  const std::vector<MemoryKind> dev{MemoryKind::kDevice, MemoryKind::kDevice};
+  s.pcie_gbyte = 100;
+  Result<Prediction> p = predictSync(plan, {MemoryKind::kDevice}, dev, s);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_DOUBLE_EQ(p->bytes_delivered, 2e9);
+  EXPECT_DOUBLE_EQ(p->bytes_over_network, 1e9);
+  EXPECT_DOUBLE_EQ(p->bytes_within_nodes, 1e9);
+  EXPECT_DOUBLE_EQ(findLink(*p, "rollout0/nvlink/tx")->seconds, 0.5);
+  EXPECT_EQ(findLink(*p, "rollout-node0/nic1/rx"), nullptr);  // rollout 1 got it by NVLink
+  EXPECT_DOUBLE_EQ(p->bandwidth_seconds, 1.0);
+}
+
+TEST(ClusterModel, BinomialBroadcastChargesTheRootOncePerRound) {
+  // 1 sender, 3 receivers on their own nodes, binomial: rounds 0 -> 1, then 0 -> 2 and 1 -> 3.
+  // The root's NIC sends the 1 GB twice (2 s); two rounds of 50 us latency.
+  ClusterSpec s = simpleSpec();
+  s.broadcast = BroadcastAlgorithm::kBinomial;
+  s.network_latency_us = 50;
+  Plan plan = planOf(1, 3, {});
+  BroadcastGroup g;
+  g.num_elements = 250'000'000;
+  g.src = {0, 0, 0};
+  g.dst = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}};
+  plan.groups.push_back(g);
+  Result<Prediction> p = predictSync(plan, hostRanks(1), hostRanks(3), s);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_DOUBLE_EQ(findLink(*p, "trainer-node0/nic0/tx")->bytes, 2e9);
+  EXPECT_DOUBLE_EQ(findLink(*p, "rollout-node0/nic0/tx")->bytes, 1e9);
+  EXPECT_EQ(p->bottleneck_link, "trainer-node0/nic0/tx");
+  EXPECT_NEAR(p->predicted_seconds, 2.0 + 2 * 50e-6, 1e-12);
+}
+
+TEST(ClusterModel, RealPlanOfAnFsdpToTpLayout) {
+  // A [1000, 1000] float32 tensor, 2 trainers Shard(0) (500 rows each), 2 rollouts wanting
+  // column halves: each trainer sends 500 x 500 x 4 = 1 MB to each rollout, i.e. 2 MB out per
+  // trainer and 2 MB in per rollout; with rows as messages, 500 messages per write op.
+  std::vector<Registration> trainers(2), rollouts(2);
+  for (int r = 0; r < 2; ++r) {
+    trainers[r].role = Role::kTrainer;
+    trainers[r].rank = r;
+    ASSERT_TRUE(addSplit(trainers[r], "w", Dims{1000, 1000}, DType::kFloat32, 0, 2, r).isOk());
+    rollouts[r].role = Role::kRollout;
+    rollouts[r].rank = r;
+    rollouts[r].replica = 0;
+    ASSERT_TRUE(addSplit(rollouts[r], "w", Dims{1000, 1000}, DType::kFloat32, 1, 2, r).isOk());
+  }
+  Result<Plan> plan = makePlan(trainers, rollouts);
+  ASSERT_TRUE(plan.isOk()) << plan.status().toString();
+  ClusterSpec s = simpleSpec();
+  s.rows_are_messages = true;
+  Result<Prediction> p = predictSync(*plan, memoryKinds(trainers), memoryKinds(rollouts), s);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_DOUBLE_EQ(p->bytes_over_network, 4e6);
+  EXPECT_DOUBLE_EQ(findLink(*p, "trainer-node1/nic0/tx")->bytes, 2e6);
+  EXPECT_DOUBLE_EQ(findLink(*p, "rollout-node0/nic0/rx")->bytes, 2e6);
+  EXPECT_EQ(p->messages, 4 * 500);
+  EXPECT_DOUBLE_EQ(p->predicted_seconds, 2e-3);
+}
+
+TEST(ClusterModel, MemoryKindsMustMatchThePlan) {
+  const Plan plan = planOf(2, 1, {write(0, 0, 10)});
+  Result<Prediction> p = predictSync(plan, hostRanks(1), hostRanks(1), simpleSpec());
+  ASSERT_FALSE(p.isOk());
+  EXPECT_EQ(p.status().code(), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(p.status().message().find("plan has 2"), std::string::npos);
+}
+
+TEST(ClusterSpecText, ParsesKeysCommentsAndRoundTrips) {
+  ClusterSpec s;
+  ASSERT_TRUE(parseClusterSpec("# a comment\nname = test  # trailing\ngpus_per_node = 4\n"
+                               "nic_gbit = 200\nrollout_nics_per_node = 2\n"
+                               "broadcast = binomial\nrows_are_messages = true\n",
+                               &s)
+                  .isOk());
+  EXPECT_EQ(s.name, "test");
+  EXPECT_EQ(s.trainer.ranks_per_node, 4);
+  EXPECT_EQ(s.rollout.ranks_per_node, 4);
+  EXPECT_EQ(s.rollout.nics_per_node, 2);
+  EXPECT_EQ(s.trainer.nics_per_node, 8);  // default kept
+  EXPECT_DOUBLE_EQ(s.trainer.nic_gbit, 200);
+  EXPECT_EQ(s.broadcast, BroadcastAlgorithm::kBinomial);
+  EXPECT_TRUE(s.rows_are_messages);
+  ClusterSpec again;
+  ASSERT_TRUE(parseClusterSpec(formatClusterSpec(s), &again).isOk());
+  EXPECT_EQ(formatClusterSpec(again), formatClusterSpec(s));
+}
+
+TEST(ClusterSpecText, RejectsUnknownKeysAndBadValuesNamingTheLine) {
+  ClusterSpec s;
+  Status st = parseClusterSpec("name = x\nnic_gbps = 3\n", &s);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("line 2"), std::string::npos);
+  EXPECT_NE(st.message().find("nic_gbps"), std::string::npos);
+  EXPECT_FALSE(parseClusterSpec("nic_gbit = -1\n", &s).isOk());
+  EXPECT_FALSE(parseClusterSpec("gpus_per_node = 2.5\n", &s).isOk());
+  EXPECT_FALSE(parseClusterSpec("wire_efficiency = 1.5\n", &s).isOk());
+  EXPECT_FALSE(parseClusterSpec("just words\n", &s).isOk());
+}
+
+}  // namespace
+}  // namespace wsync::cluster

@@ -13,6 +13,10 @@
 # Usage: benchmarks/cluster_validate.sh [build-dir] [shape ...]
 #   shapes: single a b c d (default: all five); VERSIONS (timed, default 3) and WARMUP (default 2:
 #   the first version into each of the 2 slots faults its pages in) from the environment.
+#   MAX_RATIO_ERROR (e.g. 0.15): exit 1 when a shape's measured/predicted is off by more, or a
+#   rollout did not verify (ctest wsync_cluster_validate uses this).
+# Exit status: 0; 1 a shape failed (or missed MAX_RATIO_ERROR); 2 usage; 77 no network namespaces
+# here (not root, or no CAP_NET_ADMIN, or no `ip`/`tc`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -25,6 +29,12 @@ coord_bin=$build/src/coordinator/wsync-coordinator
 for b in "$rank_bin" "$model_bin" "$coord_bin"; do
   [ -x "$b" ] || { echo "missing $b (build wsync-cluster-rank wsync-cluster-model wsync-coordinator)" >&2; exit 2; }
 done
+probe=wsc-probe-$$
+if ! command -v tc >/dev/null 2>&1 || ! ip netns add "$probe" 2>/dev/null; then
+  echo "cluster_validate: cannot create network namespaces here (needs root, CAP_NET_ADMIN, ip and tc): skipped" >&2
+  exit 77
+fi
+ip netns del "$probe"
 versions=${VERSIONS:-3}
 warmup=${WARMUP:-2}
 secret=cluster-validate-$$
@@ -158,6 +168,9 @@ print(json.dumps({
     "bottleneck_link": pred["bottleneck_link"], "busiest_rank": pred["busiest_rank"],
     "max_rank_cpu_share": round(cpu, 3),
     "verified": all(r["verified"] for r in rollouts)}))
+tolerance = float(__import__("os").environ.get("MAX_RATIO_ERROR", "inf"))
+if not all(r["verified"] for r in rollouts) or abs(measured / pred["predicted_seconds"] - 1) > tolerance:
+    sys.exit(f"shape {name}: not verified, or measured/predicted off by more than {tolerance}")
 PY
   for ((h = 0; h < th + rh; ++h)); do ip netns del "wsc-$name-$h"; done
   hosts=()

@@ -101,6 +101,16 @@ std::string jsonString(const std::string& s) {
   return out + "\"";
 }
 
+// FNV-1a of `bytes` (to tell whether two builds produce the same encoded plan).
+uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const uint8_t b : bytes) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 std::string gib(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
@@ -265,6 +275,7 @@ int run(int argc, char** argv) {
         static_cast<long long>(rank_bytes), static_cast<long long>(rank_max));
     codec_json = ",\"encode_plan_seconds\":" + std::to_string(encode_s) +
                  ",\"plan_encoded_bytes\":" + std::to_string(encoded.size()) +
+                 ",\"plan_encoded_fnv1a\":\"" + std::to_string(fnv1a(encoded)) + "\"" +
                  ",\"rank_views_seconds\":" + std::to_string(views_s) +
                  ",\"rank_views_encoded_bytes\":" + std::to_string(rank_bytes) +
                  ",\"rank_view_max_encoded_bytes\":" + std::to_string(rank_max);

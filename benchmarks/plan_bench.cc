@@ -38,6 +38,31 @@ double threadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// What one makePlan cost this thread: wall and CPU seconds (user + system, and the system part:
+// page faults are charged there), and the page faults it took.
+struct PlanCost {
+  double wall = 0;
+  double cpu = 0;
+  double sys = 0;
+  int64_t minor_faults = 0;
+};
+
+// This thread's system CPU seconds and minor page faults so far (getrusage RUSAGE_THREAD).
+void threadUsage(double* sys_seconds, int64_t* minor_faults) {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  *sys_seconds =
+      static_cast<double>(u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_stime.tv_usec);
+  *minor_faults = static_cast<int64_t>(u.ru_minflt);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int64_t peakRssBytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -76,6 +101,16 @@ std::string jsonString(const std::string& s) {
   return out + "\"";
 }
 
+// FNV-1a of `bytes` (to tell whether two builds produce the same encoded plan).
+uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const uint8_t b : bytes) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 std::string gib(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
@@ -88,7 +123,8 @@ int run(int argc, char** argv) {
   // clang-format off
   options.add_options()
       ("model", "llama3-8b | qwen3-30b-a3b | kimi-k2", cxxopts::value<std::string>())
-      ("repeat", "plan this many times (reports the fastest and the mean)",
+      ("repeat", "plan this many times (the first is the cold plan; reports the fastest, the mean "
+                 "and the median of the others)",
        cxxopts::value<int>()->default_value("1"))
       ("no-broadcast", "PlannerOptions.allow_broadcast = false: only write ops")
       ("encode", "also time encodePlan, and rankView + encodeRankPlan for every rank")
@@ -145,23 +181,42 @@ int run(int argc, char** argv) {
 
   PlannerOptions planner_options;
   planner_options.allow_broadcast = !args.count("no-broadcast");
-  double best = 0, total = 0, best_cpu = 0;
+  std::vector<PlanCost> costs;
+  int64_t peak_rss_cold = 0;
   Result<Plan> plan = internalError("not planned");
   for (int i = 0; i < repeat; ++i) {
     plan = internalError("not planned");  // free the previous plan before timing the next
+    PlanCost c;
+    double sys0 = 0;
+    int64_t faults0 = 0;
+    threadUsage(&sys0, &faults0);
     const Clock::time_point t0 = Clock::now();
     const double c0 = threadCpuSeconds();
     plan = makePlan(*trainers, *rollouts, planner_options);
-    const double s = secondsSince(t0);
-    const double cpu = threadCpuSeconds() - c0;
+    c.cpu = threadCpuSeconds() - c0;
+    c.wall = secondsSince(t0);
+    threadUsage(&c.sys, &c.minor_faults);
+    c.sys -= sys0;
+    c.minor_faults -= faults0;
     if (!plan.isOk()) {
       std::fprintf(stderr, "error: makePlan: %s\n", plan.status().toString().c_str());
       return 1;
     }
-    best = i == 0 ? s : std::min(best, s);
-    best_cpu = i == 0 ? cpu : std::min(best_cpu, cpu);
-    total += s;
+    if (i == 0) peak_rss_cold = peakRssBytes();
+    costs.push_back(c);
   }
+  double best = costs[0].wall, best_cpu = costs[0].cpu, total = 0;
+  std::vector<double> warm_cpu, warm_wall;
+  for (size_t i = 0; i < costs.size(); ++i) {
+    best = std::min(best, costs[i].wall);
+    best_cpu = std::min(best_cpu, costs[i].cpu);
+    total += costs[i].wall;
+    if (i > 0) {
+      warm_cpu.push_back(costs[i].cpu);
+      warm_wall.push_back(costs[i].wall);
+    }
+  }
+  const PlanCost& cold = costs[0];
   const double mean = total / repeat;
   const int64_t peak_rss = peakRssBytes();
   const PlanStats& st = plan->stats;
@@ -186,6 +241,15 @@ int run(int argc, char** argv) {
       "time       makePlan %.4f s wall (fastest of %d), mean %.4f s, %.4f s CPU; peak RSS %s "
       "(%s before planning)\n",
       best, repeat, mean, best_cpu, gib(peak_rss).c_str(), gib(peak_before_plan).c_str());
+  std::printf(
+      "cold       first plan %.4f s CPU (%.4f s system, %lld page faults), %.4f s wall; "
+      "peak RSS %s after it\n",
+      cold.cpu, cold.sys, static_cast<long long>(cold.minor_faults), cold.wall,
+      gib(peak_rss_cold).c_str());
+  if (repeat > 1) {
+    std::printf("warm       median of the %d later plans %.4f s CPU, %.4f s wall\n", repeat - 1,
+                median(warm_cpu), median(warm_wall));
+  }
 
   std::string codec_json;
   if (args.count("encode")) {
@@ -211,12 +275,13 @@ int run(int argc, char** argv) {
         static_cast<long long>(rank_bytes), static_cast<long long>(rank_max));
     codec_json = ",\"encode_plan_seconds\":" + std::to_string(encode_s) +
                  ",\"plan_encoded_bytes\":" + std::to_string(encoded.size()) +
+                 ",\"plan_encoded_fnv1a\":\"" + std::to_string(fnv1a(encoded)) + "\"" +
                  ",\"rank_views_seconds\":" + std::to_string(views_s) +
                  ",\"rank_views_encoded_bytes\":" + std::to_string(rank_bytes) +
                  ",\"rank_view_max_encoded_bytes\":" + std::to_string(rank_max);
   }
 
-  char nums[1024];
+  char nums[1536];
   std::snprintf(nums, sizeof nums,
                 ",\"trainer_ranks\":%d,\"rollout_ranks\":%d,\"replicas\":%d,\"tensors\":%zu,"
                 "\"trainer_pieces\":%lld,\"rollout_pieces\":%lld,\"broadcast_groups\":%zu,"
@@ -226,7 +291,10 @@ int run(int argc, char** argv) {
                 "\"build_seconds\":%.6f,"
                 "\"registrations_rss_bytes\":%lld,\"peak_rss_before_plan_bytes\":%lld,"
                 "\"peak_rss_bytes\":%lld,\"sender_bytes_min\":%lld,\"sender_bytes_mean\":%.1f,"
-                "\"sender_bytes_max\":%lld,\"sender_imbalance\":%.6f",
+                "\"sender_bytes_max\":%lld,\"sender_imbalance\":%.6f,"
+                "\"cold_plan_cpu_seconds\":%.6f,\"cold_plan_sys_seconds\":%.6f,"
+                "\"cold_plan_wall_seconds\":%.6f,\"cold_plan_minor_faults\":%lld,"
+                "\"cold_peak_rss_bytes\":%lld",
                 st.trainer_ranks, st.rollout_ranks, st.replicas, plan->tensors.size(),
                 static_cast<long long>(tc.pieces), static_cast<long long>(rc.pieces),
                 plan->groups.size(), plan->writes.size(), static_cast<long long>(st.bytes_total),
@@ -235,9 +303,19 @@ int run(int argc, char** argv) {
                 build_seconds, static_cast<long long>(registrations_rss),
                 static_cast<long long>(peak_before_plan), static_cast<long long>(peak_rss),
                 static_cast<long long>(smin), smean, static_cast<long long>(smax),
-                st.senderImbalance());
-  std::printf("{\"model\":%s,\"layout\":%s%s%s}\n", jsonString(model_name).c_str(),
-              jsonString(describeLayouts(*layouts)).c_str(), nums, codec_json.c_str());
+                st.senderImbalance(), cold.cpu, cold.sys, cold.wall,
+                static_cast<long long>(cold.minor_faults), static_cast<long long>(peak_rss_cold));
+  std::string warm_json;
+  if (repeat > 1) {
+    char warm[256];
+    std::snprintf(warm, sizeof warm,
+                  ",\"warm_plan_cpu_seconds_median\":%.6f,\"warm_plan_wall_seconds_median\":%.6f",
+                  median(warm_cpu), median(warm_wall));
+    warm_json = warm;
+  }
+  std::printf("{\"model\":%s,\"layout\":%s%s%s%s}\n", jsonString(model_name).c_str(),
+              jsonString(describeLayouts(*layouts)).c_str(), nums, warm_json.c_str(),
+              codec_json.c_str());
   return 0;
 }
 

@@ -41,8 +41,8 @@
 // Cost: O(pieces + ops) time besides sorting each tensor's trainer pieces by box (skipped when
 // already in order) and, when there are many distinct transfer sizes, the balancing choices.
 // Memory: the plan (48 bytes per write op, allocated once at its size before merges across
-// pieces, on transparent huge pages where the kernel allows), plus working arrays of about 16
-// bytes per non-empty piece and 1-4 bytes per balancing choice of a write (32 more per choice
+// pieces, and faulted in with one call), plus working arrays of about 16
+// bytes per non-empty piece and 1-4 bytes per balancing choice of a write (16 more per choice
 // while the senders are chosen), plus a trainers x rollouts table of 8-byte counters. Large working
 // arrays are mapped directly, so that they go back to the system as soon as they are freed.
 // Kimi-K2 (256 trainer ranks, 128 rollout ranks, 6.2 M write ops) plans in about 0.75 s of one

@@ -41,8 +41,8 @@ ScratchVector<uint32_t> SenderBalancer::itemOrder() const {
   std::vector<int64_t> sizes;
   ScratchVector<uint32_t> item_class(n);
   for (size_t i = 0; i < n && sizes.size() <= kMaxDistinct; ++i) {
-    const int64_t bytes = items_[i].bytes;
-    if (i > 0 && bytes == items_[i - 1].bytes) {
+    const int64_t bytes = bytesOf(items_[i]);
+    if (i > 0 && bytes == bytesOf(items_[i - 1])) {
       item_class[i] = item_class[i - 1];
       continue;
     }
@@ -55,8 +55,8 @@ ScratchVector<uint32_t> SenderBalancer::itemOrder() const {
   for (size_t i = 0; i < n; ++i)
     order[i] = static_cast<uint32_t>(i);
   std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
-    const int64_t x = items_[a].bytes;
-    const int64_t y = items_[b].bytes;
+    const int64_t x = bytesOf(items_[a]);
+    const int64_t y = bytesOf(items_[b]);
     return x != y ? x > y : a < b;
   });
   return order;
@@ -68,7 +68,8 @@ void SenderBalancer::choose(std::vector<BroadcastGroup>& groups) {
   for (const uint32_t index : order) {
     const Item& item = items_[index];
     int32_t best = item.cand_begin;
-    for (int32_t c = item.cand_begin + 1; c < item.cand_begin + item.cand_count; ++c) {
+    const int32_t cand_end = item.cand_begin + cand(item.cand_begin).list_size;
+    for (int32_t c = item.cand_begin + 1; c < cand_end; ++c) {
       const Cand& x = cands_[static_cast<size_t>(c)];
       const Cand& y = cands_[static_cast<size_t>(best)];
       const int64_t lx = load_[static_cast<size_t>(x.rank)];
@@ -85,8 +86,8 @@ void SenderBalancer::choose(std::vector<BroadcastGroup>& groups) {
       group.src_dtype = chosen.dtype;
     }
   }
-  release(items_);
-  release(cands_);
+  items_.freeMemory();
+  cands_.freeMemory();
 }
 
 }  // namespace wsync::plan_internal

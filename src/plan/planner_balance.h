@@ -13,21 +13,22 @@
 
 namespace wsync::plan_internal {
 
-// A sender alternative for a balancing choice.
+// A sender alternative for a balancing choice; the candidates of one choice are a list, whose
+// first entry holds its length.
 struct Cand {
   int32_t rank;
   int32_t buffer;
   int64_t offset;
   DType dtype;
+  int32_t list_size;  // on a list's first entry: the candidates in the list
 };
 
-// A balancing choice: `elements` to send from one of the candidates [cand_begin, +cand_count).
-// target >= 0: write choice number `target`; target < 0: group -(target + 1).
+// A balancing choice: `elements` to send from one of the candidates of the list at cand_begin.
+// Its sort key is elements * the size of that list's first candidate's dtype. target >= 0: write
+// choice number `target`; target < 0: group -(target + 1). 16 bytes: Kimi-K2 has 1.75M.
 struct Item {
-  int64_t bytes;  // elements * size of the first candidate's dtype (sort key)
   int64_t elements;
   int32_t cand_begin;
-  int32_t cand_count;
   int32_t target;
 };
 
@@ -69,7 +70,10 @@ class SenderBalancer {
     for (int32_t h = 0; h < count; ++h) {
       const Holder& holder = holders[h];
       if (row_major_only && !holder.row_major) continue;
-      cands_.push_back({holder.rank, holder.buffer, holder.piece->local_offset, holder.dtype});
+      cands_.push_back({holder.rank, holder.buffer, holder.piece->local_offset, holder.dtype, 0});
+    }
+    if (cands_.size() > static_cast<size_t>(begin)) {
+      cands_[static_cast<size_t>(begin)].list_size = static_cast<int32_t>(cands_.size()) - begin;
     }
     return begin;
   }
@@ -78,15 +82,15 @@ class SenderBalancer {
   // A transfer with one possible sender: charged now.
   void charge(int32_t rank, int64_t bytes) { load_[static_cast<size_t>(rank)] += bytes; }
 
-  // A choice of group `group`'s sender.
-  void addGroupChoice(int64_t bytes, int64_t elements, int32_t cand_begin, int32_t cand_count,
-                      int32_t group) {
-    items_.push_back({bytes, elements, cand_begin, cand_count, -(group + 1)});
+  // A choice of group `group`'s sender among the candidates listed at `cand_begin`.
+  void addGroupChoice(int64_t elements, int32_t cand_begin, int32_t group) {
+    items_.push_back({elements, cand_begin, -(group + 1)});
   }
-  // The next write choice (numbered in the order they are added).
-  void addWriteChoice(int64_t bytes, int64_t elements, int32_t cand_begin, int32_t cand_count) {
-    items_.push_back({bytes, elements, cand_begin, cand_count, num_write_choices_++});
-    max_write_holders_ = std::max(max_write_holders_, cand_count);
+  // The next write choice (numbered in the order they are added) among the candidates listed at
+  // `cand_begin`.
+  void addWriteChoice(int64_t elements, int32_t cand_begin) {
+    items_.push_back({elements, cand_begin, num_write_choices_++});
+    max_write_holders_ = std::max(max_write_holders_, cand(cand_begin).list_size);
   }
 
   // Makes every choice: sets the groups' senders, and writeChoice(i) for every write choice.
@@ -102,11 +106,15 @@ class SenderBalancer {
 
  private:
   ScratchVector<uint32_t> itemOrder() const;
+  // The sort key of `item`: its bytes in the dtype of its first candidate.
+  int64_t bytesOf(const Item& item) const {
+    return item.elements * bytes_of_(cand(item.cand_begin).dtype);
+  }
 
   DTypeBytes bytes_of_;
   std::vector<int64_t> load_;  // bytes per trainer rank
-  ScratchVector<Cand> cands_;
-  ScratchVector<Item> items_;
+  MappedArray<Cand> cands_;
+  MappedArray<Item> items_;
   ChoiceList write_choice_;  // per write choice, in generation order
   int32_t num_write_choices_ = 0;
   int32_t max_write_holders_ = 1;  // the most holders of a source with write choices

@@ -153,8 +153,7 @@ Status PlanEmitter::analyzePiece(int32_t id, int64_t k) {
       if (s.write_cands < 0) {
         s.write_cands = balancer_.addCands(sources_.holdersOf(s), s.holder_count, false);
       }
-      balancer_.addWriteChoice(volume * bytes_of_(first.dtype), volume, s.write_cands,
-                               s.holder_count);
+      balancer_.addWriteChoice(volume, s.write_cands);
       return;
     }
     balancer_.charge(first.rank, volume * bytes_of_(first.dtype));
@@ -219,8 +218,7 @@ void PlanEmitter::newGroup(int32_t id, const PieceRef& ref, Source& source) {
     group.src_dtype = first.dtype;
     balancer_.charge(first.rank, bytes);
   } else {
-    balancer_.addGroupChoice(bytes, group.num_elements, source.bcast_cands, source.row_major_count,
-                             g);
+    balancer_.addGroupChoice(group.num_elements, source.bcast_cands, g);
   }
   plan_.groups.push_back(std::move(group));
   group_next_.push_back(source.group_head);
@@ -331,7 +329,7 @@ void PlanEmitter::allocateWrites() {
     total += n;
   }
   plan_.writes.reserve(static_cast<size_t>(total));  // allocated, not yet touched
-  adviseHugePages(plan_.writes.data(), static_cast<size_t>(total) * sizeof(WriteOp));
+  populateForWrite(plan_.writes.data(), static_cast<size_t>(total) * sizeof(WriteOp));
   plan_.writes.resize(static_cast<size_t>(total));
 }
 

@@ -67,7 +67,8 @@ class Nixl(Method):
         ctx.sync()  # the parameters are final before the device is read
         tag = f"v{version}".encode()
         state = self.agent.transfer(self.handle, tag)
-        while state == "PROC":
+        deadline = time.monotonic() + ctx.timeout_s
+        while state == "PROC" and time.monotonic() < deadline:
             state = self.agent.check_xfer_state(self.handle)
         if state != "DONE":
             raise RuntimeError(f"NIXL transfer state {state}")

@@ -195,6 +195,7 @@ def base_fields(opt: dict, model: str, tensors, label: str) -> dict:
         "host": platform.node(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "tag": opt["tag"],
+        "sweep": opt["sweep"],
     }
 
 
@@ -275,7 +276,8 @@ def parse_args(argv=None) -> dict:
     ap.add_argument("--scale", default="1", help="llama3-8b: comma list of layer scales (1 = 32 layers)")
     ap.add_argument("--sizes-gb", default="1", help="generic: comma list of model sizes in GB (1e9)")
     ap.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
-    ap.add_argument("--methods", default="ipc_per_tensor,ipc_bucketed,safetensors,nixl,checkpoint_engine")
+    ap.add_argument("--methods", default="ipc_per_tensor,ipc_bucketed,safetensors,nixl,checkpoint_engine",
+                    help="in this order; checkpoint_engine last: a failed receiver can leave it waiting")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--slow-iters", type=int, default=3, help="timed versions of safetensors, checkpoint_engine")
@@ -288,6 +290,7 @@ def parse_args(argv=None) -> dict:
     ap.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for the other process")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no method after this many seconds")
     ap.add_argument("--tag", default="", help="free text copied into every line")
+    ap.add_argument("--sweep", default="", help="free text copied into every line (main, sizes)")
     ap.add_argument("--out", default="", help="also append the JSON lines here")
     a = ap.parse_args(argv)
     unknown = [m for m in a.methods.split(",") if m and m not in METHODS]
@@ -299,7 +302,7 @@ def parse_args(argv=None) -> dict:
         "methods": [m for m in a.methods.split(",") if m], "warmup": a.warmup, "iters": a.iters,
         "slow_iters": a.slow_iters, "bucket_mb": a.bucket_mb, "ipc_clone": not a.no_ipc_clone,
         "tmpdir": a.tmpdir, "max_file_bytes": a.max_file_gb * 1e9, "max_version_s": a.max_version_s,
-        "timeout_s": a.timeout_s, "budget_s": a.budget_s, "tag": a.tag, "out": a.out,
+        "timeout_s": a.timeout_s, "budget_s": a.budget_s, "tag": a.tag, "sweep": a.sweep, "out": a.out,
     }
 
 

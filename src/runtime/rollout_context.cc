@@ -210,8 +210,8 @@ Status RolloutContext::handle(const Frame& frame) {
             slots_[static_cast<size_t>(m.slot)]->land(landing_ranges_, options_.timeout);
         if (!landed.isOk()) return landed.withContext("version " + std::to_string(m.version));
       }
+      staleness_.onReady(m.version, RolloutStaleness::Clock::now());  // before readers see it
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
-      staleness_.onReady(m.version, RolloutStaleness::Clock::now());
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       return Status::ok();
     }

@@ -22,6 +22,28 @@
 
 namespace {
 
+// This process's resident memory (VmRSS of /proc/self/status) in bytes; 0 when unknown.
+uint64_t residentBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// The metrics page: the job's metrics and the coordinator process's resident memory.
+std::string metricsPage(const wsync::CoordinatorMetrics& metrics) {
+  return wsync::prometheusText(metrics.snapshot()) +
+         "# HELP process_resident_memory_bytes Resident memory of the coordinator process.\n"
+         "# TYPE process_resident_memory_bytes gauge\n"
+         "process_resident_memory_bytes " +
+         std::to_string(residentBytes()) + "\n";
+}
+
 // Serves `metrics` on bind:port when port > 0. Returns false (with a message) when it cannot.
 struct MetricsEndpoint {
 #ifdef WSYNC_HAVE_METRICS_HTTP
@@ -31,9 +53,8 @@ struct MetricsEndpoint {
              const std::shared_ptr<wsync::CoordinatorMetrics>& metrics) {
     if (port <= 0) return true;
 #ifdef WSYNC_HAVE_METRICS_HTTP
-    auto s = wsync::MetricsHttpServer::start(bind, static_cast<uint16_t>(port), [metrics] {
-      return wsync::prometheusText(metrics->snapshot());
-    });
+    auto s = wsync::MetricsHttpServer::start(bind, static_cast<uint16_t>(port),
+                                             [metrics] { return metricsPage(*metrics); });
     if (!s.isOk()) {
       std::fprintf(stderr, "wsync-coordinator: %s\n", s.status().toString().c_str());
       return false;

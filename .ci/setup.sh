@@ -8,7 +8,7 @@ build_dir=${1:-build}
 shift || true
 
 packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libucx-dev ucx-utils
-          libeigen3-dev libcxxopts-dev libgtest-dev libgmock-dev)
+          libeigen3-dev libcxxopts-dev libgtest-dev libgmock-dev libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

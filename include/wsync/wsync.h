@@ -245,6 +245,42 @@ wsync_status_t wsync_plan_info(wsync_context_t ctx, wsync_plan_info_t* info);
 /** This rank's index among the ranks of its role, and the job's counts (valid after create). */
 wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_trainers,
                                   int* num_rollouts);
+
+/** What a context knows about its versions (wsync_version_stats). Initialize with
+ *  WSYNC_VERSION_STATS_INITIALIZER. Grows like wsync_config_t: fields are only appended, `size`
+ *  says which layout the caller compiled, and wsync writes only the fields of that layout.
+ *  Trainer contexts fill the fields marked trainer, rollout contexts those marked rollout; the
+ *  others are 0. */
+typedef struct {
+  size_t size;      /**< sizeof(wsync_version_stats_t) as the caller compiled it */
+  uint64_t version; /**< trainer: the last delivered version; rollout: the newest ready here */
+  /* trainer: what the coordinator measured for `version` */
+  uint64_t bytes;             /**< bytes delivered to the replicas that took it */
+  double seconds;             /**< from its start to its delivery (coordinator clock) */
+  int replicas_ready;         /**< replicas that took it */
+  int replicas_skipped;       /**< replicas busy past the grace that skipped it */
+  int replicas_lost;          /**< replicas that left while it was in flight */
+  uint32_t retries;           /**< data-plane retries (0 until wsync retries) */
+  uint32_t checksum_failures; /**< failed checksums (0 until versions are checksummed) */
+  /* rollout: how stale this rank is */
+  int64_t age_ms;          /**< milliseconds since `version` became ready here */
+  uint64_t newest_started; /**< the newest version the coordinator started */
+  uint64_t lag;            /**< newest_started - version (0: `version` is the newest) */
+} wsync_version_stats_t;
+
+#define WSYNC_VERSION_STATS_INITIALIZER \
+  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/** Trainer: the last delivered version and its stats. Rollout: the newest version ready on this
+ *  rank, its age and lag. `stats` is written only on success.
+ *  @code
+ *  wsync_version_stats_t s = WSYNC_VERSION_STATS_INITIALIZER;
+ *  if (wsync_version_stats(ctx, &s) == WSYNC_SUCCESS)
+ *    printf("version %llu, %lld ms old\n", (unsigned long long)s.version, (long long)s.age_ms);
+ *  @endcode
+ *  @return SUCCESS; NOT_READY (no version delivered / ready yet); INVALID_USAGE (before commit);
+ *          INVALID_ARGUMENT (NULL, or a `size` this library does not know). */
+wsync_status_t wsync_version_stats(wsync_context_t ctx, wsync_version_stats_t* stats);
 /**@}*/
 
 /** @name Registration (before commit) */

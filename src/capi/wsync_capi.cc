@@ -288,6 +288,42 @@ wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_train
   return WSYNC_SUCCESS;
 }
 
+wsync_status_t wsync_version_stats(wsync_context_t ctx, wsync_version_stats_t* stats) {
+  if (ctx == nullptr || stats == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    if (stats->size != sizeof(wsync_version_stats_t)) {  // the only layout so far
+      return record(ctx, invalid("wsync_version_stats: stats.size " + std::to_string(stats->size) +
+                                 " is not a known layout (use WSYNC_VERSION_STATS_INITIALIZER)"));
+    }
+    if (!ctx->ctx->committed())
+      return record(ctx, wsync::invalidUsage("version_stats before commit"));
+    wsync_version_stats_t out = WSYNC_VERSION_STATS_INITIALIZER;
+    if (wsync::TrainerContext* trainer = asTrainer(ctx)) {
+      const std::optional<wsync::DeliveredMsg> d = trainer->lastDelivered();
+      if (!d) return record(ctx, {WSYNC_ERR_NOT_READY, "no version was delivered yet"});
+      out.version = d->version;
+      out.bytes = d->stats.bytes;
+      out.seconds = static_cast<double>(d->stats.microseconds) * 1e-6;
+      out.replicas_ready = d->stats.replicas_ready;
+      out.replicas_skipped = d->stats.replicas_skipped;
+      out.replicas_lost = d->stats.replicas_lost;
+      out.retries = d->stats.retries;
+      out.checksum_failures = d->stats.checksum_failures;
+    } else {
+      const wsync::RolloutStaleness::View v = asRollout(ctx)->staleness();
+      if (v.newest_ready == 0) return record(ctx, {WSYNC_ERR_NOT_READY, "no version is ready yet"});
+      out.version = v.newest_ready;
+      out.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       wsync::RolloutStaleness::Clock::now() - v.ready_at)
+                       .count();
+      out.newest_started = v.newest_started;
+      out.lag = v.lag();
+    }
+    *stats = out;
+    return WSYNC_SUCCESS;
+  });
+}
+
 wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsync_dtype_t dtype,
                                      wsync_memory_kind_t memory, void* data, int64_t num_elements,
                                      int num_pieces, const wsync_piece_t* pieces,

@@ -15,6 +15,7 @@
 #include "coordinator/admission.h"
 #include "coordinator/broadcast_backend.h"
 #include "coordinator/broadcast_comms.h"
+#include "coordinator/metrics.h"
 #include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
 #include "plan/planner.h"
@@ -52,7 +53,9 @@ struct Participant {
 
 class Coordinator::Impl {
  public:
-  explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {}
+  explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
+    if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
+  }
   ~Impl() { stop(); }
 
   Status start() {
@@ -389,6 +392,7 @@ class Coordinator::Impl {
         std::to_string(plan->stats.bytes_total) + " bytes per version, planned in " +
         std::to_string(plan_s) + " s");
     WSYNC_RETURN_IF_ERROR(setupReplicas(rollouts));
+    opt_.metrics->setReplicaBytes(replicaBytes(*plan, replica_of_rollout_));
     sendAssignments(*plan);
     phase_ = Phase::kCommitting;
     return Status::ok();
@@ -525,10 +529,14 @@ class Coordinator::Impl {
   // Logs the sequencer's notes and sends its messages; returns its error, if any.
   Status apply(Result<SequencerOutput> output) {
     if (!output.isOk()) return output.status();
+    // Delivered carries the version's stats (coordinator/metrics.h).
+    const std::optional<DeliveredMsg> delivered =
+        opt_.metrics->observe(*output, *sequencer_, Clock::now());
     for (const std::string& note : output->notes)
       log(note);
     for (const OutgoingMessage& m : output->messages) {
-      const std::vector<uint8_t> payload = m.encodedPayload();
+      const std::vector<uint8_t> payload =
+          m.type == MessageType::kDelivered && delivered ? encode(*delivered) : m.encodedPayload();
       for (const RankRef& to : m.to)
         sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
     }

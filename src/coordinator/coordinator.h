@@ -19,6 +19,8 @@
 
 namespace wsync {
 
+class CoordinatorMetrics;  // coordinator/metrics.h
+
 struct CoordinatorOptions {
   std::string bind_host = "127.0.0.1";
   uint16_t port = 0;  // 0: an ephemeral port (see Coordinator::port())
@@ -37,6 +39,8 @@ struct CoordinatorOptions {
   std::chrono::milliseconds skip_grace{200};
   int max_staleness = -1;                       // -1: unbounded
   std::function<void(const std::string&)> log;  // progress lines; may be empty
+  // Fed with every version's outcome (readers: metrics->snapshot()); null: a private one.
+  std::shared_ptr<CoordinatorMetrics> metrics;
 };
 
 class Coordinator {

@@ -3,6 +3,9 @@
 // Under mpirun, as world rank 0 of the job (mpirun -np 1 wsync-coordinator --mpi : -np T trainer :
 // -np R rollout): it tells every rank its address. Standalone (explicit bootstrap, ranks started by
 // other launchers): --trainers, --rollouts, --port and a secret (--secret or WSYNC_SECRET).
+// Progress: at most one line per second on stderr for the newest delivered version, and a summary
+// at exit. --metrics-port N serves the metrics at http://<metrics-bind>:N/metrics (Prometheus
+// text format) while the job runs (builds with cpp-httplib only).
 #include <mpi.h>
 
 #include <cstdio>
@@ -11,9 +14,86 @@
 
 #include "bootstrap/mpi_bootstrap.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
 #include "options/options.h"
+#ifdef WSYNC_HAVE_METRICS_HTTP
+#include "coordinator/metrics_http.h"
+#endif
 
 namespace {
+
+// This process's resident memory (VmRSS of /proc/self/status) in bytes; 0 when unknown.
+uint64_t residentBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// The metrics page: the job's metrics and the coordinator process's resident memory.
+std::string metricsPage(const wsync::CoordinatorMetrics& metrics) {
+  return wsync::prometheusText(metrics.snapshot()) +
+         "# HELP process_resident_memory_bytes Resident memory of the coordinator process.\n"
+         "# TYPE process_resident_memory_bytes gauge\n"
+         "process_resident_memory_bytes " +
+         std::to_string(residentBytes()) + "\n";
+}
+
+// Serves `metrics` on bind:port when port > 0. Returns false (with a message) when it cannot.
+struct MetricsEndpoint {
+#ifdef WSYNC_HAVE_METRICS_HTTP
+  std::unique_ptr<wsync::MetricsHttpServer> server;
+#endif
+  bool start(const std::string& bind, int port,
+             const std::shared_ptr<wsync::CoordinatorMetrics>& metrics) {
+    if (port <= 0) return true;
+#ifdef WSYNC_HAVE_METRICS_HTTP
+    auto s = wsync::MetricsHttpServer::start(bind, static_cast<uint16_t>(port),
+                                             [metrics] { return metricsPage(*metrics); });
+    if (!s.isOk()) {
+      std::fprintf(stderr, "wsync-coordinator: %s\n", s.status().toString().c_str());
+      return false;
+    }
+    server = std::move(s).value();
+    std::printf("wsync-coordinator metrics on http://%s:%u/metrics\n", bind.c_str(),
+                server->port());
+    std::fflush(stdout);
+#else
+    (void)bind;
+    (void)metrics;
+    std::fprintf(stderr,
+                 "wsync-coordinator: built without cpp-httplib: --metrics-port %d ignored, the "
+                 "metrics server is off\n",
+                 port);
+#endif
+    return true;
+  }
+};
+
+// Waits for the job's end; every second prints the newest delivered version's line (when a new
+// one was delivered) unless quiet.
+wsync::Status waitForJob(wsync::Coordinator& coordinator, const wsync::CoordinatorMetrics& metrics,
+                         bool quiet) {
+  uint64_t printed = 0;
+  while (true) {
+    const wsync::Status s = coordinator.wait(std::chrono::seconds(1));
+    const bool running =
+        s.code() == WSYNC_ERR_TIMEOUT && s.message().find("did not finish") != std::string::npos;
+    const wsync::MetricsSnapshot snap = metrics.snapshot();
+    if (!quiet && !snap.recent.empty() && snap.newest_delivered > printed) {
+      std::fprintf(stderr, "[wsync coordinator] %s (%llu delivered in the last second)\n",
+                   wsync::versionLine(snap.recent.back()).c_str(),
+                   static_cast<unsigned long long>(snap.newest_delivered - printed));
+      printed = snap.newest_delivered;
+    }
+    if (!running) return s;
+  }
+}
 
 int run(int argc, char** argv) {
   cxxopts::Options options("wsync-coordinator", "The coordinator of a wsync job");
@@ -30,8 +110,12 @@ int run(int argc, char** argv) {
       "max-staleness", "versions a replica may lag before publish waits (-1: unbounded)",
       cxxopts::value<int>()->default_value("-1"))(
       "skip-grace-ms", "wait this long for a busy replica before skipping it for a version",
-      cxxopts::value<int>()->default_value("200"))("quiet", "no progress lines")("h,help",
-                                                                                 "this help");
+      cxxopts::value<int>()->default_value("200"))(
+      "metrics-port", "serve Prometheus metrics at http://<metrics-bind>:PORT/metrics (0: off)",
+      cxxopts::value<int>()->default_value("0"))(
+      "metrics-bind", "address the metrics server listens on",
+      cxxopts::value<std::string>()->default_value("127.0.0.1"))("quiet", "no progress lines")(
+      "h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -48,8 +132,14 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (opt.control.secret.empty()) opt.control.secret = environment->secret;
-  if (!args.count("quiet"))
-    opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const bool quiet = args.count("quiet") > 0;
+  if (!quiet) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const auto metrics = std::make_shared<wsync::CoordinatorMetrics>();
+  opt.metrics = metrics;
+  MetricsEndpoint endpoint;
+  if (!endpoint.start(args["metrics-bind"].as<std::string>(), args["metrics-port"].as<int>(),
+                      metrics))
+    return 1;
 
   wsync::Result<std::unique_ptr<wsync::Coordinator>> coordinator =
       wsync::internalError("not started");
@@ -79,12 +169,11 @@ int run(int argc, char** argv) {
     return 1;
   }
   // The job ends when every rank said goodbye or it failed; a job runs as long as it runs.
-  wsync::Status s;
-  do {
-    s = (*coordinator)->wait(std::chrono::hours(24));
-  } while (s.code() == WSYNC_ERR_TIMEOUT &&
-           s.message().find("did not finish") != std::string::npos);
+  const wsync::Status s = waitForJob(**coordinator, *metrics, quiet);
   (*coordinator)->stop();
+  if (!quiet)
+    std::fprintf(stderr, "[wsync coordinator] %s\n",
+                 wsync::summaryLine(metrics->snapshot()).c_str());
   if (!s.isOk()) {
     std::fprintf(stderr, "wsync-coordinator: job failed: %s\n", s.toString().c_str());
     return 1;

@@ -297,6 +297,58 @@ Status decode(const std::vector<uint8_t>& bytes, GoMsg& m) {
   return finish(r, "Go");
 }
 
+namespace {
+constexpr uint8_t kDeliveredStatsFormat = 1;  // the fields of DeliveredStats, in order
+
+bool getU32(ByteReader& r, uint32_t& v) {
+  uint64_t x = 0;
+  if (!r.varuMax(x, UINT32_MAX)) return false;
+  v = static_cast<uint32_t>(x);
+  return true;
+}
+bool getCount32(ByteReader& r, int32_t& v) {
+  uint64_t x = 0;
+  if (!r.varuMax(x, kMaxRanks)) return false;
+  v = static_cast<int32_t>(x);
+  return true;
+}
+}  // namespace
+
+std::vector<uint8_t> encode(const DeliveredMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  if (!m.has_stats) return w.take();
+  const DeliveredStats& s = m.stats;
+  w.u8(kDeliveredStatsFormat);
+  w.varu(s.bytes);
+  w.varu(s.microseconds);
+  w.varu(static_cast<uint64_t>(std::max(0, s.replicas_ready)));
+  w.varu(static_cast<uint64_t>(std::max(0, s.replicas_skipped)));
+  w.varu(static_cast<uint64_t>(std::max(0, s.replicas_lost)));
+  w.varu(s.retries);
+  w.varu(s.checksum_failures);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, DeliveredMsg& m) {
+  ByteReader r(bytes);
+  DeliveredMsg d;
+  r.varu(d.version);
+  uint8_t format = 0;
+  if (r.ok() && !r.atEnd() && r.u8(format)) {
+    if (format == 0) return protocolError("Delivered: stats block of format 0");
+    DeliveredStats& s = d.stats;
+    r.varu(s.bytes) && r.varu(s.microseconds) && getCount32(r, s.replicas_ready) &&
+        getCount32(r, s.replicas_skipped) && getCount32(r, s.replicas_lost) &&
+        getU32(r, s.retries) && getU32(r, s.checksum_failures);
+    d.has_stats = true;
+  }
+  // A newer format's fields after the known ones are skipped (the frame's size bounds them).
+  const bool newer_format = r.ok() && format > kDeliveredStatsFormat;
+  if (!newer_format) WSYNC_RETURN_IF_ERROR(finish(r, "Delivered"));
+  m = d;
+  return Status::ok();
+}
+
 std::vector<uint8_t> encode(const ErrorMsg& m) {
   ByteWriter w;
   w.varu(static_cast<uint64_t>(m.code));

@@ -14,7 +14,7 @@
 //   coord -> Go(v, slot per replica, -1 = skipped) to every trainer and rollout rank
 //   trainers write/broadcast -> Sent(v);  rollout ranks that receive broadcasts -> Received(v)
 //   coord -> Ready(v, slot) to the ranks of each replica once all of its data landed
-//   coord -> Delivered(v) to every trainer once every taking replica is ready
+//   coord -> Delivered(v, stats) to every trainer once every taking replica is ready
 // Any side -> Error(status, message); rank -> Bye at finalize.
 #pragma once
 
@@ -126,6 +126,26 @@ struct GoMsg {
   std::vector<int32_t> slot_of_replica;  // -1: the replica skips this version
 };
 
+// What the coordinator measured for a delivered version (coordinator/metrics.h).
+struct DeliveredStats {
+  uint64_t bytes = 0;              // delivered to the replicas that took it
+  uint64_t microseconds = 0;       // start to delivered, coordinator clock
+  int32_t replicas_ready = 0;      // took it
+  int32_t replicas_skipped = 0;    // were busy and skipped it
+  int32_t replicas_lost = 0;       // left while it was in flight
+  uint32_t retries = 0;            // 0 until the data plane retries
+  uint32_t checksum_failures = 0;  // 0 until versions are checksummed
+};
+
+// Delivered. On the wire: the version, then (optional) a stats block that starts with its format
+// number; a version-only payload (an older coordinator) decodes with has_stats false, and a newer
+// format's extra fields after the ones known here are skipped.
+struct DeliveredMsg {
+  uint64_t version = 0;
+  bool has_stats = false;
+  DeliveredStats stats;
+};
+
 struct ErrorMsg {
   wsync_status_t code = WSYNC_ERR_REMOTE;
   std::string message;
@@ -138,6 +158,7 @@ std::vector<uint8_t> encode(const PlanAssignmentMsg& m);
 std::vector<uint8_t> encode(const VersionMsg& m);
 std::vector<uint8_t> encode(const SlotMsg& m);
 std::vector<uint8_t> encode(const GoMsg& m);
+std::vector<uint8_t> encode(const DeliveredMsg& m);
 std::vector<uint8_t> encode(const ErrorMsg& m);
 
 Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m);
@@ -147,6 +168,7 @@ Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, VersionMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, SlotMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, GoMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, DeliveredMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ErrorMsg& m);
 
 }  // namespace wsync

@@ -166,6 +166,7 @@ Status RolloutContext::handle(const Frame& frame) {
     case MessageType::kPrepare: {
       SlotMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      staleness_.onStarted(m.version);
       if (prepared_slot_ >= 0) (void)store_->abandonWrite(prepared_slot_);  // a skipped version
       WSYNC_RETURN_IF_ERROR(store_->beginWrite(m.slot, m.version, options_.timeout));
       landing_slot_ = -1;
@@ -209,6 +210,7 @@ Status RolloutContext::handle(const Frame& frame) {
             slots_[static_cast<size_t>(m.slot)]->land(landing_ranges_, options_.timeout);
         if (!landed.isOk()) return landed.withContext("version " + std::to_string(m.version));
       }
+      staleness_.onReady(m.version, RolloutStaleness::Clock::now());  // before readers see it
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       return Status::ok();

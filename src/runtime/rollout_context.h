@@ -10,6 +10,7 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/version_stats.h"
 #include "store/slot_store.h"
 #include "transport/backend.h"
 
@@ -27,6 +28,8 @@ class RolloutContext final : public Context {
   // The address of buffer `index` in the slot a lease holds; nullptr when out of range.
   void* bufferData(const Lease& lease, int32_t index) const;
   int32_t numBuffers() const { return static_cast<int32_t>(buffer_byte_offsets_.size()); }
+  // How stale this rank is: the newest version started and the newest ready here, and when.
+  RolloutStaleness::View staleness() const { return staleness_.view(); }
 
   // Copy flip: copies `version` (kNewestVersion: the newest ready) from its slot into the live
   // memory registered with each buffer, under a lease, and returns the version copied. Device
@@ -66,7 +69,8 @@ class RolloutContext final : public Context {
   std::unique_ptr<Broadcaster> broadcaster_;
   int32_t prepared_slot_ = -1;  // receiver thread: the slot drained for the version in flight
   uint64_t prepared_version_ = 0;
-  int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)
+  int32_t landing_slot_ = -1;   // receiver thread: a staged slot being written (Go to Ready)
+  RolloutStaleness staleness_;  // receiver thread writes
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };

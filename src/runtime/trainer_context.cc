@@ -350,10 +350,11 @@ Status TrainerContext::publishOne(uint64_t version) {
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kSent, encode(VersionMsg{version})));
   WSYNC_ASSIGN_OR_RETURN(Frame delivered, expectFrame(*job_.channel, MessageType::kDelivered,
                                                       options_.timeout + kCoordinatorReplyGrace));
-  VersionMsg d;
+  DeliveredMsg d;
   WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
   if (d.version != version)
     return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
+  delivered_.record(d);
   if (options_.debug_timing) {
     auto ms = [](Clock::time_point x, Clock::time_point y) {
       return std::chrono::duration<double, std::milli>(y - x).count();

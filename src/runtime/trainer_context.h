@@ -13,6 +13,7 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/version_stats.h"
 #include "transport/backend.h"
 
 namespace wsync {
@@ -56,6 +57,9 @@ class TrainerContext final : public Context {
   // Conversions of tensor `name` (declared on this rank) into float8 compute fp8(x * scale) from
   // the next publish on; `scale` finite and > 0 (1 until set). Other conversions ignore it.
   Status setTensorScale(const std::string& name, float scale);
+
+  // The last delivered version with the coordinator's stats; none before the first (any thread).
+  std::optional<DeliveredMsg> lastDelivered() const { return delivered_.last(); }
 
   void abort() override;
   Status finalize() override;
@@ -139,6 +143,7 @@ class TrainerContext final : public Context {
   bool stopping_ = false;
   bool transfer_busy_ = false;  // the snapshot buffer is being sent
   uint64_t last_version_ = 0;
+  DeliveredLog delivered_;
   std::thread publisher_;
 };
 

@@ -1,0 +1,136 @@
+// The coordinator's metrics: per version and per replica bookkeeping of what the version
+// sequencer did, as a pure component (no sockets, no clock of its own: every event carries
+// `now`). The coordinator's event thread feeds it (observe(), once per sequencer output); any
+// thread may read snapshot(). Memory is bounded: the last `keep_versions` versions are kept in
+// full, everything else is a cumulative counter.
+//
+// What is measured (coordinator clock):
+//   a version's seconds: from its start (first Prepare or Go) to its delivery (Delivered);
+//   a replica's seconds: from the version's start to Ready on that replica;
+//   bytes: what the plan delivers to a replica's ranks per version (destination dtype), counted
+//   for the replicas that took the version;
+//   lag: versions a replica's newest ready version is behind the newest delivered version;
+//   retries and checksum failures: 0 until the data plane retries and checksums (the fields exist
+//   so that dashboards and the wire format do not change when they do).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/protocol.h"
+#include "coordinator/version_sequencer.h"
+#include "plan/plan.h"
+
+namespace wsync {
+
+enum class ReplicaOutcome : uint8_t { kReady, kSkipped, kLost };
+const char* replicaOutcomeName(ReplicaOutcome outcome);
+
+struct ReplicaVersionStats {
+  int32_t replica = -1;
+  ReplicaOutcome outcome = ReplicaOutcome::kReady;
+  int64_t bytes = 0;     // delivered to it (0 unless kReady)
+  double seconds = 0.0;  // start to Ready (0 unless kReady)
+};
+
+struct VersionStats {
+  uint64_t version = 0;
+  int64_t bytes = 0;     // sum over the replicas that took it
+  double seconds = 0.0;  // start to delivered
+  int32_t replicas_ready = 0;
+  int32_t replicas_skipped = 0;
+  int32_t replicas_lost = 0;
+  uint32_t retries = 0;
+  uint32_t checksum_failures = 0;
+  std::vector<ReplicaVersionStats> replicas;  // by replica id
+};
+
+// Cumulative, per replica (kept for every replica ever seen: bounded by the job's replicas).
+struct ReplicaCounters {
+  int32_t replica = -1;
+  uint64_t versions_ready = 0;
+  uint64_t versions_skipped = 0;
+  bool lost = false;  // removed while a version was in flight
+  uint64_t bytes = 0;
+  double seconds = 0.0;       // sum of start-to-ready
+  double last_seconds = 0.0;  // of its newest ready version
+  uint64_t ready_version = 0;
+  uint64_t lag_versions = 0;  // newest delivered version - ready_version
+  uint64_t retries = 0;
+  uint64_t checksum_failures = 0;
+};
+
+struct MetricsSnapshot {
+  uint64_t versions_started = 0;
+  uint64_t versions_delivered = 0;
+  uint64_t newest_started = 0;
+  uint64_t newest_delivered = 0;
+  uint64_t bytes = 0;    // sum over delivered versions
+  double seconds = 0.0;  // sum of start-to-delivered
+  uint64_t skipped = 0;  // replica-versions skipped
+  uint64_t lost = 0;     // replicas lost while a version was in flight
+  uint64_t retries = 0;
+  uint64_t checksum_failures = 0;
+  std::vector<VersionStats> recent;       // the last delivered versions, oldest first
+  std::vector<ReplicaCounters> replicas;  // by replica id
+};
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(size_t keep_versions = 128);
+
+  // Bytes the plan delivers to each replica per version (replicaBytes()). Set once, at planning.
+  void setReplicaBytes(std::map<int32_t, int64_t> bytes_per_replica);
+
+  // Reads one sequencer output (before its messages are sent): Prepare/Go of a new version start
+  // it, Ready marks a replica ready, Delivered completes it with `out.delivered`. Returns the
+  // Delivered message (with its stats) to send instead of the sequencer's version-only one when
+  // the output delivers a version. `sequencer` maps rollout ranks to replicas.
+  std::optional<DeliveredMsg> observe(const SequencerOutput& out, const VersionSequencer& sequencer,
+                                      SequencerTime now);
+
+  // The finer events observe() is made of (for callers without a sequencer).
+  void onStarted(uint64_t version, SequencerTime now);
+  void onReplicaReady(int32_t replica, uint64_t version, SequencerTime now);
+  VersionStats onDelivered(const VersionOutcome& outcome, SequencerTime now);
+
+  MetricsSnapshot snapshot() const;  // thread-safe
+
+ private:
+  ReplicaCounters& replica(int32_t id);  // mu_ held
+
+  const size_t keep_versions_;
+  mutable std::mutex mu_;
+  std::map<int32_t, int64_t> bytes_per_replica_;
+  uint64_t in_flight_ = 0;  // started, not delivered; 0: none
+  SequencerTime in_flight_started_;
+  std::map<int32_t, double> in_flight_ready_seconds_;  // replica -> start to Ready
+  MetricsSnapshot totals_;                             // `recent` and `replicas` filled on read
+  std::deque<VersionStats> recent_;
+  std::map<int32_t, ReplicaCounters> replicas_;
+};
+
+// The bytes each replica receives per version under `plan` (destination dtype): its broadcast
+// groups' and its ranks' write ops. `replica_of_rollout`: the replica of every rollout rank.
+std::map<int32_t, int64_t> replicaBytes(const Plan& plan,
+                                        const std::vector<int32_t>& replica_of_rollout);
+
+// The Delivered message of `stats` (the compact form the trainers receive).
+DeliveredMsg deliveredMessage(const VersionStats& stats);
+
+// The snapshot in the Prometheus text exposition format (version 0.0.4): metrics named wsync_*,
+// each with HELP and TYPE lines, per replica ones labelled replica="N".
+std::string prometheusText(const MetricsSnapshot& snapshot);
+
+// One line for the log: "version 12: 2/2 replicas ready, 0 skipped, 0 lost, 1048576 bytes in
+// 0.0021 s (0.50 GB/s)".
+std::string versionLine(const VersionStats& stats);
+// The end-of-job summary line.
+std::string summaryLine(const MetricsSnapshot& snapshot);
+
+}  // namespace wsync

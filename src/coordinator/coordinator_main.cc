@@ -30,8 +30,12 @@ int run(int argc, char** argv) {
       "max-staleness", "versions a replica may lag before publish waits (-1: unbounded)",
       cxxopts::value<int>()->default_value("-1"))(
       "skip-grace-ms", "wait this long for a busy replica before skipping it for a version",
-      cxxopts::value<int>()->default_value("200"))("quiet", "no progress lines")("h,help",
-                                                                                 "this help");
+      cxxopts::value<int>()->default_value("200"))(
+      "heartbeat-timeout-ms",
+      "drop a rollout rank silent this long (0: never; default: $WSYNC_HEARTBEAT_TIMEOUT_MS or "
+      "10000)",
+      cxxopts::value<int>()->default_value("-1"))("quiet", "no progress lines")("h,help",
+                                                                                "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -48,6 +52,9 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (opt.control.secret.empty()) opt.control.secret = environment->secret;
+  const int heartbeat_ms = args["heartbeat-timeout-ms"].as<int>();
+  opt.heartbeat_timeout = std::chrono::milliseconds(
+      heartbeat_ms >= 0 ? heartbeat_ms : environment->heartbeat_timeout_ms);
   if (!args.count("quiet"))
     opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 

@@ -106,10 +106,21 @@ typedef enum {
   /** Under mpirun: MPI_COMM_WORLD holds every trainer and rollout (and optionally one
    *  wsync-coordinator process, which must then be world rank 0); otherwise world rank 0 must be a
    *  trainer and runs the coordinator on a thread. Role ranks follow world rank order. wsync calls
-   *  MPI_Init_thread(MPI_THREAD_MULTIPLE) when MPI is not initialized yet. */
+   *  MPI_Init_thread(MPI_THREAD_MULTIPLE) when MPI is not initialized yet.
+   *  Failures: when a rank of the mpirun job dies, the launcher ends the whole job (every rank is
+   *  killed; none is left waiting). Replicas that receive by broadcast (layouts that match the
+   *  trainers', under one mpirun) cannot be dropped: a broadcast that includes a dead or stopped
+   *  rank cannot complete. Dropping a rank that stopped past WSYNC_HEARTBEAT_TIMEOUT_MS, and
+   *  joining at run time, are for replicas written by one-sided writes: explicit bootstrap, or a
+   *  replica that joined (config.replica_size). */
   WSYNC_BOOTSTRAP_MPI = 0,
   /** No MPI: rank, counts and coordinator address come from the config (a separately launched
-   *  wsync-coordinator). Matching layouts then also travel by one-sided writes. */
+   *  wsync-coordinator). Matching layouts then also travel by one-sided writes. A rollout rank
+   *  whose process dies (its connection drops) or that sends no heartbeat for
+   *  WSYNC_HEARTBEAT_TIMEOUT_MS is dropped with its replica: the trainers go on, the version in
+   *  flight completes for the other replicas (wsync_request_replicas lists the replica as LOST),
+   *  the replica's other ranks fail with an error saying why, and a slot being written there
+   *  never becomes readable. A replica may join the running job (config.replica_size). */
   WSYNC_BOOTSTRAP_EXPLICIT = 1,
   WSYNC_BOOTSTRAP_FORCE_INT32_ = 0x7fffffff
 } wsync_bootstrap_t;

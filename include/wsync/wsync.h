@@ -110,9 +110,12 @@ typedef enum {
    *  Failures: when a rank of the mpirun job dies, the launcher ends the whole job (every rank is
    *  killed; none is left waiting). Replicas that receive by broadcast (layouts that match the
    *  trainers', under one mpirun) cannot be dropped: a broadcast that includes a dead or stopped
-   *  rank cannot complete. Dropping a rank that stopped past WSYNC_HEARTBEAT_TIMEOUT_MS, and
-   *  joining at run time, are for replicas written by one-sided writes: explicit bootstrap, or a
-   *  replica that joined (config.replica_size). */
+   *  rank cannot complete, so a rollout rank of the mpirun job that disconnects without goodbye,
+   *  or sends no heartbeat for WSYNC_HEARTBEAT_TIMEOUT_MS, fails the job (REMOTE, naming it) on
+   *  every rank instead of being dropped. Dropping and joining at run time are for replicas
+   *  written by one-sided writes: explicit bootstrap, or a replica that joined the running job
+   *  (config.replica_size) from outside the mpirun. A clean leave (wsync_context_destroy) works
+   *  everywhere. */
   WSYNC_BOOTSTRAP_MPI = 0,
   /** No MPI: rank, counts and coordinator address come from the config (a separately launched
    *  wsync-coordinator). Matching layouts then also travel by one-sided writes. A rollout rank

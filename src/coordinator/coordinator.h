@@ -4,7 +4,8 @@
 // ready on a replica only when all of its data landed (see coordinator/protocol.h for the
 // messages; the per-version state machine is coordinator/version_sequencer.h).
 //
-// Membership: trainers are fixed (losing one fails the job). A rollout rank of the running job
+// Membership: trainers are fixed (losing one fails the job), and so are the ranks of an MPI-
+// bootstrap job (their replicas may receive by broadcast). Any other rollout rank of the job
 // whose connection closes without goodbye, or that stays silent past heartbeat_timeout, is
 // dropped with its replica: the in-flight version completes for the other replicas, the replica's
 // other ranks get an Error, the trainers are told (ReplicaDropped) and Delivered lists the replica

@@ -39,6 +39,12 @@ bool Coordinator::Impl::replicaInUse(int32_t replica) const {
 void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason, bool crashed) {
   const int32_t id = p.hello.replica;
   if (joining_.count(id) != 0) return abortJoin(id, remoteError(reason));
+  if (crashed && opt_.mpi_world_size > 0 && !p.joiner) {
+    // A rank of the mpirun job: it may be in broadcasts that cannot complete without it, and the
+    // launcher ends the job when a process dies. Fail at once rather than leave anyone waiting.
+    return fail(remoteError(reason + " (ranks of an MPI-bootstrap job are not dropped; replicas "
+                                     "that can be are started with explicit bootstrap)"));
+  }
   // Trainers may write into the replica until the version in flight now is delivered.
   const uint64_t in_flight = sequencer_ ? sequencer_->inFlightVersion() : 0;
   ReplicaMsg dropped{id, {}};

@@ -106,10 +106,24 @@ typedef enum {
   /** Under mpirun: MPI_COMM_WORLD holds every trainer and rollout (and optionally one
    *  wsync-coordinator process, which must then be world rank 0); otherwise world rank 0 must be a
    *  trainer and runs the coordinator on a thread. Role ranks follow world rank order. wsync calls
-   *  MPI_Init_thread(MPI_THREAD_MULTIPLE) when MPI is not initialized yet. */
+   *  MPI_Init_thread(MPI_THREAD_MULTIPLE) when MPI is not initialized yet.
+   *  Failures: when a rank of the mpirun job dies, the launcher ends the whole job (every rank is
+   *  killed; none is left waiting). Replicas that receive by broadcast (layouts that match the
+   *  trainers', under one mpirun) cannot be dropped: a broadcast that includes a dead or stopped
+   *  rank cannot complete, so a rollout rank of the mpirun job that disconnects without goodbye,
+   *  or sends no heartbeat for WSYNC_HEARTBEAT_TIMEOUT_MS, fails the job (REMOTE, naming it) on
+   *  every rank instead of being dropped. Dropping and joining at run time are for replicas
+   *  written by one-sided writes: explicit bootstrap, or a replica that joined the running job
+   *  (config.replica_size) from outside the mpirun. A clean leave (wsync_context_destroy) works
+   *  everywhere. */
   WSYNC_BOOTSTRAP_MPI = 0,
   /** No MPI: rank, counts and coordinator address come from the config (a separately launched
-   *  wsync-coordinator). Matching layouts then also travel by one-sided writes. */
+   *  wsync-coordinator). Matching layouts then also travel by one-sided writes. A rollout rank
+   *  whose process dies (its connection drops) or that sends no heartbeat for
+   *  WSYNC_HEARTBEAT_TIMEOUT_MS is dropped with its replica: the trainers go on, the version in
+   *  flight completes for the other replicas (wsync_request_replicas lists the replica as LOST),
+   *  the replica's other ranks fail with an error saying why, and a slot being written there
+   *  never becomes readable. A replica may join the running job (config.replica_size). */
   WSYNC_BOOTSTRAP_EXPLICIT = 1,
   WSYNC_BOOTSTRAP_FORCE_INT32_ = 0x7fffffff
 } wsync_bootstrap_t;
@@ -168,6 +182,15 @@ typedef struct {
      override these): */
   wsync_device_transport_t device_transport; /**< default: WSYNC_DEVICE_TRANSPORT_DEFAULT */
   wsync_cuda_ipc_export_t cuda_ipc_export;   /**< default: WSYNC_CUDA_IPC_EXPORT_DEFAULT */
+  /* ---- the end of the data-plane layout; fields below were appended later ---- */
+  /* A rollout replica joining a running job (WSYNC_BOOTSTRAP_EXPLICIT with coordinator_address
+     and secret; `rank` and `num_rollouts` are then unused: the coordinator numbers the ranks). The
+     replica (config.replica, an id no live replica of the job has) has replica_size ranks, each
+     started with the same replica_size and its own replica_rank; wsync_commit returns once the
+     trainers can write to all of them, and the replica takes part from the next version. Its
+     versions travel by one-sided writes only (never broadcasts). */
+  int replica_size; /**< ranks of the joining replica (> 0); 0 (default): fixed membership */
+  int replica_rank; /**< this rank's index in the joining replica, in [0, replica_size) */
 } wsync_config_t;
 
 /* clang-format off */
@@ -184,7 +207,8 @@ typedef struct {
     NULL, NULL,                         /* coordinator_address, secret */                          \
     -1,                                 /* cuda_device */                                          \
     WSYNC_DEVICE_TRANSPORT_DEFAULT,     /* device_transport */                                     \
-    WSYNC_CUDA_IPC_EXPORT_DEFAULT       /* cuda_ipc_export */                                      \
+    WSYNC_CUDA_IPC_EXPORT_DEFAULT,      /* cuda_ipc_export */                                      \
+    0, 0                                /* replica_size, replica_rank */                           \
   }
 /* clang-format on */
 
@@ -217,7 +241,10 @@ typedef struct {
 wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* ctx);
 
 /** Finalizes (tells the coordinator goodbye, waits for in-flight publishes up to the timeout) and
- *  frees the context. Leases must be released first. NULL is accepted. */
+ *  frees the context. Leases must be released first. NULL is accepted.
+ *  A rollout leaves the job first: its replica is out of the job at once (later versions do not
+ *  wait for it, and the replica's other ranks receive no later version), and its slots are freed
+ *  only once the coordinator confirms that no trainer writes into them any more. */
 wsync_status_t wsync_context_destroy(wsync_context_t ctx);
 
 /** Marks the context failed: every blocked call returns ABORTED. Safe from any thread. */
@@ -350,6 +377,27 @@ const char* wsync_request_error(wsync_request_t request);
 
 /** Frees a request (completed or not; a running publish goes on). NULL is accepted. */
 wsync_status_t wsync_request_free(wsync_request_t request);
+
+/** Which replicas a delivered version reached (wsync_request_replicas). */
+typedef enum {
+  WSYNC_REPLICAS_READY = 0,   /**< took the version: it is ready on every rank of theirs */
+  WSYNC_REPLICAS_SKIPPED = 1, /**< busy past the skip grace: they keep an older version */
+  WSYNC_REPLICAS_LOST = 2,    /**< dropped (a rank died, or sent no heartbeat for
+                                   WSYNC_HEARTBEAT_TIMEOUT_MS) or left while the version was in
+                                   flight; it never becomes readable there */
+  WSYNC_REPLICAS_FORCE_INT32_ = 0x7fffffff
+} wsync_replicas_kind_t;
+
+/** The replica ids (config.replica of the rollouts) of one kind for the delivered version behind
+ *  `request`, in increasing order: up to `capacity` of them into `replicas` (may be NULL when
+ *  `capacity` is 0), and how many there are into `count` (so a first call with capacity 0 sizes
+ *  the array). A replica that joined or left between versions is in no list of a version it was
+ *  not part of. Does not wait.
+ *  @return SUCCESS; IN_PROGRESS (not delivered yet); INVALID_ARGUMENT (null request or count,
+ *          bad kind, negative capacity, replicas NULL with capacity > 0); the publish's error
+ *          when it failed. */
+wsync_status_t wsync_request_replicas(wsync_request_t request, wsync_replicas_kind_t kind,
+                                      int capacity, int* replicas, int* count);
 /**@}*/
 
 /** @name Rollout: versions and leases */

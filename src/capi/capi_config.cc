@@ -113,6 +113,8 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config) {
   if (c.coordinator_address) o.coordinator_address = c.coordinator_address;
   if (c.secret) o.secret = c.secret;
   o.cuda_device = c.cuda_device;
+  o.replica_size = c.replica_size;
+  o.replica_rank = c.replica_rank;
   return o;
 }
 

@@ -1,5 +1,6 @@
 // The C API shim: validates arguments, converts C structs into wsync's C++ types, turns Status
 // into wsync_status_t plus the context's last-error string, and never lets an exception cross.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -192,6 +193,7 @@ void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
   o.debug_no_early_landing = effective.debug_no_early_landing;
   o.debug_no_copy_batch = effective.debug_no_copy_batch;
   o.debug_send_delay_ms = effective.debug_send_delay_ms;
+  o.heartbeat_timeout_ms = effective.heartbeat_timeout_ms;
   switch (effective.host_copy) {
     case wsync::HostCopy::kMemcpy:
       wsync::preferHostCopy(wsync::HostCopyKind::kMemcpy);
@@ -433,6 +435,34 @@ const char* wsync_request_error(wsync_request_t request) {
   } catch (...) {
     return "out of memory while reading the request's error";
   }
+}
+
+wsync_status_t wsync_request_replicas(wsync_request_t request, wsync_replicas_kind_t kind,
+                                      int capacity, int* replicas, int* count) {
+  if (request == nullptr || count == nullptr || capacity < 0 ||
+      (replicas == nullptr && capacity > 0)) {
+    return record(nullptr, invalid("wsync_request_replicas: null request or count, negative "
+                                   "capacity, or replicas NULL with capacity > 0"));
+  }
+  return guarded(nullptr, [&]() -> wsync_status_t {
+    int32_t raw_kind = 0;
+    std::memcpy(&raw_kind, &kind, sizeof raw_kind);  // a value outside the enum stays defined
+    if (raw_kind < WSYNC_REPLICAS_READY || raw_kind > WSYNC_REPLICAS_LOST) {
+      return record(nullptr, invalid("wsync_request_replicas: kind " + std::to_string(raw_kind) +
+                                     " is not a wsync_replicas_kind_t"));
+    }
+    const wsync::Status s = request->request->test();
+    if (!s.isOk()) return recordRequest(request, s, true);
+    const wsync::DeliveredMsg outcome = request->request->outcome();
+    const std::vector<int32_t>& list = raw_kind == WSYNC_REPLICAS_READY ? outcome.ready_replicas
+                                       : raw_kind == WSYNC_REPLICAS_SKIPPED
+                                           ? outcome.skipped_replicas
+                                           : outcome.lost_replicas;
+    const size_t n = std::min(list.size(), static_cast<size_t>(capacity));
+    std::copy(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(n), replicas);
+    *count = static_cast<int>(list.size());
+    return WSYNC_SUCCESS;
+  });
 }
 
 wsync_status_t wsync_request_free(wsync_request_t request) {

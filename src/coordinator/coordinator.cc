@@ -1,23 +1,13 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <map>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <unordered_map>
 
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
-#include "control/frame_server.h"
-#include "coordinator/admission.h"
-#include "coordinator/broadcast_backend.h"
 #include "coordinator/broadcast_comms.h"
+#include "coordinator/coordinator_impl.h"
 #include "coordinator/metrics.h"
-#include "coordinator/protocol.h"
-#include "coordinator/version_sequencer.h"
 #include "plan/planner.h"
 
 namespace wsync {
@@ -25,577 +15,577 @@ namespace {
 // How long stopping a coordinator keeps flushing its last frames to the ranks.
 constexpr std::chrono::milliseconds kFinalFlushTimeout{2000};
 }  // namespace
-namespace {
 
-using Clock = std::chrono::steady_clock;
+using coordinator_internal::Clock;
 
-enum class Phase { kJoining, kRegistering, kCommitting, kRunning, kDone, kFailed };
+// ---- event plumbing ------------------------------------------------------------------------
+Status Coordinator::Impl::start() {
+  FrameServerHandlers handlers;
+  handlers.on_connect = [this](ConnectionId id) { push({Event::kConnect, id, {}, {}}); };
+  handlers.on_frame = [this](ConnectionId id, Frame&& f) {
+    push({Event::kFrame, id, std::move(f), {}});
+  };
+  handlers.on_close = [this](ConnectionId id, const Status& s) {
+    push({Event::kClose, id, {}, s});
+  };
+  WSYNC_ASSIGN_OR_RETURN(
+      server_, FrameServer::start(opt_.bind_host, opt_.port, opt_.control, std::move(handlers)));
+  phase_deadline_ = Clock::now() + opt_.timeout;
+  thread_ = std::thread([this] { run(); });
+  return Status::ok();
+}
 
-struct Event {
-  enum Kind { kConnect, kFrame, kClose } kind = kFrame;
-  ConnectionId conn = 0;
-  Frame frame;
-  Status status;
-};
-
-struct Participant {
-  ConnectionId conn = 0;
-  bool connected = true;
-  HelloMsg hello;
-  int32_t role_rank = -1;
-  bool registered = false;
-  RegisterMsg reg;
-  bool committed = false;
-  bool said_bye = false;
-};
-
-}  // namespace
-
-class Coordinator::Impl {
- public:
-  explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
-    if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
+Status Coordinator::Impl::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(done_mu_);
+  if (!done_cv_.wait_for(lock, timeout, [this] { return finished_; })) {
+    return timeoutError("coordinator: the job did not finish within " +
+                        std::to_string(timeout.count()) + " ms");
   }
-  ~Impl() { stop(); }
+  return final_status_;
+}
 
-  Status start() {
-    FrameServerHandlers handlers;
-    handlers.on_connect = [this](ConnectionId id) { push({Event::kConnect, id, {}, {}}); };
-    handlers.on_frame = [this](ConnectionId id, Frame&& f) {
-      push({Event::kFrame, id, std::move(f), {}});
-    };
-    handlers.on_close = [this](ConnectionId id, const Status& s) {
-      push({Event::kClose, id, {}, s});
-    };
-    WSYNC_ASSIGN_OR_RETURN(
-        server_, FrameServer::start(opt_.bind_host, opt_.port, opt_.control, std::move(handlers)));
-    phase_deadline_ = Clock::now() + opt_.timeout;
-    thread_ = std::thread([this] { run(); });
-    return Status::ok();
+void Coordinator::Impl::stop() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
   }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // The last frames (a failed job's Error) reach the ranks before the connections close.
+  if (server_) server_->stop(kFinalFlushTimeout);
+}
 
-  uint16_t port() const { return server_->port(); }
-
-  Status wait(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(done_mu_);
-    if (!done_cv_.wait_for(lock, timeout, [this] { return finished_; })) {
-      return timeoutError("coordinator: the job did not finish within " +
-                          std::to_string(timeout.count()) + " ms");
-    }
-    return final_status_;
+void Coordinator::Impl::push(Event e) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(std::move(e));
   }
+  queue_cv_.notify_one();
+}
 
-  void stop() {
+void Coordinator::Impl::run() {
+  while (true) {
+    std::optional<Event> event;
     {
-      std::lock_guard lock(queue_mu_);
-      stopping_ = true;
-    }
-    queue_cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-    // The last frames (a failed job's Error) reach the ranks before the connections close.
-    if (server_) server_->stop(kFinalFlushTimeout);
-  }
-
- private:
-  // ---- event plumbing ----------------------------------------------------------------------
-  void push(Event e) {
-    {
-      std::lock_guard lock(queue_mu_);
-      queue_.push_back(std::move(e));
-    }
-    queue_cv_.notify_one();
-  }
-
-  void run() {
-    while (true) {
-      std::optional<Event> event;
-      {
-        std::unique_lock lock(queue_mu_);
-        queue_cv_.wait_until(lock, nextWakeup(), [this] { return stopping_ || !queue_.empty(); });
-        if (stopping_) return;
-        if (!queue_.empty()) {
-          event = std::move(queue_.front());
-          queue_.pop_front();
-        }
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait_until(lock, nextWakeup(), [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      if (!queue_.empty()) {
+        event = std::move(queue_.front());
+        queue_.pop_front();
       }
-      if (event) handle(*event);
-      checkTimers();
     }
+    if (event) handle(*event);
+    checkTimers();
   }
+}
 
-  Clock::time_point nextWakeup() const {
-    auto t = Clock::now() + std::chrono::milliseconds(100);
-    if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
-    if (phase_ == Phase::kRunning) {
-      if (std::optional<Clock::time_point> d = sequencer_->nextDeadline()) t = std::min(t, *d);
-    }
-    return t;
+Clock::time_point Coordinator::Impl::nextWakeup() const {
+  auto t = Clock::now() + std::chrono::milliseconds(100);
+  if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
+  if (phase_ == Phase::kRunning) {
+    if (std::optional<Clock::time_point> d = sequencer_->nextDeadline()) t = std::min(t, *d);
   }
+  return t;
+}
 
-  void log(const std::string& line) {
-    if (opt_.log) opt_.log("[wsync coordinator] " + line);
+void Coordinator::Impl::finish(const Status& status) {
+  if (phase_ == Phase::kDone || phase_ == Phase::kFailed) return;
+  phase_ = status.isOk() ? Phase::kDone : Phase::kFailed;
+  {
+    std::lock_guard lock(done_mu_);
+    final_status_ = status;
+    finished_ = true;
   }
+  done_cv_.notify_all();
+}
 
-  void finish(const Status& status) {
-    if (phase_ == Phase::kDone || phase_ == Phase::kFailed) return;
-    phase_ = status.isOk() ? Phase::kDone : Phase::kFailed;
-    {
-      std::lock_guard lock(done_mu_);
-      final_status_ = status;
-      finished_ = true;
-    }
-    done_cv_.notify_all();
+// Sends Error to every connected rank and ends the job with `status`.
+void Coordinator::Impl::fail(const Status& status) {
+  if (phase_ == Phase::kDone || phase_ == Phase::kFailed) return;
+  log("job failed: " + status.toString());
+  const auto payload = encode(ErrorMsg{status.code(), status.message()});
+  for (const Participant& p : participants_) {
+    if (p.connected)
+      (void)server_->send(p.conn, static_cast<uint16_t>(MessageType::kError), payload);
   }
+  for (ConnectionId c : pending_) {
+    (void)server_->send(c, static_cast<uint16_t>(MessageType::kError), payload);
+  }
+  finish(status);
+}
 
-  // Sends Error to every connected rank and ends the job with `status`.
-  void fail(const Status& status) {
-    if (phase_ == Phase::kDone || phase_ == Phase::kFailed) return;
-    log("job failed: " + status.toString());
-    const auto payload = encode(ErrorMsg{status.code(), status.message()});
-    for (const Participant& p : participants_) {
-      if (p.connected)
-        (void)server_->send(p.conn, static_cast<uint16_t>(MessageType::kError), payload);
-    }
-    for (ConnectionId c : pending_) {
-      (void)server_->send(c, static_cast<uint16_t>(MessageType::kError), payload);
-    }
-    finish(status);
-  }
+void Coordinator::Impl::sendTo(const Participant& p, MessageType type,
+                               const std::vector<uint8_t>& payload) {
+  if (!p.connected) return;
+  Status s = server_->send(p.conn, static_cast<uint16_t>(type), payload);
+  if (!s.isOk()) log("send " + std::string(messageTypeName(type)) + " failed: " + s.toString());
+}
 
-  void sendTo(const Participant& p, MessageType type, const std::vector<uint8_t>& payload) {
-    if (!p.connected) return;
-    Status s = server_->send(p.conn, static_cast<uint16_t>(type), payload);
-    if (!s.isOk()) log("send " + std::string(messageTypeName(type)) + " failed: " + s.toString());
-  }
-  void refuse(ConnectionId conn, const Status& status) {
-    (void)server_->send(conn, static_cast<uint16_t>(MessageType::kError),
-                        encode(ErrorMsg{status.code(), status.message()}));
-    server_->close(conn);
-  }
+void Coordinator::Impl::sendToTrainers(MessageType type, const std::vector<uint8_t>& payload) {
+  for (int32_t t = 0; t < numTrainers(); ++t)
+    sendTo(trainer(t), type, payload);
+}
 
-  Participant& trainer(int32_t r) {
-    return participants_[static_cast<size_t>(trainer_index_[static_cast<size_t>(r)])];
-  }
-  Participant& rollout(int32_t r) {
-    return participants_[static_cast<size_t>(rollout_index_[static_cast<size_t>(r)])];
-  }
-  std::string nameOf(const Participant& p) const { return rankName(p.hello.role, p.role_rank); }
+void Coordinator::Impl::refuse(ConnectionId conn, const Status& status) {
+  (void)server_->send(conn, static_cast<uint16_t>(MessageType::kError),
+                      encode(ErrorMsg{status.code(), status.message()}));
+  server_->close(conn);
+}
 
-  // ---- events ------------------------------------------------------------------------------
-  void handle(Event& e) {
-    if (e.kind == Event::kConnect) {
-      pending_.push_back(e.conn);
+// ---- events --------------------------------------------------------------------------------
+void Coordinator::Impl::handle(Event& e) {
+  if (e.kind == Event::kConnect) {
+    pending_.push_back(e.conn);
+    return;
+  }
+  auto it = by_conn_.find(e.conn);
+  if (e.kind == Event::kClose) {
+    pending_.erase(std::remove(pending_.begin(), pending_.end(), e.conn), pending_.end());
+    if (it == by_conn_.end()) return;
+    const size_t index = it->second;
+    by_conn_.erase(it);
+    onClose(index, e.status);
+    return;
+  }
+  const auto type = static_cast<MessageType>(e.frame.type);
+  if (it == by_conn_.end()) {
+    if (type != MessageType::kHello) {
+      refuse(e.conn, protocolError(std::string("expected Hello, got ") + messageTypeName(type)));
       return;
     }
-    auto it = by_conn_.find(e.conn);
-    if (e.kind == Event::kClose) {
-      pending_.erase(std::remove(pending_.begin(), pending_.end(), e.conn), pending_.end());
-      if (it == by_conn_.end()) return;
-      Participant& p = participants_[it->second];
-      p.connected = false;
-      by_conn_.erase(it);
-      if (!p.said_bye && phase_ != Phase::kFailed && phase_ != Phase::kDone) {
-        fail(remoteError(nameOf(p) + " (" + p.hello.host + ") disconnected without saying goodbye" +
-                         (e.status.isOk() ? "" : ": " + e.status.toString())));
+    onHello(e.conn, e.frame.payload);
+    return;
+  }
+  Participant& p = participants_[it->second];
+  p.last_heard = Clock::now();
+  if (p.dropped && type != MessageType::kLeave && type != MessageType::kBye) return;
+  Status s = dispatch(p, type, e.frame.payload);
+  if (!s.isOk()) {
+    if (p.joiner && !p.committed) return abortJoin(p.hello.replica, s.withContext(nameOf(p)));
+    fail(s.withContext(nameOf(p)));
+  }
+}
+
+// A connection closed: a rollout of the running job (or a joining one) is dropped with its
+// replica; any other rank that did not say goodbye fails the job.
+void Coordinator::Impl::onClose(size_t index, const Status& status) {
+  Participant& p = participants_[index];
+  p.connected = false;
+  const bool finished = phase_ == Phase::kFailed || phase_ == Phase::kDone;
+  if (!p.said_bye && !p.dropped && !finished) {
+    const std::string why = nameOf(p) + " (" + p.hello.host + ") disconnected without saying " +
+                            "goodbye" + (status.isOk() ? "" : ": " + status.toString());
+    if (p.hello.role == Role::kRollout && p.joiner && !p.committed) {
+      abortJoin(p.hello.replica, remoteError(why));
+    } else if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning) {
+      dropReplicaOf(p, why, /*crashed=*/true);
+    } else {
+      fail(remoteError(why));
+    }
+  }
+  maybeAllGone();
+}
+
+Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
+                                   const std::vector<uint8_t>& payload) {
+  switch (type) {
+    case MessageType::kRegister:
+      return p.joiner ? onJoinerRegister(p, payload) : onRegister(p, payload);
+    case MessageType::kCommitDone:
+      return onCommitDone(p);
+    case MessageType::kPublish:
+    case MessageType::kPrepared:
+    case MessageType::kSent:
+    case MessageType::kReceived:
+      return onVersionMessage(p, type, payload);
+    case MessageType::kHeartbeat:
+      return Status::ok();  // last_heard is all it changes
+    case MessageType::kLeave:
+      if (p.hello.role != Role::kRollout) return protocolError("Leave from a trainer");
+      onLeave(p);
+      return Status::ok();
+    case MessageType::kExtensionDone:
+      return onExtensionDone(p, payload);
+    case MessageType::kBye:
+      p.said_bye = true;
+      if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning && !p.dropped) {
+        dropReplicaOf(p, nameOf(p) + " said goodbye", /*crashed=*/false);
       }
       maybeAllGone();
-      return;
-    }
-    const auto type = static_cast<MessageType>(e.frame.type);
-    if (it == by_conn_.end()) {
-      if (type != MessageType::kHello) {
-        refuse(e.conn, protocolError(std::string("expected Hello, got ") + messageTypeName(type)));
-        return;
-      }
-      onHello(e.conn, e.frame.payload);
-      return;
-    }
-    Participant& p = participants_[it->second];
-    Status s = dispatch(p, type, e.frame.payload);
-    if (!s.isOk()) fail(s.withContext(nameOf(p)));
-  }
-
-  Status dispatch(Participant& p, MessageType type, const std::vector<uint8_t>& payload) {
-    switch (type) {
-      case MessageType::kRegister:
-        return onRegister(p, payload);
-      case MessageType::kCommitDone:
-        return onCommitDone(p);
-      case MessageType::kPublish:
-      case MessageType::kPrepared:
-      case MessageType::kSent:
-      case MessageType::kReceived:
-        return onVersionMessage(p, type, payload);
-      case MessageType::kBye:
-        p.said_bye = true;
-        maybeAllGone();
-        return Status::ok();
-      case MessageType::kError: {
-        ErrorMsg m;
-        WSYNC_RETURN_IF_ERROR(decode(payload, m));
-        return Status(m.code, "reported: " + m.message);
-      }
-      default:
-        return protocolError(std::string("unexpected message ") + messageTypeName(type));
-    }
-  }
-
-  void maybeAllGone() {
-    if (participants_.empty()) return;
-    for (const Participant& p : participants_) {
-      if (!p.said_bye && p.connected) return;
-    }
-    if (phase_ == Phase::kFailed || phase_ == Phase::kDone) return;
-    const bool all_bye = std::all_of(participants_.begin(), participants_.end(),
-                                     [](const Participant& q) { return q.said_bye; });
-    if (all_bye && phase_ >= Phase::kJoining) {
-      log("every rank said goodbye");
-      finish(Status::ok());
-    }
-  }
-
-  // ---- joining (coordinator/admission.h) --------------------------------------------------
-  JobShape jobShape() const {
-    return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
-            opt_.num_rollouts};
-  }
-  std::vector<const HelloMsg*> joinedHellos() const {
-    std::vector<const HelloMsg*> hellos;
-    hellos.reserve(participants_.size());
-    for (const Participant& p : participants_)
-      hellos.push_back(&p.hello);
-    return hellos;
-  }
-
-  void onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
-    HelloMsg hello;
-    Status s = decode(payload, hello);
-    if (s.isOk() && phase_ != Phase::kJoining) {
-      s = invalidUsage("the job is past joining; late ranks are not supported yet");
-    }
-    if (s.isOk()) s = checkHello(jobShape(), hello, joinedHellos());
-    if (!s.isOk()) {
-      log("refused a connection: " + s.toString());
-      refuse(conn, s);
-      return;
-    }
-    pending_.erase(std::remove(pending_.begin(), pending_.end(), conn), pending_.end());
-    Participant p;
-    p.conn = conn;
-    p.hello = hello;
-    p.role_rank = hello.role_rank;
-    by_conn_[conn] = participants_.size();
-    participants_.push_back(std::move(p));
-    if (static_cast<int>(participants_.size()) == expectedParticipants(jobShape())) admitAll();
-  }
-
-  void admitAll() {
-    std::vector<size_t> order(participants_.size());
-    for (size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    if (opt_.mpi_world_size > 0) {
-      std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
-        return participants_[a].hello.world_rank < participants_[b].hello.world_rank;
-      });
-      int32_t next[2] = {0, 0};
-      for (size_t i : order) {
-        Participant& p = participants_[i];
-        p.role_rank = next[static_cast<int>(p.hello.role)]++;
-      }
-    }
-    trainer_index_.clear();
-    rollout_index_.clear();
-    for (size_t i = 0; i < participants_.size(); ++i) {
-      auto& index = participants_[i].hello.role == Role::kTrainer ? trainer_index_ : rollout_index_;
-      const auto r = static_cast<size_t>(participants_[i].role_rank);
-      if (index.size() <= r) index.resize(r + 1, -1);
-      index[r] = static_cast<int32_t>(i);
-    }
-    if (trainer_index_.empty()) return fail(invalidUsage("the job has no trainer rank"));
-    if (rollout_index_.empty()) return fail(invalidUsage("the job has no rollout rank"));
-    WelcomeMsg welcome;
-    welcome.num_trainers = static_cast<int32_t>(trainer_index_.size());
-    welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
-    if (opt_.mpi_world_size > 0) {
-      for (int32_t i : trainer_index_)
-        welcome.trainer_world_ranks.push_back(
-            participants_[static_cast<size_t>(i)].hello.world_rank);
-      for (int32_t i : rollout_index_)
-        welcome.rollout_world_ranks.push_back(
-            participants_[static_cast<size_t>(i)].hello.world_rank);
-    }
-    for (Participant& p : participants_) {
-      welcome.role_rank = p.role_rank;
-      sendTo(p, MessageType::kWelcome, encode(welcome));
-    }
-    log("all " + std::to_string(participants_.size()) + " ranks joined (" +
-        std::to_string(welcome.num_trainers) + " trainers, " +
-        std::to_string(welcome.num_rollouts) + " rollouts)");
-    phase_ = Phase::kRegistering;
-  }
-
-  // ---- registering and planning ------------------------------------------------------------
-  Status onRegister(Participant& p, const std::vector<uint8_t>& payload) {
-    if (phase_ != Phase::kRegistering || p.registered) {
-      return invalidUsage("Register out of order (twice, or before every rank joined)");
-    }
-    WSYNC_RETURN_IF_ERROR(decode(payload, p.reg));
-    p.registered = true;
-    if (std::all_of(participants_.begin(), participants_.end(),
-                    [](const Participant& q) { return q.registered; })) {
-      return planAll();
-    }
-    return Status::ok();
-  }
-
-  Status planAll() {
-    std::vector<Registration> trainers(trainer_index_.size());
-    std::vector<Registration> rollouts(rollout_index_.size());
-    for (Participant& p : participants_) {
-      WSYNC_ASSIGN_OR_RETURN(Registration reg, decodeRegistration(p.reg.registration.data(),
-                                                                  p.reg.registration.size()));
-      if (reg.role != p.hello.role || reg.rank != p.role_rank) {
-        return protocolError(nameOf(p) + " registered as " + rankName(reg.role, reg.rank));
-      }
-      if (reg.role == Role::kRollout) {
-        reg.replica = p.hello.replica;
-        if (p.reg.slot_descriptors.size() < 2) {
-          return invalidArgument(nameOf(p) + " exposes " +
-                                 std::to_string(p.reg.slot_descriptors.size()) +
-                                 " slots; at least 2 are needed");
-        }
-        if (p.reg.buffer_byte_offsets.size() != reg.buffers.size()) {
-          return protocolError(nameOf(p) + " sent buffer offsets that do not match its buffers");
-        }
-        rollouts[static_cast<size_t>(reg.rank)] = std::move(reg);
-      } else {
-        trainers[static_cast<size_t>(reg.rank)] = std::move(reg);
-      }
-    }
-    const BroadcastDecision broadcast = decideBroadcastBackend(
-        bufferPlaces(), opt_.mpi_world_size > 0, !trainer(0).reg.nccl_unique_id.empty());
-    broadcast_backend_ = broadcast.backend;
-    log(std::string("broadcast groups: ") + broadcastBackendName(broadcast.backend) + " (" +
-        broadcast.reason + ")");
-    PlannerOptions planner_options;
-    planner_options.allow_broadcast = broadcast.backend != BroadcastBackend::kNone;
-    const auto t0 = Clock::now();
-    Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
-    if (!plan.isOk()) {
-      fail(plan.status().withContext("planning"));
       return Status::ok();
-    }
-    const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    log("plan: " + std::to_string(plan->tensors.size()) + " tensors, " +
-        std::to_string(plan->groups.size()) + " broadcast groups, " +
-        std::to_string(plan->writes.size()) + " write ops, " +
-        std::to_string(plan->stats.bytes_total) + " bytes per version, planned in " +
-        std::to_string(plan_s) + " s");
-    WSYNC_RETURN_IF_ERROR(setupReplicas(rollouts));
-    opt_.metrics->setReplicaBytes(replicaBytes(*plan, replica_of_rollout_));
-    sendAssignments(*plan);
-    phase_ = Phase::kCommitting;
-    return Status::ok();
-  }
-
-  // Every rank's memory place, trainers then rollouts, for decideBroadcastBackend.
-  std::vector<RankBufferPlace> bufferPlaces() {
-    std::vector<RankBufferPlace> places;
-    places.reserve(participants_.size());
-    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
-      places.push_back({nameOf(trainer(t)), trainer(t).reg.device_id});
-    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
-      places.push_back({nameOf(rollout(r)), rollout(r).reg.device_id});
-    return places;
-  }
-
-  // Groups the rollout ranks into replicas (each with one slot count) for the sequencer.
-  Status setupReplicas(const std::vector<Registration>& rollouts) {
-    std::map<int32_t, std::vector<int32_t>> members;
-    for (const Registration& r : rollouts)
-      members[r.replica].push_back(r.rank);
-    replica_of_rollout_.assign(rollouts.size(), -1);
-    SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness};
-    sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
-    for (auto& [id, ranks] : members) {
-      const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
-      for (int32_t r : ranks) {
-        replica_of_rollout_[static_cast<size_t>(r)] = id;
-        const auto n = static_cast<int32_t>(rollout(r).reg.slot_descriptors.size());
-        if (n != num_slots) {
-          return invalidArgument("replica " + std::to_string(id) + ": rollout " +
-                                 std::to_string(ranks[0]) + " has " + std::to_string(num_slots) +
-                                 " slots but rollout " + std::to_string(r) + " has " +
-                                 std::to_string(n));
-        }
-      }
-      WSYNC_RETURN_IF_ERROR(sequencer_->addReplica({id, ranks, num_slots}));
-    }
-    return Status::ok();
-  }
-
-  // Broadcast communicators: host (MPI) ones name MPI world ranks; device (NCCL) ones name NCCL
-  // world ranks (numberNcclWorld), and every rank then joins the NCCL world.
-  void sendAssignments(const Plan& plan) {
-    const bool nccl = broadcast_backend_ == BroadcastBackend::kNcclDevice && !plan.groups.empty();
-    const NcclWorldNumbering nccl_world = numberNcclWorld(
-        static_cast<int32_t>(trainer_index_.size()), static_cast<int32_t>(rollout_index_.size()));
-    std::vector<int32_t> trainer_world = nccl_world.trainer_ranks;
-    std::vector<int32_t> rollout_world = nccl_world.rollout_ranks;
-    if (!nccl) {
-      for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
-        trainer_world[static_cast<size_t>(t)] = trainer(t).hello.world_rank;
-      for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
-        rollout_world[static_cast<size_t>(r)] = rollout(r).hello.world_rank;
-    }
-    const BroadcastCommMap comm_map = mapBroadcastComms(plan, trainer_world, rollout_world);
-    if (nccl) {
-      log("NCCL world of " + std::to_string(nccl_world.size) + " ranks, " +
-          std::to_string(comm_map.comms.size()) + " broadcast communicators");
-    }
-    auto assignment = [&](Role role, int32_t rank) {
-      PlanAssignmentMsg msg;
-      const RankPlan view = rankView(plan, role, rank);
-      msg.rank_plan = encodeRankPlan(view);
-      if (role == Role::kTrainer) {
-        for (int32_t peer : view.peers) {
-          const Participant& q = rollout(peer);
-          msg.peers.push_back({peer, q.reg.transport, q.reg.transport_address,
-                               q.reg.slot_descriptors, q.reg.buffer_byte_offsets});
-        }
-      }
-      if (nccl) {
-        assignNcclBroadcasts(plan, comm_map, nccl_world, trainer(0).reg.nccl_unique_id, role, rank,
-                             &msg);
-      } else {
-        rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
-        if (!msg.comms.empty()) {  // host broadcast groups: MPI world ranks
-          const Participant& self = role == Role::kTrainer ? trainer(rank) : rollout(rank);
-          msg.broadcast.backend = "mpi";
-          msg.broadcast.world_rank = self.hello.world_rank;
-          msg.broadcast.world_size = opt_.mpi_world_size;
-          msg.broadcast.root_ranks = trainer_world;
-        }
-      }
-      msg.replica_of_rollout = replica_of_rollout_;
-      return encode(msg);
-    };
-    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t) {
-      sendTo(trainer(t), MessageType::kPlanAssignment, assignment(Role::kTrainer, t));
-    }
-    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r) {
-      sendTo(rollout(r), MessageType::kPlanAssignment, assignment(Role::kRollout, r));
-    }
-  }
-
-  Status onCommitDone(Participant& p) {
-    if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
-    p.committed = true;
-    if (std::all_of(participants_.begin(), participants_.end(),
-                    [](const Participant& q) { return q.committed; })) {
-      for (const Participant& q : participants_)
-        sendTo(q, MessageType::kCommitOk, {});
-      phase_ = Phase::kRunning;
-      log("commit complete");
-    }
-    return Status::ok();
-  }
-
-  // ---- versions (coordinator/version_sequencer.h) -----------------------------------------
-  Status onVersionMessage(const Participant& p, MessageType type,
-                          const std::vector<uint8_t>& payload) {
-    if (phase_ != Phase::kRunning) {
-      return invalidUsage(std::string(messageTypeName(type)) + " before commit completed");
-    }
-    const bool trainer_message = type == MessageType::kPublish || type == MessageType::kSent;
-    if ((p.hello.role == Role::kTrainer) != trainer_message) {
-      return protocolError(std::string("unexpected message ") + messageTypeName(type) + " from a " +
-                           roleName(p.hello.role) + " rank");
-    }
-    const auto now = Clock::now();
-    if (type == MessageType::kPrepared) {
-      SlotMsg m;
+    case MessageType::kError: {
+      ErrorMsg m;
       WSYNC_RETURN_IF_ERROR(decode(payload, m));
-      return apply(sequencer_->onPrepared(p.role_rank, m, now));
+      return Status(m.code, "reported: " + m.message);
     }
-    VersionMsg m;
-    WSYNC_RETURN_IF_ERROR(decode(payload, m));
-    if (type == MessageType::kPublish)
-      return apply(sequencer_->onPublish(p.role_rank, m.version, now));
-    if (type == MessageType::kSent) return apply(sequencer_->onSent(p.role_rank, m.version, now));
-    return apply(sequencer_->onReceived(p.role_rank, m.version, now));
+    default:
+      return protocolError(std::string("unexpected message ") + messageTypeName(type));
   }
+}
 
-  // Logs the sequencer's notes and sends its messages; returns its error, if any.
-  Status apply(Result<SequencerOutput> output) {
-    if (!output.isOk()) return output.status();
-    // Delivered carries the version's stats (coordinator/metrics.h).
-    const std::optional<DeliveredMsg> delivered =
-        opt_.metrics->observe(*output, *sequencer_, Clock::now());
-    for (const std::string& note : output->notes)
-      log(note);
-    for (const OutgoingMessage& m : output->messages) {
-      const std::vector<uint8_t> payload =
-          m.type == MessageType::kDelivered && delivered ? encode(*delivered) : m.encodedPayload();
-      for (const RankRef& to : m.to)
-        sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
+// The job ends once every rank said goodbye or disconnected; well when each of them said goodbye
+// or was dropped.
+void Coordinator::Impl::maybeAllGone() {
+  if (participants_.empty()) return;
+  for (const Participant& p : participants_) {
+    if (!p.said_bye && p.connected) return;
+  }
+  if (phase_ == Phase::kFailed || phase_ == Phase::kDone) return;
+  const bool all_gone = std::all_of(participants_.begin(), participants_.end(),
+                                    [](const Participant& q) { return q.said_bye || q.dropped; });
+  if (all_gone && phase_ >= Phase::kJoining) {
+    log("every rank said goodbye");
+    finish(Status::ok());
+  }
+}
+
+// ---- joining (coordinator/admission.h) --------------------------------------------------
+std::vector<const HelloMsg*> Coordinator::Impl::joinedHellos() const {
+  std::vector<const HelloMsg*> hellos;
+  hellos.reserve(participants_.size());
+  for (const Participant& p : participants_) {
+    if (!p.joiner) hellos.push_back(&p.hello);
+  }
+  return hellos;
+}
+
+void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
+  HelloMsg hello;
+  Status s = decode(payload, hello);
+  if (s.isOk() && hello.role == Role::kRollout && hello.replica_size > 0) {
+    return onJoinHello(conn, hello);
+  }
+  if (s.isOk() && phase_ != Phase::kJoining) {
+    s = invalidUsage(
+        "the job is past joining; a rollout replica joins a running job with "
+        "config.replica_size > 0 (explicit bootstrap)");
+  }
+  if (s.isOk()) s = checkHello(jobShape(), hello, joinedHellos());
+  if (!s.isOk()) {
+    log("refused a connection: " + s.toString());
+    refuse(conn, s);
+    return;
+  }
+  pending_.erase(std::remove(pending_.begin(), pending_.end(), conn), pending_.end());
+  Participant p;
+  p.conn = conn;
+  p.hello = hello;
+  p.role_rank = hello.role_rank;
+  by_conn_[conn] = participants_.size();
+  participants_.push_back(std::move(p));
+  if (static_cast<int>(joinedHellos().size()) == expectedParticipants(jobShape())) admitAll();
+}
+
+void Coordinator::Impl::admitAll() {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < participants_.size(); ++i) {
+    if (!participants_[i].joiner) order.push_back(i);
+  }
+  if (opt_.mpi_world_size > 0) {
+    std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
+      return participants_[a].hello.world_rank < participants_[b].hello.world_rank;
+    });
+    int32_t next[2] = {0, 0};
+    for (size_t i : order) {
+      Participant& p = participants_[i];
+      p.role_rank = next[static_cast<int>(p.hello.role)]++;
     }
+  }
+  trainer_index_.clear();
+  rollout_index_.clear();
+  for (size_t i : order) {
+    auto& index = participants_[i].hello.role == Role::kTrainer ? trainer_index_ : rollout_index_;
+    const auto r = static_cast<size_t>(participants_[i].role_rank);
+    if (index.size() <= r) index.resize(r + 1, -1);
+    index[r] = static_cast<int32_t>(i);
+  }
+  if (trainer_index_.empty()) return fail(invalidUsage("the job has no trainer rank"));
+  if (rollout_index_.empty()) return fail(invalidUsage("the job has no rollout rank"));
+  WelcomeMsg welcome;
+  welcome.num_trainers = numTrainers();
+  welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  if (opt_.mpi_world_size > 0) {
+    for (int32_t i : trainer_index_)
+      welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
+    for (int32_t i : rollout_index_)
+      welcome.rollout_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
+  }
+  for (size_t i : order) {
+    welcome.role_rank = participants_[i].role_rank;
+    sendTo(participants_[i], MessageType::kWelcome, encode(welcome));
+  }
+  log("all " + std::to_string(order.size()) + " ranks joined (" +
+      std::to_string(welcome.num_trainers) + " trainers, " + std::to_string(welcome.num_rollouts) +
+      " rollouts)");
+  phase_ = Phase::kRegistering;
+}
+
+// ---- registering and planning ------------------------------------------------------------
+Status Coordinator::Impl::onRegister(Participant& p, const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRegistering || p.registered) {
+    return invalidUsage("Register out of order (twice, or before every rank joined)");
+  }
+  WSYNC_RETURN_IF_ERROR(decode(payload, p.reg));
+  p.registered = true;
+  if (std::all_of(participants_.begin(), participants_.end(),
+                  [](const Participant& q) { return q.joiner || q.registered; })) {
+    return planAll();
+  }
+  return Status::ok();
+}
+
+Result<Registration> Coordinator::Impl::decodeRegistrationOf(const Participant& p) const {
+  WSYNC_ASSIGN_OR_RETURN(Registration reg,
+                         decodeRegistration(p.reg.registration.data(), p.reg.registration.size()));
+  if (reg.role != p.hello.role || (!p.joiner && reg.rank != p.role_rank)) {
+    return protocolError(nameOf(p) + " registered as " + rankName(reg.role, reg.rank));
+  }
+  if (reg.role == Role::kRollout) {
+    reg.rank = p.role_rank;
+    reg.replica = p.hello.replica;
+    if (p.reg.slot_descriptors.size() < 2) {
+      return invalidArgument(nameOf(p) + " exposes " +
+                             std::to_string(p.reg.slot_descriptors.size()) +
+                             " slots; at least 2 are needed");
+    }
+    if (p.reg.buffer_byte_offsets.size() != reg.buffers.size()) {
+      return protocolError(nameOf(p) + " sent buffer offsets that do not match its buffers");
+    }
+  }
+  return reg;
+}
+
+Status Coordinator::Impl::planAll() {
+  std::vector<Registration> trainers(trainer_index_.size());
+  std::vector<Registration> rollouts(rollout_index_.size());
+  for (Participant& p : participants_) {
+    if (p.joiner) continue;
+    WSYNC_ASSIGN_OR_RETURN(Registration reg, decodeRegistrationOf(p));
+    auto& role_regs = reg.role == Role::kRollout ? rollouts : trainers;
+    role_regs[static_cast<size_t>(reg.rank)] = std::move(reg);
+  }
+  const BroadcastDecision broadcast = decideBroadcastBackend(
+      bufferPlaces(), opt_.mpi_world_size > 0, !trainer(0).reg.nccl_unique_id.empty());
+  broadcast_backend_ = broadcast.backend;
+  log(std::string("broadcast groups: ") + broadcastBackendName(broadcast.backend) + " (" +
+      broadcast.reason + ")");
+  PlannerOptions planner_options;
+  planner_options.allow_broadcast = broadcast.backend != BroadcastBackend::kNone;
+  const auto t0 = Clock::now();
+  Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
+  if (!plan.isOk()) {
+    fail(plan.status().withContext("planning"));
     return Status::ok();
   }
+  const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  log("plan: " + std::to_string(plan->tensors.size()) + " tensors, " +
+      std::to_string(plan->groups.size()) + " broadcast groups, " +
+      std::to_string(plan->writes.size()) + " write ops, " +
+      std::to_string(plan->stats.bytes_total) + " bytes per version, planned in " +
+      std::to_string(plan_s) + " s");
+  WSYNC_RETURN_IF_ERROR(setupReplicas(rollouts));
+  opt_.metrics->setReplicaBytes(replicaBytes(*plan, replica_of_rollout_));
+  sendAssignments(*plan);
+  trainer_registrations_ = std::move(trainers);
+  phase_ = Phase::kCommitting;
+  return Status::ok();
+}
 
-  // ---- timers ------------------------------------------------------------------------------
-  void checkTimers() {
-    const auto now = Clock::now();
-    if (phase_ < Phase::kRunning && now >= phase_deadline_) {
-      std::string missing;
-      if (phase_ == Phase::kJoining) {
-        missing = describeAbsentRanks(jobShape(), joinedHellos());
-      } else {
-        for (const Participant& p : participants_) {
-          const bool waiting = phase_ == Phase::kRegistering ? !p.registered : !p.committed;
-          if (waiting) missing += (missing.empty() ? "" : ", ") + nameOf(p);
-        }
-        missing = std::string("never ") +
-                  (phase_ == Phase::kRegistering ? "registered" : "finished commit") + ": " +
-                  missing;
+// Every rank's memory place, trainers then rollouts, for decideBroadcastBackend.
+std::vector<RankBufferPlace> Coordinator::Impl::bufferPlaces() {
+  std::vector<RankBufferPlace> places;
+  places.reserve(participants_.size());
+  for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+    places.push_back({nameOf(trainer(t)), trainer(t).reg.device_id});
+  for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+    places.push_back({nameOf(rollout(r)), rollout(r).reg.device_id});
+  return places;
+}
+
+// Groups the rollout ranks into replicas (each with one slot count) for the sequencer.
+Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollouts) {
+  std::map<int32_t, std::vector<int32_t>> members;
+  for (const Registration& r : rollouts)
+    members[r.replica].push_back(r.rank);
+  replica_of_rollout_.assign(rollouts.size(), -1);
+  SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness};
+  sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
+  for (auto& [id, ranks] : members) {
+    const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
+    for (int32_t r : ranks) {
+      replica_of_rollout_[static_cast<size_t>(r)] = id;
+      const auto n = static_cast<int32_t>(rollout(r).reg.slot_descriptors.size());
+      if (n != num_slots) {
+        return invalidArgument("replica " + std::to_string(id) + ": rollout " +
+                               std::to_string(ranks[0]) + " has " + std::to_string(num_slots) +
+                               " slots but rollout " + std::to_string(r) + " has " +
+                               std::to_string(n));
       }
-      fail(timeoutError("waited " + std::to_string(opt_.timeout.count()) +
-                        " ms for every rank to " + (phase_ == Phase::kJoining ? "join" : "commit") +
-                        "; " + missing));
-      return;
     }
-    if (phase_ == Phase::kRunning) {
-      Status s = apply(sequencer_->advance(now));
-      if (!s.isOk()) fail(s);
+    WSYNC_RETURN_IF_ERROR(sequencer_->addReplica({id, ranks, num_slots}));
+  }
+  return Status::ok();
+}
+
+// Broadcast communicators: host (MPI) ones name MPI world ranks; device (NCCL) ones name NCCL
+// world ranks (numberNcclWorld), and every rank then joins the NCCL world.
+void Coordinator::Impl::sendAssignments(const Plan& plan) {
+  const bool nccl = broadcast_backend_ == BroadcastBackend::kNcclDevice && !plan.groups.empty();
+  const NcclWorldNumbering nccl_world = numberNcclWorld(
+      static_cast<int32_t>(trainer_index_.size()), static_cast<int32_t>(rollout_index_.size()));
+  std::vector<int32_t> trainer_world = nccl_world.trainer_ranks;
+  std::vector<int32_t> rollout_world = nccl_world.rollout_ranks;
+  if (!nccl) {
+    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+      trainer_world[static_cast<size_t>(t)] = trainer(t).hello.world_rank;
+    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+      rollout_world[static_cast<size_t>(r)] = rollout(r).hello.world_rank;
+  }
+  const BroadcastCommMap comm_map = mapBroadcastComms(plan, trainer_world, rollout_world);
+  if (nccl) {
+    log("NCCL world of " + std::to_string(nccl_world.size) + " ranks, " +
+        std::to_string(comm_map.comms.size()) + " broadcast communicators");
+  }
+  auto assignment = [&](Role role, int32_t rank) {
+    PlanAssignmentMsg msg;
+    const RankPlan view = rankView(plan, role, rank);
+    msg.rank_plan = encodeRankPlan(view);
+    if (role == Role::kTrainer) {
+      for (int32_t peer : view.peers) {
+        const Participant& q = rollout(peer);
+        msg.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
+                             q.reg.buffer_byte_offsets});
+      }
+    }
+    if (nccl) {
+      assignNcclBroadcasts(plan, comm_map, nccl_world, trainer(0).reg.nccl_unique_id, role, rank,
+                           &msg);
+    } else {
+      rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
+      if (!msg.comms.empty()) {  // host broadcast groups: MPI world ranks
+        const Participant& self = role == Role::kTrainer ? trainer(rank) : rollout(rank);
+        msg.broadcast.backend = "mpi";
+        msg.broadcast.world_rank = self.hello.world_rank;
+        msg.broadcast.world_size = opt_.mpi_world_size;
+        msg.broadcast.root_ranks = trainer_world;
+      }
+    }
+    msg.replica_of_rollout = replica_of_rollout_;
+    return encode(msg);
+  };
+  for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t) {
+    sendTo(trainer(t), MessageType::kPlanAssignment, assignment(Role::kTrainer, t));
+  }
+  for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r) {
+    sendTo(rollout(r), MessageType::kPlanAssignment, assignment(Role::kRollout, r));
+  }
+}
+
+Status Coordinator::Impl::onCommitDone(Participant& p) {
+  if (p.joiner) {
+    if (p.committed || !p.registered) return invalidUsage("CommitDone out of order");
+    p.committed = true;
+    maybeCompleteJoin(p.hello.replica);
+    return Status::ok();
+  }
+  if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
+  p.committed = true;
+  if (std::all_of(participants_.begin(), participants_.end(),
+                  [](const Participant& q) { return q.joiner || q.committed; })) {
+    const auto now = Clock::now();
+    for (Participant& q : participants_) {
+      if (q.joiner) continue;
+      q.last_heard = now;
+      sendTo(q, MessageType::kCommitOk, {});
+    }
+    phase_ = Phase::kRunning;
+    log("commit complete");
+    for (auto& [id, g] : joining_) {  // replicas that asked to join before the job ran
+      if (!g.welcomed && std::count(g.members.begin(), g.members.end(), -1) == 0) welcomeJoiners(g);
     }
   }
+  return Status::ok();
+}
 
-  CoordinatorOptions opt_;
-  std::unique_ptr<FrameServer> server_;
-  std::thread thread_;
+// ---- versions (coordinator/version_sequencer.h) -----------------------------------------
+Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType type,
+                                           const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning) {
+    return invalidUsage(std::string(messageTypeName(type)) + " before commit completed");
+  }
+  const bool trainer_message = type == MessageType::kPublish || type == MessageType::kSent;
+  if ((p.hello.role == Role::kTrainer) != trainer_message) {
+    return protocolError(std::string("unexpected message ") + messageTypeName(type) + " from a " +
+                         roleName(p.hello.role) + " rank");
+  }
+  const auto now = Clock::now();
+  if (type == MessageType::kPrepared) {
+    SlotMsg m;
+    WSYNC_RETURN_IF_ERROR(decode(payload, m));
+    return apply(sequencer_->onPrepared(p.role_rank, m, now));
+  }
+  VersionMsg m;
+  WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  if (type == MessageType::kPublish)
+    return apply(sequencer_->onPublish(p.role_rank, m.version, now));
+  if (type == MessageType::kSent) return apply(sequencer_->onSent(p.role_rank, m.version, now));
+  return apply(sequencer_->onReceived(p.role_rank, m.version, now));
+}
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Event> queue_;
-  bool stopping_ = false;
+// Logs the sequencer's notes and sends its messages; returns its error, if any.
+Status Coordinator::Impl::apply(Result<SequencerOutput> output) {
+  if (!output.isOk()) return output.status();
+  // Delivered also carries the version's stats (coordinator/metrics.h).
+  const std::optional<DeliveredMsg> stats =
+      opt_.metrics->observe(*output, *sequencer_, Clock::now());
+  for (const std::string& note : output->notes)
+    log(note);
+  for (const OutgoingMessage& m : output->messages) {
+    std::vector<uint8_t> payload;
+    if (m.type == MessageType::kDelivered && stats) {
+      DeliveredMsg d = std::get<DeliveredMsg>(m.payload);
+      d.has_stats = true;
+      d.stats = stats->stats;
+      payload = encode(d);
+    } else {
+      payload = m.encodedPayload();
+    }
+    for (const RankRef& to : m.to)
+      sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
+  }
+  return Status::ok();
+}
 
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  bool finished_ = false;
-  Status final_status_;
-
-  // Event-thread state.
-  Phase phase_ = Phase::kJoining;
-  Clock::time_point phase_deadline_;
-  std::vector<Participant> participants_;
-  std::unordered_map<ConnectionId, size_t> by_conn_;
-  std::vector<ConnectionId> pending_;   // connected, no Hello yet
-  std::vector<int32_t> trainer_index_;  // role rank -> participants_ index
-  std::vector<int32_t> rollout_index_;
-  std::vector<int32_t> replica_of_rollout_;
-  BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
-  std::optional<VersionSequencer> sequencer_;  // from planning on
-};
+// ---- timers ------------------------------------------------------------------------------
+void Coordinator::Impl::checkTimers() {
+  const auto now = Clock::now();
+  if (phase_ < Phase::kRunning && now >= phase_deadline_) {
+    std::string missing;
+    if (phase_ == Phase::kJoining) {
+      missing = describeAbsentRanks(jobShape(), joinedHellos());
+    } else {
+      for (const Participant& p : participants_) {
+        if (p.joiner) continue;
+        const bool waiting = phase_ == Phase::kRegistering ? !p.registered : !p.committed;
+        if (waiting) missing += (missing.empty() ? "" : ", ") + nameOf(p);
+      }
+      missing = std::string("never ") +
+                (phase_ == Phase::kRegistering ? "registered" : "finished commit") + ": " + missing;
+    }
+    fail(timeoutError("waited " + std::to_string(opt_.timeout.count()) + " ms for every rank to " +
+                      (phase_ == Phase::kJoining ? "join" : "commit") + "; " + missing));
+    return;
+  }
+  if (phase_ == Phase::kRunning) {
+    Status s = apply(sequencer_->advance(now));
+    if (!s.isOk()) return fail(s);
+    checkHeartbeats(now);
+    sendDueLefts();
+  }
+  if (phase_ != Phase::kDone && phase_ != Phase::kFailed) checkJoinDeadlines(now);
+}
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));

@@ -4,6 +4,16 @@
 // ready on a replica only when all of its data landed (see coordinator/protocol.h for the
 // messages; the per-version state machine is coordinator/version_sequencer.h).
 //
+// Membership: trainers are fixed (losing one fails the job), and so are the ranks of an MPI-
+// bootstrap job (their replicas may receive by broadcast). Any other rollout rank of the job
+// whose connection closes without goodbye, or that stays silent past heartbeat_timeout, is
+// dropped with its replica: the in-flight version completes for the other replicas, the replica's
+// other ranks get an Error, the trainers are told (ReplicaDropped) and Delivered lists the replica
+// as lost. A rollout that leaves (Leave, at finalize) takes its replica out at once, so later
+// versions do not wait for it. A replica joining the running job (Hello with replica_size > 0) is
+// planned alone against the trainers and takes part from the next version after every trainer
+// applied its plan extension.
+//
 // Threading: start() spawns one event thread; every state change happens on it. The control
 // server's thread only enqueues events. wait() and stop() may be called from any thread.
 #pragma once
@@ -37,7 +47,11 @@ struct CoordinatorOptions {
   // A replica that has not drained its target slot this long after a version starts is skipped
   // for that version, unless that would make it lag more than max_staleness versions.
   std::chrono::milliseconds skip_grace{200};
-  int max_staleness = -1;                       // -1: unbounded
+  int max_staleness = -1;  // -1: unbounded
+  // A rollout rank of the running job that sends nothing (rollouts heartbeat every quarter of
+  // this) for this long is dropped like one whose connection closed. 0: heartbeats are not
+  // watched.
+  std::chrono::milliseconds heartbeat_timeout{0};
   std::function<void(const std::string&)> log;  // progress lines; may be empty
   // Fed with every version's outcome (readers: metrics->snapshot()); null: a private one.
   std::shared_ptr<CoordinatorMetrics> metrics;

@@ -111,6 +111,10 @@ int run(int argc, char** argv) {
       cxxopts::value<int>()->default_value("-1"))(
       "skip-grace-ms", "wait this long for a busy replica before skipping it for a version",
       cxxopts::value<int>()->default_value("200"))(
+      "heartbeat-timeout-ms",
+      "drop a rollout rank silent this long (0: never; default: $WSYNC_HEARTBEAT_TIMEOUT_MS or "
+      "10000)",
+      cxxopts::value<int>()->default_value("-1"))(
       "metrics-port", "serve Prometheus metrics at http://<metrics-bind>:PORT/metrics (0: off)",
       cxxopts::value<int>()->default_value("0"))(
       "metrics-bind", "address the metrics server listens on",
@@ -132,6 +136,9 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (opt.control.secret.empty()) opt.control.secret = environment->secret;
+  const int heartbeat_ms = args["heartbeat-timeout-ms"].as<int>();
+  opt.heartbeat_timeout = std::chrono::milliseconds(
+      heartbeat_ms >= 0 ? heartbeat_ms : environment->heartbeat_timeout_ms);
   const bool quiet = args.count("quiet") > 0;
   if (!quiet) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const auto metrics = std::make_shared<wsync::CoordinatorMetrics>();

@@ -107,6 +107,18 @@ const char* messageTypeName(MessageType t) {
       return "Go";
     case MessageType::kSent:
       return "Sent";
+    case MessageType::kHeartbeat:
+      return "Heartbeat";
+    case MessageType::kLeave:
+      return "Leave";
+    case MessageType::kLeft:
+      return "Left";
+    case MessageType::kReplicaDropped:
+      return "ReplicaDropped";
+    case MessageType::kPlanExtension:
+      return "PlanExtension";
+    case MessageType::kExtensionDone:
+      return "ExtensionDone";
     case MessageType::kReceived:
       return "Received";
     case MessageType::kReady:
@@ -129,6 +141,8 @@ std::vector<uint8_t> encode(const HelloMsg& m) {
   w.vari(m.role_rank);
   w.vari(m.replica);
   w.str(m.host);
+  w.vari(m.replica_size);
+  w.vari(m.replica_rank);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m) {
@@ -136,7 +150,8 @@ Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m) {
   uint64_t version = 0;
   uint8_t role = 0;
   r.varu(version) && r.u8(role) && getI32(r, m.world_rank) && getI32(r, m.role_rank) &&
-      getI32(r, m.replica) && r.str(m.host, kMaxStringBytes);
+      getI32(r, m.replica) && r.str(m.host, kMaxStringBytes) && getI32(r, m.replica_size) &&
+      getI32(r, m.replica_rank);
   WSYNC_RETURN_IF_ERROR(finish(r, "Hello"));
   if (version != kProtocolVersion) {
     return protocolError("protocol version " + std::to_string(version) +
@@ -155,12 +170,14 @@ std::vector<uint8_t> encode(const WelcomeMsg& m) {
   w.vari(m.num_rollouts);
   putInts(w, m.trainer_world_ranks);
   putInts(w, m.rollout_world_ranks);
+  w.vari(m.heartbeat_interval_ms);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m) {
   ByteReader r(bytes);
   getI32(r, m.role_rank) && getI32(r, m.num_trainers) && getI32(r, m.num_rollouts) &&
-      getInts(r, m.trainer_world_ranks) && getInts(r, m.rollout_world_ranks);
+      getInts(r, m.trainer_world_ranks) && getInts(r, m.rollout_world_ranks) &&
+      getI32(r, m.heartbeat_interval_ms);
   return finish(r, "Welcome");
 }
 
@@ -184,17 +201,36 @@ Status decode(const std::vector<uint8_t>& bytes, RegisterMsg& m) {
   return finish(r, "Register");
 }
 
-std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
-  ByteWriter w;
-  putBlob(w, m.rank_plan);
-  w.varu(m.peers.size());
-  for (const PeerInfo& p : m.peers) {
+namespace {
+void putPeers(ByteWriter& w, const std::vector<PeerInfo>& peers) {
+  w.varu(peers.size());
+  for (const PeerInfo& p : peers) {
     w.vari(p.rank);
     w.str(p.transport);
     putBlob(w, p.transport_address);
     putBlobs(w, p.slot_descriptors);
     putU64s(w, p.buffer_byte_offsets);
   }
+}
+bool getPeers(ByteReader& r, std::vector<PeerInfo>& peers) {
+  uint64_t n = 0;
+  if (!r.count(n, kMaxRanks)) return false;
+  peers.resize(n);
+  for (PeerInfo& p : peers) {
+    if (!(getI32(r, p.rank) && r.str(p.transport, kMaxNameBytes) &&
+          getBlob(r, p.transport_address) && getBlobs(r, p.slot_descriptors) &&
+          getU64s(r, p.buffer_byte_offsets))) {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
+  ByteWriter w;
+  putBlob(w, m.rank_plan);
+  putPeers(w, m.peers);
   w.varu(m.comms.size());
   for (const BroadcastComm& c : m.comms) {
     w.vari(c.id);
@@ -212,16 +248,7 @@ std::vector<uint8_t> encode(const PlanAssignmentMsg& m) {
 Status decode(const std::vector<uint8_t>& bytes, PlanAssignmentMsg& m) {
   ByteReader r(bytes);
   uint64_t n = 0;
-  if (getBlob(r, m.rank_plan) && r.count(n, kMaxRanks)) {
-    m.peers.resize(n);
-    for (PeerInfo& p : m.peers) {
-      if (!(getI32(r, p.rank) && r.str(p.transport, kMaxNameBytes) &&
-            getBlob(r, p.transport_address) && getBlobs(r, p.slot_descriptors) &&
-            getU64s(r, p.buffer_byte_offsets))) {
-        break;
-      }
-    }
-  }
+  getBlob(r, m.rank_plan) && getPeers(r, m.peers);
   if (r.ok() && r.count(n, kMaxRanks)) {
     m.comms.resize(n);
     for (BroadcastComm& c : m.comms) {
@@ -317,6 +344,9 @@ bool getCount32(ByteReader& r, int32_t& v) {
 std::vector<uint8_t> encode(const DeliveredMsg& m) {
   ByteWriter w;
   w.varu(m.version);
+  putInts(w, m.ready_replicas);
+  putInts(w, m.skipped_replicas);
+  putInts(w, m.lost_replicas);
   if (!m.has_stats) return w.take();
   const DeliveredStats& s = m.stats;
   w.u8(kDeliveredStatsFormat);
@@ -332,7 +362,8 @@ std::vector<uint8_t> encode(const DeliveredMsg& m) {
 Status decode(const std::vector<uint8_t>& bytes, DeliveredMsg& m) {
   ByteReader r(bytes);
   DeliveredMsg d;
-  r.varu(d.version);
+  r.varu(d.version) && getInts(r, d.ready_replicas) && getInts(r, d.skipped_replicas) &&
+      getInts(r, d.lost_replicas);
   uint8_t format = 0;
   if (r.ok() && !r.atEnd() && r.u8(format)) {
     if (format == 0) return protocolError("Delivered: stats block of format 0");
@@ -361,6 +392,41 @@ Status decode(const std::vector<uint8_t>& bytes, ErrorMsg& m) {
   r.varuMax(code, WSYNC_ERR_INTERNAL) && r.str(m.message, kMaxStringBytes);
   WSYNC_RETURN_IF_ERROR(finish(r, "Error"));
   m.code = code == WSYNC_SUCCESS ? WSYNC_ERR_REMOTE : static_cast<wsync_status_t>(code);
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode(const ReplicaMsg& m) {
+  ByteWriter w;
+  w.vari(m.replica);
+  putInts(w, m.ranks);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, ReplicaMsg& m) {
+  ByteReader r(bytes);
+  getI32(r, m.replica) && getInts(r, m.ranks);
+  WSYNC_RETURN_IF_ERROR(finish(r, "replica"));
+  for (int32_t rank : m.ranks) {
+    if (rank < 0) return protocolError("replica message: negative rollout rank");
+  }
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode(const PlanExtensionMsg& m) {
+  ByteWriter w;
+  w.vari(m.replica);
+  putInts(w, m.ranks);
+  putBlob(w, m.rank_plan);
+  putPeers(w, m.peers);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, PlanExtensionMsg& m) {
+  ByteReader r(bytes);
+  getI32(r, m.replica) && getInts(r, m.ranks) && getBlob(r, m.rank_plan) && getPeers(r, m.peers);
+  WSYNC_RETURN_IF_ERROR(finish(r, "PlanExtension"));
+  if (m.replica < 0) return protocolError("PlanExtension: negative replica id");
+  for (int32_t rank : m.ranks) {
+    if (rank < 0) return protocolError("PlanExtension: negative rollout rank");
+  }
   return Status::ok();
 }
 

@@ -14,8 +14,20 @@
 //   coord -> Go(v, slot per replica, -1 = skipped) to every trainer and rollout rank
 //   trainers write/broadcast -> Sent(v);  rollout ranks that receive broadcasts -> Received(v)
 //   coord -> Ready(v, slot) to the ranks of each replica once all of its data landed
-//   coord -> Delivered(v, stats) to every trainer once every taking replica is ready
+//   coord -> Delivered(v, which replicas took, skipped, were lost) to every trainer once every
+//            taking replica is ready (with the
+//            coordinator's stats of it)
 // Any side -> Error(status, message); rank -> Bye at finalize.
+// Membership while the job runs (protocol version 4):
+//   rollout -> Heartbeat every Welcome::heartbeat_interval_ms (a rank silent past the
+//            coordinator's heartbeat timeout is dropped, as is one whose connection closes)
+//   rollout -> Leave (finalize)            coord -> Left once no trainer writes into it any more
+//   coord -> ReplicaDropped(replica, ranks) to every trainer: write to those ranks no more
+//   a replica joining a running job (Hello with replica_size > 0) registers as above; the
+//   coordinator plans it alone (one-sided writes) and sends each trainer PlanExtension (its writes
+//   to the new ranks and their peers); trainer -> ExtensionDone(replica); once every trainer and
+//   every new rank is done, CommitOk to the new ranks: the replica takes part from the next
+//   version.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +57,18 @@ enum class MessageType : uint16_t {
   kDelivered = 14,
   kError = 15,
   kBye = 16,
+  kHeartbeat = 17,       // rollout -> coord, empty
+  kLeave = 18,           // rollout -> coord, empty
+  kLeft = 19,            // coord -> rollout, empty
+  kReplicaDropped = 20,  // coord -> trainer, ReplicaMsg
+  kPlanExtension = 21,   // coord -> trainer, PlanExtensionMsg
+  kExtensionDone = 22,   // trainer -> coord, ReplicaMsg
 };
 const char* messageTypeName(MessageType t);
 
-inline constexpr uint32_t kProtocolVersion = 3;  // 3: backends by name, a generic broadcast world
+// 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
+// Delivered outcomes)
+inline constexpr uint32_t kProtocolVersion = 4;
 
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
@@ -57,6 +77,10 @@ struct HelloMsg {
   int32_t role_rank = -1;   // explicit bootstrap; -1 under MPI (the coordinator assigns it)
   int32_t replica = -1;     // rollouts
   std::string host;         // for messages only
+  // A rollout joining a running job (explicit bootstrap, role_rank -1): its replica has
+  // replica_size ranks, this is number replica_rank of them. 0: a rank of the fixed membership.
+  int32_t replica_size = 0;
+  int32_t replica_rank = -1;
 };
 
 struct WelcomeMsg {
@@ -65,6 +89,8 @@ struct WelcomeMsg {
   int32_t num_rollouts = 0;
   std::vector<int32_t> trainer_world_ranks;  // empty without MPI
   std::vector<int32_t> rollout_world_ranks;
+  // Rollouts send Heartbeat this often (ms); 0: the coordinator watches no heartbeats.
+  int32_t heartbeat_interval_ms = 0;
 };
 
 struct RegisterMsg {
@@ -112,8 +138,22 @@ struct PlanAssignmentMsg {
   BroadcastWorldAssignment broadcast;
 };
 
-struct VersionMsg {  // Publish, Sent, Received, Delivered, CommitDone(version 0)
+struct VersionMsg {  // Publish, Sent, Received, CommitDone(version 0)
   uint64_t version = 0;
+};
+
+struct ReplicaMsg {  // ReplicaDropped, ExtensionDone
+  int32_t replica = -1;
+  std::vector<int32_t> ranks;  // ReplicaDropped: the replica's rollout ranks
+};
+
+// A joined replica's part of the plan for one trainer: its writes to the replica's ranks
+// (encodeRankPlan of rankView over the replica's plan) and those ranks' addresses and slots.
+struct PlanExtensionMsg {
+  int32_t replica = -1;
+  std::vector<int32_t> ranks;  // the replica's rollout ranks
+  std::vector<uint8_t> rank_plan;
+  std::vector<PeerInfo> peers;
 };
 
 struct SlotMsg {  // Prepare, Prepared, Ready
@@ -137,11 +177,15 @@ struct DeliveredStats {
   uint32_t checksum_failures = 0;  // 0 until versions are checksummed
 };
 
-// Delivered. On the wire: the version, then (optional) a stats block that starts with its format
-// number; a version-only payload (an older coordinator) decodes with has_stats false, and a newer
-// format's extra fields after the ones known here are skipped.
+// Delivered(v): the version is ready on every replica that took it. Replica ids increasing. On the
+// wire: the version, the three replica lists, then (optional) a stats block that starts with its
+// format number; a payload without it decodes with has_stats false, and a newer format's extra
+// fields after the ones known here are skipped.
 struct DeliveredMsg {
   uint64_t version = 0;
+  std::vector<int32_t> ready_replicas;    // took the version
+  std::vector<int32_t> skipped_replicas;  // busy past the skip grace
+  std::vector<int32_t> lost_replicas;     // dropped or left while the version was in flight
   bool has_stats = false;
   DeliveredStats stats;
 };
@@ -160,6 +204,8 @@ std::vector<uint8_t> encode(const SlotMsg& m);
 std::vector<uint8_t> encode(const GoMsg& m);
 std::vector<uint8_t> encode(const DeliveredMsg& m);
 std::vector<uint8_t> encode(const ErrorMsg& m);
+std::vector<uint8_t> encode(const ReplicaMsg& m);
+std::vector<uint8_t> encode(const PlanExtensionMsg& m);
 
 Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m);
@@ -170,5 +216,7 @@ Status decode(const std::vector<uint8_t>& bytes, SlotMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, GoMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, DeliveredMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ErrorMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, ReplicaMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, PlanExtensionMsg& m);
 
 }  // namespace wsync

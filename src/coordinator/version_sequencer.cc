@@ -299,7 +299,6 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
     out.messages.push_back(std::move(ready));
   }
   if (!all_ready) return;
-  out.messages.push_back({MessageType::kDelivered, trainerRanks(), VersionMsg{v}});
   VersionOutcome outcome;
   outcome.version = v;
   outcome.lost_replicas = std::move(in_flight_->lost);
@@ -309,6 +308,9 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
     if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
     replica.stage = Stage::kOut;
   }
+  out.messages.push_back(
+      {MessageType::kDelivered, trainerRanks(),
+       DeliveredMsg{v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas}});
   out.delivered = std::move(outcome);
   in_flight_.reset();
   startNext(now, out);

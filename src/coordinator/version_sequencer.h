@@ -16,8 +16,9 @@
 //   max_staleness; otherwise Go waits for it;
 //   Ready(v, slot) to the ranks of a taking replica once every trainer sent v and every rank of
 //   the replica received it;
-//   Delivered(v) to every trainer once every taking replica is ready (VersionOutcome says which
-//   replicas took v, which were skipped, which left while v was in flight).
+//   Delivered(v) to every trainer once every taking replica is ready (VersionOutcome, also the
+//   message's DeliveredMsg, says which replicas took v, which were skipped, which left while v was
+//   in flight).
 //
 // Membership is keyed by replica id and rollout rank so that replicas can join and leave between
 // or during versions: a replica added while a version is in flight takes part from the next
@@ -67,7 +68,7 @@ struct RankRef {
 struct OutgoingMessage {
   MessageType type = MessageType::kError;
   std::vector<RankRef> to;
-  std::variant<VersionMsg, SlotMsg, GoMsg> payload;
+  std::variant<VersionMsg, SlotMsg, GoMsg, DeliveredMsg> payload;
 
   std::vector<uint8_t> encodedPayload() const;
 };
@@ -117,6 +118,7 @@ class VersionSequencer {
   uint64_t inFlightVersion() const;  // 0: none
   uint64_t lastStartedVersion() const { return last_started_; }
   std::optional<int32_t> replicaOf(int32_t rollout) const;
+  bool hasReplica(int32_t replica) const { return replicas_.count(replica) != 0; }
   uint64_t readyVersion(int32_t replica) const;  // newest version ready on it; 0: none or unknown
 
  private:

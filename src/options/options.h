@@ -118,6 +118,10 @@ enum class OptionKind : uint8_t {
   X(log, bool, false, "WSYNC_LOG", kSetting,                                                       \
     "the coordinator hosted by trainer rank 0 logs its decisions (broadcast backend, plan) on "    \
     "stderr")                                                                                      \
+  X(heartbeat_timeout_ms, int, 10000, "WSYNC_HEARTBEAT_TIMEOUT_MS", kSetting,                     \
+    "the coordinator drops a rollout rank it has not heard from (heartbeats every quarter of "    \
+    "this) for this many ms, as if it had died: its replica leaves the job, the trainers go on; "  \
+    "`0`: never")                                                                                  \
   X(host_copy, ::wsync::HostCopy, ::wsync::HostCopy::kAuto, "WSYNC_HOST_COPY", kSetting,           \
     "host copies into mapped peer memory: `memcpy`, `avx2` or `avx512` streaming stores (a kind "  \
     "the CPU lacks falls back to the widest it has), or `auto`, the widest the CPU has")           \
@@ -148,8 +152,8 @@ inline constexpr size_t kNumOptions = 0
 
 // Every option's value: a default-constructed Options holds the defaults. One field per
 // WSYNC_OPTION_LIST row, named and typed there: device_transport, cuda_ipc_export,
-// coordinator_host, secret, log, host_copy, debug_timing, debug_no_early_landing,
-// debug_no_copy_batch, debug_send_delay_ms.
+// coordinator_host, secret, log, heartbeat_timeout_ms, host_copy, debug_timing,
+// debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms.
 struct Options {
 #define WSYNC_OPTION_FIELD_(field, type, default_value, env, kind, doc) type field = default_value;
   WSYNC_OPTION_LIST(WSYNC_OPTION_FIELD_)

@@ -63,6 +63,7 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
       CoordinatorOptions copt;
       copt.timeout = options.timeout;
       copt.max_staleness = options.max_staleness;
+      copt.heartbeat_timeout = options.heartbeat_timeout;
       copt.first_participant_world_rank = 0;
       copt.control.secret = secret.empty() ? randomSecret() : secret;
       secret = copt.control.secret;
@@ -83,7 +84,9 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
       }
     }
   } else {
-    hello.role_rank = options.rank;
+    hello.role_rank = options.replica_size > 0 ? -1 : options.rank;
+    hello.replica_size = options.replica_size;
+    hello.replica_rank = options.replica_rank;
     if (secret.empty()) return invalidArgument("explicit bootstrap needs a secret (config.secret)");
   }
   WSYNC_ASSIGN_OR_RETURN(auto host_port, splitAddress(address));

@@ -31,6 +31,10 @@ struct BootstrapOptions {
   // interface, advertised by host name), and whether that coordinator logs its decisions.
   std::string coordinator_host;
   bool log_coordinator = false;
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  // A rollout joining a running job (explicit bootstrap): HelloMsg::replica_size / replica_rank.
+  int32_t replica_size = 0;
+  int32_t replica_rank = -1;
 };
 
 struct JobConnection {

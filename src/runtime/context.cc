@@ -28,7 +28,8 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
   if (options.role == Role::kRollout) {
     if (options.replica < 0) return invalidArgument("a rollout context needs replica >= 0");
     // A replica has at least one rank, so its index is below the number of rollout ranks.
-    const int32_t replica_bound = options.use_mpi ? kMaxJobRanks : options.num_rollouts;
+    const int32_t replica_bound =
+        options.use_mpi || options.replica_size > 0 ? kMaxJobRanks : options.num_rollouts;
     if (options.replica >= replica_bound) {
       return invalidArgument("replica must be in [0, " + std::to_string(replica_bound) +
                              ") (below the number of rollout ranks), got " +
@@ -39,7 +40,21 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
                              std::to_string(options.num_slots));
     }
   }
-  if (!options.use_mpi) {
+  if (options.replica_size < 0 || options.replica_size > kMaxJobRanks) {
+    return invalidArgument("replica_size must be in [0, " + std::to_string(kMaxJobRanks) +
+                           "], got " + std::to_string(options.replica_size));
+  }
+  const bool joins = options.replica_size > 0;
+  if (joins && (options.role != Role::kRollout || options.use_mpi)) {
+    return invalidArgument(
+        "replica_size > 0 (joining a running job) is for rollouts with explicit bootstrap");
+  }
+  if (joins && (options.replica_rank < 0 || options.replica_rank >= options.replica_size)) {
+    return invalidArgument(
+        "replica_rank must be in [0, replica_size = " + std::to_string(options.replica_size) +
+        "), got " + std::to_string(options.replica_rank));
+  }
+  if (!options.use_mpi && !joins) {
     const int32_t count =
         options.role == Role::kTrainer ? options.num_trainers : options.num_rollouts;
     if (options.rank < 0 || options.rank >= count) {
@@ -47,6 +62,8 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
                              " is out of range for " + std::to_string(count) + " " +
                              roleName(options.role) + " ranks");
     }
+  }
+  if (!options.use_mpi) {
     if (options.coordinator_address.empty()) {
       return invalidArgument("explicit bootstrap needs coordinator_address (host:port)");
     }
@@ -75,6 +92,9 @@ Status Context::joinJob() {
   b.secret = options_.secret;
   b.coordinator_host = options_.coordinator_host;
   b.log_coordinator = options_.log_coordinator;
+  b.replica_size = options_.replica_size;
+  b.replica_rank = options_.replica_rank;
+  b.heartbeat_timeout = std::chrono::milliseconds(options_.heartbeat_timeout_ms);
   WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
   registration_.role = options_.role;
   registration_.rank = job_.welcome.role_rank;

@@ -38,6 +38,12 @@ struct ContextOptions {
   int32_t num_rollouts = 0;
   std::string coordinator_address;
   std::string secret;
+  // A rollout replica joining a running job (explicit bootstrap; rank and num_rollouts unused):
+  // its number of ranks (> 0) and this rank's index among them. 0: fixed membership.
+  int32_t replica_size = 0;
+  int32_t replica_rank = -1;
+  // MPI bootstrap, world rank 0: its coordinator's heartbeat timeout (WSYNC_HEARTBEAT_TIMEOUT_MS).
+  int heartbeat_timeout_ms = 10000;
   // MPI bootstrap, world rank 0: the address its coordinator advertises (WSYNC_COORDINATOR_HOST)
   // and whether it logs its decisions (WSYNC_LOG).
   std::string coordinator_host;

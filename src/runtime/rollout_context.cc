@@ -16,6 +16,7 @@ constexpr std::chrono::milliseconds kLandingPollInterval{1};
 }  // namespace
 
 RolloutContext::~RolloutContext() {
+  stopHeartbeats();
   stopReceiver();
 }
 
@@ -78,6 +79,8 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
 
 Status RolloutContext::startRunning() {
   receiver_ = std::thread([this] { receiverLoop(); });
+  const std::chrono::milliseconds interval(job_.welcome.heartbeat_interval_ms);
+  if (interval.count() > 0) heartbeat_ = std::thread([this, interval] { heartbeatLoop(interval); });
   return Status::ok();
 }
 
@@ -159,6 +162,11 @@ void RolloutContext::receiverLoop() {
     }
   }
   store_->abort();
+  {
+    std::lock_guard lock(membership_mu_);
+    receiver_ended_ = true;
+  }
+  membership_cv_.notify_all();
 }
 
 Status RolloutContext::handle(const Frame& frame) {
@@ -222,6 +230,14 @@ Status RolloutContext::handle(const Frame& frame) {
       stopping_ = true;
       return Status::ok();
     }
+    case MessageType::kLeft: {
+      {
+        std::lock_guard lock(membership_mu_);
+        left_ = true;
+      }
+      membership_cv_.notify_all();
+      return Status::ok();
+    }
     default:
       return protocolError(std::string("unexpected ") +
                            messageTypeName(static_cast<MessageType>(frame.type)) +
@@ -269,8 +285,45 @@ void RolloutContext::abort() {
 }
 
 Status RolloutContext::finalize() {
+  const Status left = committed() && !failedOrAborted() ? leaveJob() : Status::ok();
+  stopHeartbeats();
   stopReceiver();
-  return Context::finalize();
+  const Status bye = Context::finalize();
+  return left.isOk() ? bye : left;
+}
+
+// ---- membership --------------------------------------------------------------------------------
+void RolloutContext::heartbeatLoop(std::chrono::milliseconds interval) {
+  std::unique_lock lock(membership_mu_);
+  while (!membership_cv_.wait_for(lock, interval, [this] { return heartbeats_stopping_; })) {
+    lock.unlock();
+    const Status s = sendMessage(MessageType::kHeartbeat, {});
+    lock.lock();
+    if (!s.isOk()) return;  // the channel is gone; the receiver reports why
+  }
+}
+
+void RolloutContext::stopHeartbeats() {
+  {
+    std::lock_guard lock(membership_mu_);
+    heartbeats_stopping_ = true;
+  }
+  membership_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+Status RolloutContext::leaveJob() {
+  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kLeave, {}));
+  std::unique_lock lock(membership_mu_);
+  const bool answered = membership_cv_.wait_for(lock, options_.timeout + kCoordinatorReplyGrace,
+                                                [this] { return left_ || receiver_ended_; });
+  if (left_) return Status::ok();
+  if (!answered) {
+    return timeoutError("leaving the job: the coordinator did not answer Leave within " +
+                        std::to_string((options_.timeout + kCoordinatorReplyGrace).count()) +
+                        " ms");
+  }
+  return failure().isOk() ? remoteError("leaving the job: the control channel ended") : failure();
 }
 
 }  // namespace wsync

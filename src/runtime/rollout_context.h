@@ -1,10 +1,15 @@
 // RolloutContext: receives versions into its slots. Slots are allocated once at commit (through
 // the write transport, so trainers write into them one-sidedly); a receiver thread follows the
 // coordinator (Prepare: drain leases on the target slot; Go: take part in broadcasts; Ready: make
-// the version readable) while readers take leases from any thread.
+// the version readable) while readers take leases from any thread. A heartbeat thread tells the
+// coordinator this rank is alive (Welcome::heartbeat_interval_ms). finalize() leaves the job
+// first: the coordinator takes the replica out at once and answers Left once no trainer writes
+// into this rank any more, and only then are the slots freed.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -50,6 +55,10 @@ class RolloutContext final : public Context {
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
   void stopReceiver();
+  void heartbeatLoop(std::chrono::milliseconds interval);
+  void stopHeartbeats();
+  // Leave, then wait (bounded by the timeout) for Left or for the receiver to end.
+  Status leaveJob();
 
   std::unique_ptr<WriteTransport> transport_;  // exposes the slots to the trainers
   DeviceStream flip_stream_;                   // copy flips without a caller stream
@@ -73,6 +82,14 @@ class RolloutContext final : public Context {
   RolloutStaleness staleness_;  // receiver thread writes
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
+
+  // Membership: the heartbeat thread, and the receiver's news for leaveJob().
+  std::mutex membership_mu_;
+  std::condition_variable membership_cv_;
+  bool heartbeats_stopping_ = false;
+  bool left_ = false;            // the coordinator answered Leave
+  bool receiver_ended_ = false;  // the receiver thread returned
+  std::thread heartbeat_;
 };
 
 }  // namespace wsync

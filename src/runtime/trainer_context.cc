@@ -11,6 +11,10 @@
 #include "transport/registry.h"
 
 namespace wsync {
+namespace {
+// How often an idle publisher thread reads the coordinator's membership news.
+constexpr std::chrono::milliseconds kIdlePoll{20};
+}  // namespace
 
 // ---- PublishRequest ------------------------------------------------------------------------
 Status PublishRequest::test() const {
@@ -28,14 +32,20 @@ Status PublishRequest::wait(std::chrono::milliseconds timeout) const {
   return status_;
 }
 
-void PublishRequest::complete(const Status& status) {
+void PublishRequest::complete(const Status& status, DeliveredMsg outcome) {
   {
     std::lock_guard lock(mu_);
     if (done_) return;
     done_ = true;
     status_ = status;
+    outcome_ = std::move(outcome);
   }
   cv_.notify_all();
+}
+
+DeliveredMsg PublishRequest::outcome() const {
+  std::lock_guard lock(mu_);
+  return outcome_;
 }
 
 // ---- TrainerContext: float8 scales -----------------------------------------------------------
@@ -186,6 +196,10 @@ Status TrainerContext::registerSources(WriteTransport& transport) {
           add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
     }
   }
+  for (const auto& part : extensions_) {
+    WSYNC_RETURN_IF_ERROR(onDevice() ? add(part->device_staging.data(), part->device_staging.size())
+                                     : add(part->host_staging.data(), part->host_staging.size()));
+  }
   return onDevice() ? add(device_convert_staging_.data(), device_convert_staging_.size())
                     : add(convert_staging_.data(), convert_staging_.size());
 }
@@ -198,24 +212,7 @@ Status TrainerContext::connectPeers(const std::vector<PeerInfo>& peers) {
     if (p.rank < 0 || p.rank >= numRollouts()) {
       return protocolError("plan assignment names unknown rollout " + std::to_string(p.rank));
     }
-    const std::string where = "rollout " + std::to_string(p.rank) + " (" + p.transport + ")";
-    Result<const WriteBackend*> backend = writerBackendFor(p.transport, memory_);
-    if (!backend.isOk()) return backend.status().withContext(where);
-    WSYNC_ASSIGN_OR_RETURN(WriteTransport * transport, transportFor(*backend));
-    if ((*backend)->reaches != nullptr) {
-      const Status reach = (*backend)->reaches(transport->localAddress(), p.transport_address);
-      if (!reach.isOk()) return reach.withContext(where);
-    }
-    WSYNC_RETURN_IF_ERROR(transport->connect(p.rank, p.transport_address).withContext(where));
-    Peer peer;
-    peer.transport = transport;
-    for (const auto& descriptor : p.slot_descriptors) {
-      WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport->attach(p.rank, descriptor));
-      peer.slot_memory.push_back(id);
-    }
-    peer.buffer_byte_offsets = p.buffer_byte_offsets;
-    peer_of_rollout_[static_cast<size_t>(p.rank)] = static_cast<int32_t>(peers_.size());
-    peers_.push_back(std::move(peer));
+    WSYNC_RETURN_IF_ERROR(connectPeer(p));
   }
   for (const WriteOp& op : plan_.writes) {
     if (op.dst_rank < 0 || op.dst_rank >= numRollouts() ||
@@ -224,6 +221,30 @@ Status TrainerContext::connectPeers(const std::vector<PeerInfo>& peers) {
                            " with no peer information");
     }
   }
+  return Status::ok();
+}
+
+Status TrainerContext::connectPeer(const PeerInfo& p) {
+  const std::string where = "rollout " + std::to_string(p.rank) + " (" + p.transport + ")";
+  Result<const WriteBackend*> backend = writerBackendFor(p.transport, memory_);
+  if (!backend.isOk()) return backend.status().withContext(where);
+  WSYNC_ASSIGN_OR_RETURN(WriteTransport * transport, transportFor(*backend));
+  if ((*backend)->reaches != nullptr) {
+    const Status reach = (*backend)->reaches(transport->localAddress(), p.transport_address);
+    if (!reach.isOk()) return reach.withContext(where);
+  }
+  WSYNC_RETURN_IF_ERROR(transport->connect(p.rank, p.transport_address).withContext(where));
+  Peer peer;
+  peer.transport = transport;
+  for (const auto& descriptor : p.slot_descriptors) {
+    WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport->attach(p.rank, descriptor));
+    peer.slot_memory.push_back(id);
+  }
+  peer.buffer_byte_offsets = p.buffer_byte_offsets;
+  if (peer_of_rollout_.size() <= static_cast<size_t>(p.rank))
+    peer_of_rollout_.resize(static_cast<size_t>(p.rank) + 1, -1);
+  peer_of_rollout_[static_cast<size_t>(p.rank)] = static_cast<int32_t>(peers_.size());
+  peers_.push_back(std::move(peer));
   return Status::ok();
 }
 
@@ -301,12 +322,19 @@ void TrainerContext::publisherLoop() {
     std::shared_ptr<PublishRequest> request;
     {
       std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      // Idle: every kIdlePoll, read what the coordinator sent (membership news).
+      while (
+          !queue_cv_.wait_for(lock, kIdlePoll, [this] { return stopping_ || !queue_.empty(); })) {
+        lock.unlock();
+        if (!failedOrAborted()) pollControlWhileIdle();
+        lock.lock();
+      }
       if (queue_.empty()) return;
       request = queue_.front();
     }
     active_scales_ = request->scales();
-    Status s = failedOrAborted() ? failure() : publishOne(request->version());
+    DeliveredMsg outcome;
+    Status s = failedOrAborted() ? failure() : publishOne(request->version(), &outcome);
     if (!s.isOk()) setFailed(s);
     {
       std::lock_guard lock(queue_mu_);
@@ -314,17 +342,17 @@ void TrainerContext::publisherLoop() {
       transfer_busy_ = false;
     }
     queue_cv_.notify_all();
-    request->complete(s);
+    request->complete(s, std::move(outcome));
   }
 }
 
-Status TrainerContext::publishOne(uint64_t version) {
+Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   const std::string what = "version " + std::to_string(version);
   using Clock = std::chrono::steady_clock;
   const Clock::time_point started = Clock::now();
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame go_frame, expectFrame(*job_.channel, MessageType::kGo,
-                                                     options_.timeout + kCoordinatorReplyGrace));
+  WSYNC_ASSIGN_OR_RETURN(Frame go_frame,
+                         nextFrame(MessageType::kGo, options_.timeout + kCoordinatorReplyGrace));
   GoMsg go;
   WSYNC_RETURN_IF_ERROR(decode(go_frame.payload, go));
   if (go.version != version) {
@@ -348,13 +376,14 @@ Status TrainerContext::publishOne(uint64_t version) {
   }
   queue_cv_.notify_all();
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kSent, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame delivered, expectFrame(*job_.channel, MessageType::kDelivered,
-                                                      options_.timeout + kCoordinatorReplyGrace));
+  WSYNC_ASSIGN_OR_RETURN(Frame delivered, nextFrame(MessageType::kDelivered,
+                                                    options_.timeout + kCoordinatorReplyGrace));
   DeliveredMsg d;
   WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
   if (d.version != version)
     return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
   delivered_.record(d);
+  *outcome = std::move(d);
   if (options_.debug_timing) {
     auto ms = [](Clock::time_point x, Clock::time_point y) {
       return std::chrono::duration<double, std::milli>(y - x).count();
@@ -381,18 +410,19 @@ const uint8_t* TrainerContext::sourceOf(int32_t buffer) const {
   return static_cast<const uint8_t*>(buffer_data_[b]);
 }
 
-namespace {
-// The slot `rollout`'s replica writes this version into; -1 when the replica skips it.
-int32_t slotFor(const GoMsg& go, const std::vector<int32_t>& replica_of_rollout, int32_t rollout) {
-  const int32_t replica = replica_of_rollout[static_cast<size_t>(rollout)];
+// The slot `rollout`'s replica writes this version into; -1 when the replica skips it (or left).
+int32_t TrainerContext::slotFor(const GoMsg& go, int32_t rollout) const {
+  if (rollout < 0 || static_cast<size_t>(rollout) >= replica_of_rollout_.size()) return -1;
+  const int32_t replica = replica_of_rollout_[static_cast<size_t>(rollout)];
   if (replica < 0 || static_cast<size_t>(replica) >= go.slot_of_replica.size()) return -1;
   return go.slot_of_replica[static_cast<size_t>(replica)];
 }
-}  // namespace
 
+// A group's replica takes the version when Go gives it a slot and it is still the replica of
+// the group's ranks (not dropped; a later replica may reuse its id).
 bool TrainerContext::replicaTakes(const GoMsg& go, const BroadcastGroup& group) const {
-  return group.replica >= 0 && static_cast<size_t>(group.replica) < go.slot_of_replica.size() &&
-         go.slot_of_replica[static_cast<size_t>(group.replica)] >= 0;
+  if (group.dst.empty() || slotFor(go, group.dst.front().rank) < 0) return false;
+  return replica_of_rollout_[static_cast<size_t>(group.dst.front().rank)] == group.replica;
 }
 
 // Device memory: every converting write and group is first converted (and packed) into staging by a
@@ -416,19 +446,25 @@ Status TrainerContext::convertIntoStaging(const GoMsg& go) {
   }
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
-    if (!op.converts() || slotFor(go, replica_of_rollout_, op.dst_rank) < 0) continue;
-    Region packed = plan_.region(op);  // the source region, written contiguously into staging
-    packed.dst_offset = 0;
-    packed.dst_stride[0] = packed.count[0];
-    packed.dst_stride[1] = packed.count[0] * packed.count[1];
-    const uint8_t* src =
-        sourceOf(op.src_buffer) + static_cast<size_t>(op.src_offset) * dtypeSize(op.src_dtype);
-    packed.src_offset = 0;
-    WSYNC_RETURN_IF_ERROR(convertRegionAsync(src, op.src_dtype,
-                                             stagingAt(write_staging_offsets_[i]), op.dst_dtype,
-                                             packed, activeScale(op.tensor), stream_.get()));
+    if (!op.converts() || slotFor(go, op.dst_rank) < 0) continue;
+    WSYNC_RETURN_IF_ERROR(
+        convertWriteAsync(plan_, op, stagingAt(write_staging_offsets_[i]), activeScale(op.tensor)));
   }
+  WSYNC_RETURN_IF_ERROR(convertExtensionsIntoStaging(go));
   return streamSync(stream_.get(), options_.timeout);
+}
+
+// Device memory: converts write op `op`'s source region into `staged`, packed, on stream_.
+Status TrainerContext::convertWriteAsync(const RankPlan& plan, const WriteOp& op, uint8_t* staged,
+                                         float scale) {
+  Region packed = plan.region(op);  // the source region, written contiguously into staging
+  packed.dst_offset = 0;
+  packed.dst_stride[0] = packed.count[0];
+  packed.dst_stride[1] = packed.count[0] * packed.count[1];
+  const uint8_t* src =
+      sourceOf(op.src_buffer) + static_cast<size_t>(op.src_offset) * dtypeSize(op.src_dtype);
+  packed.src_offset = 0;
+  return convertRegionAsync(src, op.src_dtype, staged, op.dst_dtype, packed, scale, stream_.get());
 }
 
 // Queues this trainer's broadcast of every group whose replica takes the version (host memory:
@@ -471,25 +507,35 @@ Status TrainerContext::transfer(const GoMsg& go) {
   if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   WSYNC_RETURN_IF_ERROR(postGroups(go));
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
-    const int32_t slot = slotFor(go, replica_of_rollout_, plan_.writes[i].dst_rank);
-    if (slot >= 0) WSYNC_RETURN_IF_ERROR(postWrite(i, slot));
+    const WriteOp& op = plan_.writes[i];
+    const int32_t slot = slotFor(go, op.dst_rank);
+    if (slot < 0) continue;
+    uint8_t* staged = op.converts() ? stagingAt(write_staging_offsets_[i]) : nullptr;
+    WSYNC_RETURN_IF_ERROR(postWrite(plan_, op, staged, slot));
   }
+  WSYNC_RETURN_IF_ERROR(postExtensionWrites(go));
   WSYNC_RETURN_IF_ERROR(flushWrites());
   return waitGroups();
 }
 
-// Posts write op `index` into `slot` of its rollout (host memory converts its rows into staging
-// first; device memory did in convertIntoStaging).
-Status TrainerContext::postWrite(size_t index, int32_t slot) {
-  const WriteOp& op = plan_.writes[index];
-  const Peer& peer =
-      peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
+// Posts write op `op` of `plan` into `slot` of its rollout (host memory converts its rows into
+// `staged` first; device memory did in convertIntoStaging).
+Status TrainerContext::postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged,
+                                 int32_t slot) {
+  const auto peer_index = static_cast<size_t>(op.dst_rank) < peer_of_rollout_.size()
+                              ? peer_of_rollout_[static_cast<size_t>(op.dst_rank)]
+                              : -1;
+  if (peer_index < 0) {
+    return protocolError("a write targets rollout " + std::to_string(op.dst_rank) +
+                         " with no peer information");
+  }
+  const Peer& peer = peers_[static_cast<size_t>(peer_index)];
   if (static_cast<size_t>(slot) >= peer.slot_memory.size()) {
     return protocolError("slot " + std::to_string(slot) + " of rollout " +
                          std::to_string(op.dst_rank) + " is unknown");
   }
   const RemoteMemoryId remote = peer.slot_memory[static_cast<size_t>(slot)];
-  const Region r = plan_.region(op);
+  const Region r = plan.region(op);
   const size_t ssz = dtypeSize(op.src_dtype);
   const size_t dsz = dtypeSize(op.dst_dtype);
   const uint64_t dst_base = peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] +
@@ -501,7 +547,6 @@ Status TrainerContext::postWrite(size_t index, int32_t slot) {
   size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
   size_t src_plane_pitch = static_cast<size_t>(r.src_stride[1]) * ssz;
   if (op.converts()) {  // the converted region, packed in its staging
-    uint8_t* staged = stagingAt(write_staging_offsets_[index]);
     if (!onDevice()) {  // host: convert the rows now (device: convertIntoStaging did)
       for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
         const int64_t plane = row / r.count[1];

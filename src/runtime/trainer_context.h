@@ -1,6 +1,9 @@
 // TrainerContext: publishes versions of the trainer's buffers. publish() queues a request; one
 // publisher thread runs them in order: Publish -> (coordinator) Go -> broadcasts and one-sided
-// writes -> flush -> Sent -> Delivered, which completes the request.
+// writes -> flush -> Sent -> Delivered, which completes the request and says which replicas took
+// the version. The publisher thread also applies membership news between versions (and polls for
+// it while idle): a dropped replica is written no more; a joining replica's plan extension
+// connects its ranks and adds its writes (src/runtime/trainer_membership.cc).
 #pragma once
 
 #include <condition_variable>
@@ -30,7 +33,9 @@ class PublishRequest {
   Status test() const;
   // Like test(), waiting up to `timeout` (TIMEOUT when still in progress).
   Status wait(std::chrono::milliseconds timeout) const;
-  void complete(const Status& status);
+  void complete(const Status& status, DeliveredMsg outcome = {});
+  // Which replicas took the version, were skipped or lost; set once delivered (SUCCESS).
+  DeliveredMsg outcome() const;
 
  private:
   const uint64_t version_;
@@ -39,6 +44,7 @@ class PublishRequest {
   mutable std::condition_variable cv_;
   bool done_ = false;
   Status status_;
+  DeliveredMsg outcome_;
 };
 
 class TrainerContext final : public Context {
@@ -65,12 +71,13 @@ class TrainerContext final : public Context {
   Status finalize() override;
 
  private:
+  struct ExtensionPart;
   Status prepareRegistration(RegisterMsg& msg) override;
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
 
   void publisherLoop();
-  Status publishOne(uint64_t version);
+  Status publishOne(uint64_t version, DeliveredMsg* outcome);
   void printTiming(const std::string& what, double to_go_ms, double transfer_ms,
                    double to_delivered_ms) const;
   void stopPublisher();
@@ -83,6 +90,7 @@ class TrainerContext final : public Context {
   }
   uint8_t* stagingAt(size_t offset) const;
   bool replicaTakes(const GoMsg& go, const BroadcastGroup& group) const;
+  int32_t slotFor(const GoMsg& go, int32_t rollout) const;
 
   // Commit, step by step (applyPlan).
   void adoptScales();
@@ -94,10 +102,26 @@ class TrainerContext final : public Context {
   // One version, step by step (transfer).
   Status transfer(const GoMsg& go);
   Status convertIntoStaging(const GoMsg& go);
+  Status convertWriteAsync(const RankPlan& plan, const WriteOp& op, uint8_t* staged, float scale);
   Status postGroups(const GoMsg& go);
-  Status postWrite(size_t index, int32_t slot);
+  // Posts `op` of `plan` into `slot` of its rollout; `staged`: where a converting op's region is
+  // (to be) converted, packed.
+  Status postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged, int32_t slot);
   Status flushWrites();
   Status waitGroups();
+
+  // Membership (trainer_membership.cc). The next frame of type `expected` from the coordinator
+  // (frames read while idle first), applying membership frames on the way; Error -> its status.
+  Result<Frame> nextFrame(MessageType expected, std::chrono::milliseconds timeout);
+  Status handleMembership(const Frame& frame);
+  Status applyExtension(PlanExtensionMsg extension);
+  void forgetReplica(const ReplicaMsg& dropped);
+  // Publisher thread, no request queued: reads what the coordinator sent (membership news, or a
+  // Go that another trainer's publish started, kept for publishOne).
+  void pollControlWhileIdle();
+  Status sizePartStaging(ExtensionPart& part);
+  Status postExtensionWrites(const GoMsg& go);
+  Status convertExtensionsIntoStaging(const GoMsg& go);
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;
@@ -119,6 +143,27 @@ class TrainerContext final : public Context {
   };
   std::vector<int32_t> peer_of_rollout_;  // rollout rank -> index into peers_, -1 if none
   std::vector<Peer> peers_;
+  // Connects `p` (once) and attaches its slots.
+  Status connectPeer(const PeerInfo& p);
+
+  // Replicas that joined the running job: their writes from this trainer, each with its own
+  // conversion staging (registered with every transport, like the plan's).
+  struct ExtensionPart {
+    int32_t replica = -1;
+    std::vector<int32_t> ranks;
+    RankPlan plan;
+    std::vector<size_t> staging_offsets;  // per write
+    std::vector<uint8_t> host_staging;
+    DeviceBuffer device_staging;
+    std::vector<float> scales;  // per plan tensor, from scale_by_name_ at each transfer
+    bool active = true;         // false once dropped (its staging stays registered)
+    uint8_t* stagingAt(size_t offset) {
+      return (device_staging.data() != nullptr ? device_staging.data() : host_staging.data()) +
+             offset;
+    }
+  };
+  std::vector<std::unique_ptr<ExtensionPart>> extensions_;
+  std::deque<Frame> stashed_;  // frames pollControlWhileIdle read for publishOne
 
   // float8 scales: by tensor name (set any time), and per plan tensor (after commit).
   std::mutex scale_mu_;

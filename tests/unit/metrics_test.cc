@@ -199,9 +199,15 @@ TEST(DeliveredCodec, StatsRoundTrip) {
   m.version = 77;
   m.has_stats = true;
   m.stats = {123456789, 4321, 3, 1, 2, 0, 0};
+  m.ready_replicas = {0, 2, 5};
+  m.skipped_replicas = {1};
+  m.lost_replicas = {3, 4};
   DeliveredMsg back;
   ASSERT_TRUE(decode(encode(m), back).isOk());
   EXPECT_EQ(back.version, 77u);
+  EXPECT_EQ(back.ready_replicas, (std::vector<int32_t>{0, 2, 5}));
+  EXPECT_EQ(back.skipped_replicas, (std::vector<int32_t>{1}));
+  EXPECT_EQ(back.lost_replicas, (std::vector<int32_t>{3, 4}));
   ASSERT_TRUE(back.has_stats);
   EXPECT_EQ(back.stats.bytes, 123456789u);
   EXPECT_EQ(back.stats.microseconds, 4321u);
@@ -210,10 +216,12 @@ TEST(DeliveredCodec, StatsRoundTrip) {
   EXPECT_EQ(back.stats.replicas_lost, 2);
 }
 
-TEST(DeliveredCodec, VersionOnlyPayloadDecodesWithoutStats) {
+TEST(DeliveredCodec, PayloadWithoutStatsDecodesWithoutStats) {
   DeliveredMsg back;
   back.has_stats = true;
-  ASSERT_TRUE(decode(encode(VersionMsg{9}), back).isOk());
+  DeliveredMsg plain;
+  plain.version = 9;
+  ASSERT_TRUE(decode(encode(plain), back).isOk());
   EXPECT_EQ(back.version, 9u);
   EXPECT_FALSE(back.has_stats);
 }
@@ -224,7 +232,8 @@ TEST(DeliveredCodec, MalformedStatsAreRejectedAndLeaveTheMessage) {
   m.has_stats = true;
   m.stats.replicas_ready = 2;
   const std::vector<uint8_t> good = encode(m);
-  for (size_t n = 2; n < good.size(); ++n) {  // every truncation inside the stats block
+  // The stats block starts after the version (1 byte) and three empty replica lists (1 byte each).
+  for (size_t n = 5; n < good.size(); ++n) {  // every truncation inside the stats block
     DeliveredMsg back;
     back.version = 999;
     const std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<long>(n));
@@ -232,7 +241,9 @@ TEST(DeliveredCodec, MalformedStatsAreRejectedAndLeaveTheMessage) {
     EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL) << n;
     EXPECT_EQ(back.version, 999u) << "written only on success";
   }
-  std::vector<uint8_t> format0 = encode(VersionMsg{5});
+  DeliveredMsg plain;
+  plain.version = 5;
+  std::vector<uint8_t> format0 = encode(plain);
   format0.push_back(0);
   DeliveredMsg back;
   EXPECT_EQ(decode(format0, back).code(), WSYNC_ERR_PROTOCOL);
@@ -242,6 +253,8 @@ TEST(DeliveredCodec, MalformedStatsAreRejectedAndLeaveTheMessage) {
   // A replica count over the bound.
   ByteWriter w;
   w.varu(5);
+  for (int list = 0; list < 3; ++list)
+    w.varu(0);
   w.u8(1);
   w.varu(0);
   w.varu(0);
@@ -255,7 +268,7 @@ TEST(DeliveredCodec, NewerFormatFieldsAreSkipped) {
   m.has_stats = true;
   m.stats.bytes = 10;
   std::vector<uint8_t> bytes = encode(m);
-  bytes[1] = 2;         // the format byte, right after the one-byte version
+  bytes[4] = 2;         // the format byte, after the version and three empty replica lists
   bytes.push_back(42);  // a field format 2 appended
   DeliveredMsg back;
   ASSERT_TRUE(decode(bytes, back).isOk());

@@ -48,6 +48,7 @@ TEST(Options, ReadsEveryVariableOnceAndKeepsDefaultsWhenUnset) {
   EXPECT_EQ(options->coordinator_host, "");
   EXPECT_EQ(options->secret, "");
   EXPECT_FALSE(options->log);
+  EXPECT_EQ(options->heartbeat_timeout_ms, 10000);
   EXPECT_EQ(options->host_copy, HostCopy::kAuto);
   EXPECT_FALSE(options->debug_timing);
   EXPECT_FALSE(options->debug_no_early_landing);
@@ -63,6 +64,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_COORDINATOR_HOST", "10.0.0.7"},
       {"WSYNC_SECRET", "s3 cr=t"},
       {"WSYNC_LOG", "1"},
+      {"WSYNC_HEARTBEAT_TIMEOUT_MS", "1500"},
       {"WSYNC_HOST_COPY", "avx2"},
       {"WSYNC_DEBUG_TIMING", "TRUE"},
       {"WSYNC_DEBUG_NO_EARLY_LANDING", "on"},
@@ -75,6 +77,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_EQ(options->coordinator_host, "10.0.0.7");
   EXPECT_EQ(options->secret, "s3 cr=t");
   EXPECT_TRUE(options->log);
+  EXPECT_EQ(options->heartbeat_timeout_ms, 1500);
   EXPECT_EQ(options->host_copy, HostCopy::kAvx2);
   EXPECT_TRUE(options->debug_timing);
   EXPECT_TRUE(options->debug_no_early_landing);

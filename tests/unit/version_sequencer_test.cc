@@ -113,7 +113,7 @@ TEST_F(VersionSequencerTest, NormalVersionGoesPrepareGoReadyDelivered) {
   EXPECT_EQ(out.messages[1].to, (std::vector<RankRef>{rollout(2), rollout(3)}));
   EXPECT_EQ(out.messages[2].type, MessageType::kDelivered);
   EXPECT_EQ(out.messages[2].to, (std::vector<RankRef>{trainer(0), trainer(1)}));
-  EXPECT_EQ(std::get<VersionMsg>(out.messages[2].payload).version, 1u);
+  EXPECT_EQ(std::get<DeliveredMsg>(out.messages[2].payload).version, 1u);
   ASSERT_TRUE(out.delivered.has_value());
   EXPECT_EQ(out.delivered->ready_replicas, (std::vector<int32_t>{0, 1}));
   EXPECT_TRUE(out.delivered->skipped_replicas.empty());

@@ -1,0 +1,199 @@
+// The coordinator's private state and event handlers (coordinator/coordinator.h), shared by
+// coordinator.cc (events, the fixed membership's joining and planning, versions) and
+// coordinator_membership.cc (drops, leaves, heartbeats, replicas joining the running job).
+// Everything here runs on the coordinator's event thread unless said otherwise.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "control/frame_server.h"
+#include "coordinator/admission.h"
+#include "coordinator/broadcast_backend.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
+#include "coordinator/protocol.h"
+#include "coordinator/version_sequencer.h"
+#include "layout/registration.h"
+#include "plan/plan.h"
+
+namespace wsync {
+namespace coordinator_internal {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Phase { kJoining, kRegistering, kCommitting, kRunning, kDone, kFailed };
+
+struct Event {
+  enum Kind { kConnect, kFrame, kClose } kind = kFrame;
+  ConnectionId conn = 0;
+  Frame frame;
+  Status status;
+};
+
+struct Participant {
+  ConnectionId conn = 0;
+  bool connected = true;
+  HelloMsg hello;
+  int32_t role_rank = -1;
+  bool registered = false;
+  RegisterMsg reg;
+  bool committed = false;
+  bool said_bye = false;
+  // Rollouts of the running job: out of it (died, silent, left, or a replica peer's fate); its
+  // later messages and its close are ignored.
+  bool dropped = false;
+  // Trainers may still write into this dropped rank while this version is in flight (0: none).
+  uint64_t written_until = 0;
+  bool awaiting_left = false;  // sent Leave; Left not sent yet
+  bool joiner = false;         // joined the running job (HelloMsg::replica_size > 0)
+  Clock::time_point last_heard;
+};
+
+// A replica joining the running job, from its first Hello until CommitOk.
+struct JoiningReplica {
+  int32_t id = -1;
+  int32_t size = 0;
+  Clock::time_point started;
+  std::vector<int32_t> members;  // participants_ index by replica rank; -1: not arrived
+  std::vector<int32_t> ranks;    // rollout ranks once welcomed
+  bool welcomed = false;
+  bool extended = false;  // the trainers got its PlanExtension
+  std::set<int32_t> trainers_done;
+  int32_t num_slots = 0;
+  double plan_ms = 0;
+  size_t write_ops = 0;
+};
+
+}  // namespace coordinator_internal
+
+class Coordinator::Impl {
+ public:
+  using Clock = coordinator_internal::Clock;
+  using Event = coordinator_internal::Event;
+  using Participant = coordinator_internal::Participant;
+  using Phase = coordinator_internal::Phase;
+  using JoiningReplica = coordinator_internal::JoiningReplica;
+
+  explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
+    if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
+  }
+  ~Impl() { stop(); }
+
+  Status start();
+  uint16_t port() const { return server_->port(); }
+  Status wait(std::chrono::milliseconds timeout);
+  void stop();
+
+ private:
+  // ---- event plumbing (coordinator.cc) ----
+  void push(Event e);
+  void run();
+  Clock::time_point nextWakeup() const;
+  void log(const std::string& line) {
+    if (opt_.log) opt_.log("[wsync coordinator] " + line);
+  }
+  void finish(const Status& status);
+  void fail(const Status& status);
+  void sendTo(const Participant& p, MessageType type, const std::vector<uint8_t>& payload);
+  void sendToTrainers(MessageType type, const std::vector<uint8_t>& payload);
+  void refuse(ConnectionId conn, const Status& status);
+  Participant& trainer(int32_t r) {
+    return participants_[static_cast<size_t>(trainer_index_[static_cast<size_t>(r)])];
+  }
+  Participant& rollout(int32_t r) {
+    return participants_[static_cast<size_t>(rollout_index_[static_cast<size_t>(r)])];
+  }
+  std::string nameOf(const Participant& p) const { return rankName(p.hello.role, p.role_rank); }
+  int32_t numTrainers() const { return static_cast<int32_t>(trainer_index_.size()); }
+
+  // ---- events (coordinator.cc) ----
+  void handle(Event& e);
+  void onClose(size_t index, const Status& status);
+  Status dispatch(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
+  void maybeAllGone();
+
+  // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
+  JobShape jobShape() const {
+    return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
+            opt_.num_rollouts};
+  }
+  std::vector<const HelloMsg*> joinedHellos() const;
+  void onHello(ConnectionId conn, const std::vector<uint8_t>& payload);
+  void admitAll();
+  Status onRegister(Participant& p, const std::vector<uint8_t>& payload);
+  // p's registration, decoded and checked against its identity (rollouts: slots and offsets).
+  Result<Registration> decodeRegistrationOf(const Participant& p) const;
+  Status planAll();
+  std::vector<RankBufferPlace> bufferPlaces();
+  Status setupReplicas(const std::vector<Registration>& rollouts);
+  void sendAssignments(const Plan& plan);
+  Status onCommitDone(Participant& p);
+
+  // ---- versions (coordinator.cc) ----
+  Status onVersionMessage(const Participant& p, MessageType type,
+                          const std::vector<uint8_t>& payload);
+  Status apply(Result<SequencerOutput> output);
+  void checkTimers();
+
+  // ---- membership of the running job (coordinator_membership.cc) ----
+  // Drops the replica of rollout participant `p` (connection closed, silent, left): the
+  // sequencer stops waiting for it, the trainers are told. `crashed`: its other ranks get an
+  // Error saying why (a clean leave tells them nothing).
+  void dropReplicaOf(Participant& p, const std::string& reason, bool crashed);
+  void onLeave(Participant& p);
+  void sendDueLefts();
+  void checkHeartbeats(Clock::time_point now);
+  void onJoinHello(ConnectionId conn, const HelloMsg& hello);
+  Status checkJoinHello(const HelloMsg& hello) const;
+  void welcomeJoiners(JoiningReplica& g);
+  Status onJoinerRegister(Participant& p, const std::vector<uint8_t>& payload);
+  void planJoiner(JoiningReplica& g);
+  Status onExtensionDone(const Participant& p, const std::vector<uint8_t>& payload);
+  void maybeCompleteJoin(int32_t replica);
+  // Ends a join that cannot complete: its ranks get `status` and are dropped; trainers that may
+  // have applied its extension are told to forget it.
+  void abortJoin(int32_t replica, const Status& status);
+  void checkJoinDeadlines(Clock::time_point now);
+  bool replicaInUse(int32_t replica) const;
+
+  CoordinatorOptions opt_;
+  std::unique_ptr<FrameServer> server_;
+  std::thread thread_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Event> queue_;
+  bool stopping_ = false;
+
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool finished_ = false;
+  Status final_status_;
+
+  // Event-thread state.
+  Phase phase_ = Phase::kJoining;
+  Clock::time_point phase_deadline_;
+  std::vector<Participant> participants_;
+  std::unordered_map<ConnectionId, size_t> by_conn_;
+  std::vector<ConnectionId> pending_;   // connected, no Hello yet
+  std::vector<int32_t> trainer_index_;  // role rank -> participants_ index
+  std::vector<int32_t> rollout_index_;
+  std::vector<int32_t> replica_of_rollout_;
+  BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
+  std::optional<VersionSequencer> sequencer_;        // from planning on
+  std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
+  std::map<int32_t, JoiningReplica> joining_;        // by replica id
+};
+
+}  // namespace wsync

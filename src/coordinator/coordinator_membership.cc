@@ -1,0 +1,333 @@
+// The running job's membership (coordinator/coordinator.h): rollouts that die, go silent or leave,
+// and replicas that join. Runs on the coordinator's event thread.
+#include <algorithm>
+
+#include "codec/plan_codec.h"
+#include "codec/registration_codec.h"
+#include "coordinator/coordinator_impl.h"
+#include "plan/planner.h"
+#include "plan/replica_plan.h"
+
+namespace wsync {
+namespace {
+
+using coordinator_internal::Clock;
+
+// Bounds on what a joining rank declares, before it sizes anything.
+constexpr int32_t kMaxReplicaRanks = 1 << 12;
+constexpr int32_t kMaxReplicaId = 1 << 20;
+
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string replicaName(int32_t id) {
+  return "replica " + std::to_string(id);
+}
+
+}  // namespace
+
+// ---- leaving and dropping --------------------------------------------------------------------
+bool Coordinator::Impl::replicaInUse(int32_t replica) const {
+  if (joining_.count(replica) != 0) return true;
+  return std::any_of(participants_.begin(), participants_.end(), [&](const Participant& q) {
+    return q.hello.role == Role::kRollout && q.hello.replica == replica && !q.dropped &&
+           (q.connected || !q.said_bye);
+  });
+}
+
+void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason, bool crashed) {
+  const int32_t id = p.hello.replica;
+  if (joining_.count(id) != 0) return abortJoin(id, remoteError(reason));
+  if (crashed && opt_.mpi_world_size > 0 && !p.joiner) {
+    // A rank of the mpirun job: it may be in broadcasts that cannot complete without it, and the
+    // launcher ends the job when a process dies. Fail at once rather than leave anyone waiting.
+    return fail(remoteError(reason + " (ranks of an MPI-bootstrap job are not dropped; replicas "
+                                     "that can be are started with explicit bootstrap)"));
+  }
+  // Trainers may write into the replica until the version in flight now is delivered.
+  const uint64_t in_flight = sequencer_ ? sequencer_->inFlightVersion() : 0;
+  ReplicaMsg dropped{id, {}};
+  const Status notice = remoteError(replicaName(id) + " was dropped from the job: " + reason);
+  for (Participant& q : participants_) {
+    if (q.hello.role != Role::kRollout || q.hello.replica != id || q.dropped) continue;
+    q.dropped = true;
+    q.written_until = in_flight;
+    dropped.ranks.push_back(q.role_rank);
+    if (crashed) sendTo(q, MessageType::kError, encode(ErrorMsg{notice.code(), notice.message()}));
+  }
+  if (crashed && p.connected) server_->close(p.conn);
+  log(replicaName(id) + " (rollout ranks " +
+      [&] {
+        std::string list;
+        for (int32_t r : dropped.ranks)
+          list += (list.empty() ? "" : ", ") + std::to_string(r);
+        return list;
+      }() +
+      ") " + (crashed ? "dropped: " : "left: ") + reason);
+  sendToTrainers(MessageType::kReplicaDropped, encode(dropped));
+  if (sequencer_ && sequencer_->hasReplica(id)) {
+    Status s = apply(sequencer_->removeReplica(id, Clock::now()));
+    if (!s.isOk()) fail(s);
+  }
+}
+
+// Leave (finalize): the replica leaves at once; Left follows once no trainer can still be writing
+// into it (sendDueLefts), so the rank may free its slots.
+void Coordinator::Impl::onLeave(Participant& p) {
+  if (!p.dropped) dropReplicaOf(p, nameOf(p) + " left", /*crashed=*/false);
+  p.awaiting_left = true;
+  sendDueLefts();
+}
+
+void Coordinator::Impl::sendDueLefts() {
+  const uint64_t in_flight = sequencer_ ? sequencer_->inFlightVersion() : 0;
+  for (Participant& p : participants_) {
+    if (!p.awaiting_left) continue;
+    if (p.written_until != 0 && p.written_until == in_flight) continue;  // still being written
+    p.awaiting_left = false;
+    sendTo(p, MessageType::kLeft, {});
+  }
+}
+
+// Rollouts of the running job that have been silent past the heartbeat timeout are dropped (a
+// stopped or hung process keeps its connection open).
+void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
+  if (opt_.heartbeat_timeout.count() <= 0) return;
+  for (Participant& p : participants_) {
+    if (p.hello.role != Role::kRollout || p.dropped || !p.connected || !p.committed) continue;
+    if (joining_.count(p.hello.replica) != 0) continue;  // heartbeats start at CommitOk
+    if (now - p.last_heard < opt_.heartbeat_timeout) continue;
+    dropReplicaOf(p,
+                  nameOf(p) + " (" + p.hello.host + ") sent no heartbeat for " +
+                      std::to_string(opt_.heartbeat_timeout.count()) + " ms",
+                  /*crashed=*/true);
+  }
+}
+
+// ---- joining the running job -----------------------------------------------------------------
+Status Coordinator::Impl::checkJoinHello(const HelloMsg& h) const {
+  const std::string what = "joining " + replicaName(h.replica);
+  if (opt_.mpi_world_size > 0 && h.world_rank >= 0) {
+    return invalidArgument(what + ": a rank of the MPI job cannot join as a new replica");
+  }
+  if (h.replica < 0 || h.replica >= kMaxReplicaId) {
+    return invalidArgument(what + ": replica ids are in [0, " + std::to_string(kMaxReplicaId) +
+                           ")");
+  }
+  if (h.replica_size > kMaxReplicaRanks) {
+    return invalidArgument(what + ": replica_size " + std::to_string(h.replica_size) +
+                           " is above " + std::to_string(kMaxReplicaRanks));
+  }
+  if (h.replica_rank < 0 || h.replica_rank >= h.replica_size) {
+    return invalidArgument(what + ": replica_rank " + std::to_string(h.replica_rank) +
+                           " is outside [0, " + std::to_string(h.replica_size) + ")");
+  }
+  if (phase_ == Phase::kDone || phase_ == Phase::kFailed) {
+    return invalidUsage(what + ": the job has ended");
+  }
+  auto it = joining_.find(h.replica);
+  if (it == joining_.end()) {
+    if (replicaInUse(h.replica)) return invalidArgument(what + ": the job already has it");
+    return Status::ok();
+  }
+  const JoiningReplica& g = it->second;
+  if (g.size != h.replica_size) {
+    return invalidArgument(what + ": replica_size " + std::to_string(h.replica_size) +
+                           ", but another of its ranks said " + std::to_string(g.size));
+  }
+  if (g.welcomed || g.members[static_cast<size_t>(h.replica_rank)] >= 0) {
+    return invalidArgument(what + ": replica rank " + std::to_string(h.replica_rank) +
+                           " already joined");
+  }
+  return Status::ok();
+}
+
+void Coordinator::Impl::onJoinHello(ConnectionId conn, const HelloMsg& hello) {
+  Status s = checkJoinHello(hello);
+  if (!s.isOk()) {
+    log("refused a joining rank: " + s.toString());
+    return refuse(conn, s);
+  }
+  pending_.erase(std::remove(pending_.begin(), pending_.end(), conn), pending_.end());
+  JoiningReplica& g = joining_[hello.replica];
+  if (g.members.empty()) {
+    g.id = hello.replica;
+    g.size = hello.replica_size;
+    g.started = Clock::now();
+    g.members.assign(static_cast<size_t>(g.size), -1);
+  }
+  Participant p;
+  p.conn = conn;
+  p.hello = hello;
+  p.joiner = true;
+  p.last_heard = Clock::now();
+  g.members[static_cast<size_t>(hello.replica_rank)] = static_cast<int32_t>(participants_.size());
+  by_conn_[conn] = participants_.size();
+  participants_.push_back(std::move(p));
+  const bool complete = std::count(g.members.begin(), g.members.end(), -1) == 0;
+  if (complete && phase_ == Phase::kRunning) welcomeJoiners(g);
+}
+
+// Every rank of the joining replica said Hello: they get the next rollout ranks of the job.
+void Coordinator::Impl::welcomeJoiners(JoiningReplica& g) {
+  g.welcomed = true;
+  WelcomeMsg welcome;
+  welcome.num_trainers = numTrainers();
+  welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size()) + g.size;
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  for (int32_t member : g.members) {
+    Participant& p = participants_[static_cast<size_t>(member)];
+    p.role_rank = static_cast<int32_t>(rollout_index_.size());
+    rollout_index_.push_back(member);
+    replica_of_rollout_.push_back(g.id);
+    g.ranks.push_back(p.role_rank);
+    welcome.role_rank = p.role_rank;
+    sendTo(p, MessageType::kWelcome, encode(welcome));
+  }
+  log(replicaName(g.id) + " is joining with rollout ranks " + std::to_string(g.ranks.front()) +
+      ".." + std::to_string(g.ranks.back()));
+}
+
+Status Coordinator::Impl::onJoinerRegister(Participant& p, const std::vector<uint8_t>& payload) {
+  auto it = joining_.find(p.hello.replica);
+  if (it == joining_.end() || !it->second.welcomed || p.registered) {
+    return invalidUsage("Register out of order (twice, or before the replica was welcomed)");
+  }
+  WSYNC_RETURN_IF_ERROR(decode(payload, p.reg));
+  p.registered = true;
+  JoiningReplica& g = it->second;
+  const bool all = std::all_of(g.members.begin(), g.members.end(), [this](int32_t m) {
+    return participants_[static_cast<size_t>(m)].registered;
+  });
+  if (all) planJoiner(g);
+  return Status::ok();
+}
+
+// Plans the joining replica alone (makeReplicaPlan) and sends its ranks their assignments and
+// every trainer its extension; the job's other replicas are not re-planned.
+void Coordinator::Impl::planJoiner(JoiningReplica& g) {
+  std::vector<Registration> rollouts;
+  for (int32_t member : g.members) {
+    const Participant& p = participants_[static_cast<size_t>(member)];
+    Result<Registration> reg = decodeRegistrationOf(p);
+    if (!reg.isOk()) return abortJoin(g.id, reg.status());
+    const auto slots = static_cast<int32_t>(p.reg.slot_descriptors.size());
+    if (g.num_slots != 0 && slots != g.num_slots) {
+      return abortJoin(g.id, invalidArgument(nameOf(p) + " has " + std::to_string(slots) +
+                                             " slots, its replica's other ranks " +
+                                             std::to_string(g.num_slots)));
+    }
+    g.num_slots = slots;
+    rollouts.push_back(std::move(reg).value());
+  }
+  const auto t0 = Clock::now();
+  Result<Plan> plan = makeReplicaPlan(trainer_registrations_, std::move(rollouts), g.ranks[0]);
+  g.plan_ms = msSince(t0);
+  if (!plan.isOk()) return abortJoin(g.id, plan.status().withContext("planning the replica"));
+  g.write_ops = plan->writes.size();
+  for (int32_t t = 0; t < numTrainers(); ++t) {
+    PlanExtensionMsg ext;
+    ext.replica = g.id;
+    ext.ranks = g.ranks;
+    const RankPlan view = rankView(*plan, Role::kTrainer, t);
+    ext.rank_plan = encodeRankPlan(view);
+    for (int32_t peer : view.peers) {
+      const Participant& q = rollout(peer);
+      ext.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
+                           q.reg.buffer_byte_offsets});
+    }
+    sendTo(trainer(t), MessageType::kPlanExtension, encode(ext));
+  }
+  g.extended = true;
+  for (int32_t r : g.ranks) {
+    PlanAssignmentMsg msg;
+    msg.rank_plan = encodeRankPlan(rankView(*plan, Role::kRollout, r));
+    msg.replica_of_rollout = replica_of_rollout_;
+    sendTo(rollout(r), MessageType::kPlanAssignment, encode(msg));
+  }
+}
+
+Status Coordinator::Impl::onExtensionDone(const Participant& p,
+                                          const std::vector<uint8_t>& payload) {
+  if (p.hello.role != Role::kTrainer) return protocolError("ExtensionDone from a rollout");
+  ReplicaMsg m;
+  WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  auto it = joining_.find(m.replica);
+  if (it == joining_.end()) return Status::ok();  // the join was aborted meanwhile
+  if (!it->second.extended || !it->second.trainers_done.insert(p.role_rank).second) {
+    return protocolError("ExtensionDone for " + replicaName(m.replica) + " out of order");
+  }
+  maybeCompleteJoin(m.replica);
+  return Status::ok();
+}
+
+// Every trainer applied the extension and every rank of the replica committed: it takes part
+// from the next version on.
+void Coordinator::Impl::maybeCompleteJoin(int32_t replica) {
+  auto it = joining_.find(replica);
+  if (it == joining_.end()) return;
+  JoiningReplica& g = it->second;
+  if (static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
+  for (int32_t member : g.members) {
+    if (!participants_[static_cast<size_t>(member)].committed) return;
+  }
+  Status s = sequencer_->addReplica({g.id, g.ranks, g.num_slots});
+  if (!s.isOk()) return abortJoin(g.id, s);
+  const auto now = Clock::now();
+  for (int32_t member : g.members) {
+    Participant& p = participants_[static_cast<size_t>(member)];
+    p.last_heard = now;
+    sendTo(p, MessageType::kCommitOk, {});
+  }
+  log(replicaName(g.id) + " joined (" + std::to_string(g.size) + " ranks, " +
+      std::to_string(g.write_ops) + " write ops): planned in " + std::to_string(g.plan_ms) +
+      " ms, joined in " + std::to_string(msSince(g.started)) + " ms");
+  joining_.erase(it);
+}
+
+void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
+  auto it = joining_.find(replica);
+  if (it == joining_.end()) return;
+  JoiningReplica g = std::move(it->second);
+  joining_.erase(it);
+  log(replicaName(replica) + " could not join: " + status.toString());
+  const auto payload = encode(ErrorMsg{status.code(), status.message()});
+  for (int32_t member : g.members) {
+    if (member < 0) continue;
+    Participant& p = participants_[static_cast<size_t>(member)];
+    p.dropped = true;
+    if (p.connected) {
+      sendTo(p, MessageType::kError, payload);
+      server_->close(p.conn);
+    }
+  }
+  if (g.extended) sendToTrainers(MessageType::kReplicaDropped, encode(ReplicaMsg{g.id, g.ranks}));
+}
+
+// A join not complete within the job's timeout of its first Hello is aborted, naming why.
+void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
+  std::vector<std::pair<int32_t, std::string>> late;
+  for (const auto& [id, g] : joining_) {
+    if (now - g.started < opt_.timeout) continue;
+    std::string why;
+    if (!g.welcomed) {
+      why = std::to_string(std::count_if(g.members.begin(), g.members.end(),
+                                         [](int32_t m) { return m >= 0; })) +
+            " of its " + std::to_string(g.size) + " ranks said Hello" +
+            (phase_ == Phase::kRunning ? "" : " (the job is not running yet)");
+    } else if (!g.extended) {
+      why = "not every rank registered";
+    } else {
+      why = std::to_string(g.trainers_done.size()) + " of " + std::to_string(numTrainers()) +
+            " trainers applied its plan extension (trainers apply it between versions)";
+    }
+    late.emplace_back(id, why);
+  }
+  for (const auto& [id, why] : late) {
+    abortJoin(id, timeoutError(replicaName(id) + " did not join within " +
+                               std::to_string(opt_.timeout.count()) + " ms: " + why));
+  }
+}
+
+}  // namespace wsync

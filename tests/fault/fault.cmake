@@ -1,0 +1,20 @@
+# Fault injection with real processes (label fault): a standalone wsync-coordinator and
+# explicit-bootstrap ranks (wsync-fault-rank) while versions stream. tests/fault/run_fault.sh runs
+# any number of iterations by hand (e.g. 50).
+if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
+  add_executable(wsync-fault-rank ${CMAKE_CURRENT_LIST_DIR}/fault_rank.cc)
+  target_link_libraries(wsync-fault-rank PRIVATE wsync_demo_policy wsync cxxopts::cxxopts)
+  # wsync_add_fault_test(name scenario iterations)
+  function(wsync_add_fault_test name scenario iterations)
+    add_test(NAME ${name}
+      COMMAND ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/run_fault.sh ${scenario} ${iterations}
+              $<TARGET_FILE:wsync-coordinator> $<TARGET_FILE:wsync-fault-rank>)
+    set_tests_properties(${name} PROPERTIES LABELS "fault;mp" TIMEOUT 600 PROCESSORS 2)
+  endfunction()
+  # kill -9 of a rollout rank during transfers, 10 times: the others stay bit-exact.
+  wsync_add_fault_test(wsync_fault_kill_rollout kill 10)
+  # SIGSTOP past the heartbeat timeout, SIGCONT: dropped, then joins again.
+  wsync_add_fault_test(wsync_fault_stop_rollout stop 2)
+  # A replica joins while versions stream and reads them bit-exact.
+  wsync_add_fault_test(wsync_fault_join_replica join 3)
+endif()

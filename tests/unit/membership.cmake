@@ -1,0 +1,3 @@
+# Dynamic membership on threads of one process (leave, dropped connection, join).
+wsync_add_unit_test(wsync_membership_test ${CMAKE_CURRENT_LIST_DIR}/membership_test.cc)
+target_link_libraries(wsync_membership_test PRIVATE wsync_demo_policy wsync)

@@ -1,0 +1,269 @@
+// Dynamic membership in one process: a coordinator started through the C++ API and ranks on
+// threads joining with WSYNC_BOOTSTRAP_EXPLICIT (real control connections, real UCX writes). A
+// rollout that leaves stops costing the trainers the skip grace; one whose connection drops is
+// dropped without failing the trainers; a replica joins while versions stream. (Process kills and
+// stops: tests/fault/.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "trainer_integration/demo_policy.h"
+#include "wsync/wsync.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kSecret[] = "membership-test-secret";
+
+struct Job {
+  std::unique_ptr<wsync::Coordinator> coordinator;
+  std::string address;
+};
+
+Job startCoordinator(int trainers, int rollouts) {
+  wsync::CoordinatorOptions opt;
+  opt.num_trainers = trainers;
+  opt.num_rollouts = rollouts;
+  opt.control.secret = kSecret;
+  opt.timeout = std::chrono::milliseconds(20000);
+  opt.skip_grace = std::chrono::milliseconds(200);
+  auto c = wsync::Coordinator::start(std::move(opt));
+  EXPECT_TRUE(c.isOk()) << c.status().toString();
+  Job job;
+  job.address = "127.0.0.1:" + std::to_string((*c)->port());
+  job.coordinator = std::move(c).value();
+  return job;
+}
+
+wsync_demo::PolicyShape smallPolicy() {
+  wsync_demo::PolicyShape shape;
+  shape.layers = 1;
+  shape.hidden = 64;
+  shape.ffn = 128;
+  shape.vocab = 256;
+  return shape;
+}
+
+wsync_config_t config(const Job& job, wsync_role_t role, int rank, int rollouts, int replica) {
+  wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
+  cfg.role = role;
+  cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
+  cfg.rank = rank;
+  cfg.num_trainers = 1;
+  cfg.num_rollouts = rollouts;
+  cfg.replica = replica;
+  cfg.coordinator_address = job.address.c_str();
+  cfg.secret = kSecret;
+  cfg.timeout_ms = 20000;
+  return cfg;
+}
+
+std::vector<int> replicas(wsync_request_t req, wsync_replicas_kind_t kind) {
+  int count = 0;
+  EXPECT_EQ(wsync_request_replicas(req, kind, 0, nullptr, &count), WSYNC_SUCCESS);
+  std::vector<int> ids(static_cast<size_t>(count));
+  EXPECT_EQ(wsync_request_replicas(req, kind, count, ids.data(), &count), WSYNC_SUCCESS);
+  return ids;
+}
+
+// The single trainer of these jobs: publishes versions, recording each one's time and outcome.
+class Trainer {
+ public:
+  Trainer(const Job& job, int rollouts) : tensors_(wsync_demo::policyTensors(smallPolicy())) {
+    wsync_config_t cfg = config(job, WSYNC_ROLE_TRAINER, 0, rollouts, -1);
+    created_ = wsync_context_create(&cfg, &ctx_) == WSYNC_SUCCESS;
+  }
+  bool commit() {
+    if (!created_) return false;
+    layout_ = wsync_demo::trainerLayout(tensors_, 1, 0);
+    params_.resize(layout_.size());
+    std::vector<void*> data;
+    for (size_t b = 0; b < layout_.size(); ++b) {
+      params_[b].resize(static_cast<size_t>(std::max<int64_t>(1, layout_[b].num_elements)));
+      data.push_back(params_[b].data());
+    }
+    std::vector<int> indices;
+    return wsync_demo::registerBuffers(ctx_, tensors_, layout_, WSYNC_DTYPE_FLOAT32, data,
+                                       &indices) == WSYNC_SUCCESS &&
+           wsync_commit(ctx_) == WSYNC_SUCCESS;
+  }
+  struct Outcome {
+    double ms = 0;
+    std::vector<int> ready, lost;
+  };
+  Outcome publish(uint64_t v) {
+    for (size_t b = 0; b < layout_.size(); ++b)
+      wsync_demo::fillTrainerBuffer(tensors_, layout_[b], v, params_[b].data());
+    Outcome o;
+    const auto t0 = Clock::now();
+    wsync_request_t req = nullptr;
+    EXPECT_EQ(wsync_publish(ctx_, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx_);
+    EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS) << wsync_request_error(req);
+    o.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    o.ready = replicas(req, WSYNC_REPLICAS_READY);
+    o.lost = replicas(req, WSYNC_REPLICAS_LOST);
+    wsync_request_free(req);
+    return o;
+  }
+  ~Trainer() { EXPECT_EQ(wsync_context_destroy(ctx_), WSYNC_SUCCESS) << wsync_last_error(nullptr); }
+
+ private:
+  std::vector<wsync_demo::TensorSpec> tensors_;
+  std::vector<wsync_demo::BufferSpec> layout_;
+  std::vector<std::vector<float>> params_;
+  wsync_context_t ctx_ = nullptr;
+  bool created_ = false;
+};
+
+// A one-rank replica reading versions until `until()` says stop; checks every byte it reads.
+// `leave`: what to do at the end: destroy (a clean leave) or abort first (the connection drops).
+enum class End { kDestroy, kAbort };
+void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<uint64_t>* seen,
+                std::atomic<bool>* done) {
+  const auto tensors = wsync_demo::policyTensors(smallPolicy());
+  wsync_context_t ctx = nullptr;
+  ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
+  std::vector<int> indices;
+  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices),
+            WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
+  uint64_t newest = 0;
+  while (newest < last_version) {
+    ASSERT_EQ(wsync_wait_version(ctx, newest, -1, &newest), WSYNC_SUCCESS) << wsync_last_error(ctx);
+    wsync_lease_t lease = nullptr;
+    ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+    uint64_t v = 0;
+    wsync_lease_version(lease, &v);
+    for (size_t b = 0; b < layout.size(); ++b) {
+      void* p = nullptr;
+      ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &p), WSYNC_SUCCESS);
+      std::string error;
+      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error),
+                0)
+          << error;
+    }
+    wsync_lease_release(lease);
+    if (seen) *seen = v;
+  }
+  if (end == End::kAbort) wsync_context_abort(ctx);
+  const wsync_status_t destroyed = wsync_context_destroy(ctx);
+  if (end == End::kDestroy) EXPECT_EQ(destroyed, WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  *done = true;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void waitFor(const std::atomic<bool>& flag) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!flag && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(flag.load());
+}
+
+// The defect "publish median 1 ms becomes 201 ms after one rollout leaves": the departed replica
+// must not cost later versions the skip grace.
+TEST(Membership, LeavingReplicaDoesNotSlowLaterVersions) {
+  Job job = startCoordinator(1, 2);
+  std::atomic<bool> left{false}, stayer_done{false};
+  constexpr uint64_t kLeaveAt = 3, kLast = 25;
+  std::thread leaver(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 1, 2, 1), kLeaveAt, End::kDestroy,
+                     nullptr, &left);
+  std::thread stayer(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 2, 0), kLast, End::kDestroy,
+                     nullptr, &stayer_done);
+  {
+    Trainer trainer(job, 2);
+    ASSERT_TRUE(trainer.commit());
+    for (uint64_t v = 1; v <= kLeaveAt; ++v)
+      EXPECT_EQ(trainer.publish(v).ready, (std::vector<int>{0, 1}));
+    waitFor(left);
+    std::vector<double> times;
+    for (uint64_t v = kLeaveAt + 1; v <= kLast; ++v) {
+      const Trainer::Outcome o = trainer.publish(v);
+      EXPECT_EQ(o.ready, std::vector<int>{0}) << "version " << v;
+      EXPECT_TRUE(o.lost.empty()) << "version " << v;
+      times.push_back(o.ms);
+    }
+    EXPECT_LT(median(times), 100.0) << "later versions wait for the departed replica";
+  }
+  leaver.join();
+  stayer.join();
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+// A rollout whose control connection drops (abort: no goodbye) is dropped; the trainer's
+// publishes keep succeeding and report it lost at most once.
+TEST(Membership, DroppedConnectionDropsTheReplicaNotTheTrainers) {
+  Job job = startCoordinator(1, 2);
+  std::atomic<bool> gone{false}, stayer_done{false};
+  constexpr uint64_t kDropAt = 4, kLast = 20;
+  std::thread dropper(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 1, 2, 1), kDropAt, End::kAbort,
+                      nullptr, &gone);
+  std::thread stayer(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 2, 0), kLast, End::kDestroy,
+                     nullptr, &stayer_done);
+  {
+    Trainer trainer(job, 2);
+    ASSERT_TRUE(trainer.commit());
+    int lost = 0;
+    for (uint64_t v = 1; v <= kLast; ++v) {
+      const Trainer::Outcome o = trainer.publish(v);
+      EXPECT_EQ(o.ready.front(), 0);
+      lost += static_cast<int>(o.lost.size());
+      if (v == kDropAt) waitFor(gone);
+      if (v > kDropAt + 1) EXPECT_EQ(o.ready, std::vector<int>{0}) << "version " << v;
+    }
+    EXPECT_LE(lost, 1);
+  }
+  dropper.join();
+  stayer.join();
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+// A replica joins while the trainer keeps publishing: it takes part from a later version and
+// reads bit-exact versions; the last version is ready on both replicas.
+TEST(Membership, ReplicaJoinsWhileVersionsStream) {
+  Job job = startCoordinator(1, 1);
+  std::atomic<bool> first_done{false}, joiner_done{false};
+  std::atomic<uint64_t> joiner_seen{0};
+  constexpr uint64_t kLast = 400;
+  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
+                    nullptr, &first_done);
+  std::thread joiner;
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    Trainer::Outcome o;
+    for (uint64_t v = 1; v <= kLast; ++v) {
+      if (v == 5) {
+        wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
+        cfg.replica_size = 1;
+        cfg.replica_rank = 0;
+        joiner = std::thread(runRollout, cfg, kLast, End::kDestroy, &joiner_seen, &joiner_done);
+      }
+      o = trainer.publish(v);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(o.ready, (std::vector<int>{0, 1}));
+  }
+  first.join();
+  joiner.join();
+  EXPECT_EQ(joiner_seen.load(), kLast);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+TEST(Membership, RequestReplicasRejectsBadArguments) {
+  int count = 0;
+  EXPECT_EQ(wsync_request_replicas(nullptr, WSYNC_REPLICAS_READY, 0, nullptr, &count),
+            WSYNC_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace

@@ -304,7 +304,10 @@ wsync_status_t wsync_request_test(wsync_request_t request);
 /** Waits up to timeout_ms (-1: the context's timeout). @return SUCCESS; TIMEOUT (still running:
  *  wait again; wsync_last_error() says so, the request has no error); or the publish's error
  *  (MISMATCH, REMOTE, SYSTEM, ABORTED ...), which wsync_request_error(request) and
- *  wsync_last_error() of the publishing context then explain. */
+ *  wsync_last_error() of the publishing context then explain. TIMEOUT only ever means "still in
+ *  flight": a publish that failed returns its error at once, the same on every later call (a job
+ *  that failed because a rank or the coordinator did not answer in time reports REMOTE, its
+ *  message saying what timed out). */
 wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms);
 
 /** Why the publish behind `request` failed; "" while it is in flight, once it succeeded, and for
@@ -324,7 +327,9 @@ wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version);
 
 /** Blocks until a version newer than `version` is ready (or timeout_ms passes; -1: the context's
  *  timeout). @param [out] newest  the newest ready version
- *  @return SUCCESS; TIMEOUT; ABORTED; INVALID_USAGE. */
+ *  @return SUCCESS; TIMEOUT (the job runs, no newer version yet: wait again); ABORTED;
+ *          INVALID_USAGE; or, once the job failed, its error (REMOTE, MISMATCH, PROTOCOL ...), at
+ *          once and on every later call, explained by wsync_last_error(). */
 wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,
                                   uint64_t* newest);
 

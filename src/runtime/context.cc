@@ -171,9 +171,14 @@ Status Context::sendError(const Status& status) {
   return sendMessage(MessageType::kError, encode(ErrorMsg{status.code(), status.message()}));
 }
 
+Status asJobFailure(const Status& failure) {
+  if (failure.code() != WSYNC_ERR_TIMEOUT) return failure;
+  return remoteError("the job failed (timed out): " + failure.message());
+}
+
 void Context::setFailed(const Status& status) {
   std::lock_guard lock(failure_mu_);
-  if (failure_.isOk()) failure_ = status;
+  if (failure_.isOk()) failure_ = asJobFailure(status);
   failed_ = true;
 }
 

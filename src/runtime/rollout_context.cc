@@ -95,8 +95,10 @@ std::optional<uint64_t> RolloutContext::newestVersion() const {
 Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
                                              std::chrono::milliseconds timeout) {
   if (!committed()) return invalidUsage("wait_version before commit");
+  // A failed job answers with its failure every time (never TIMEOUT, which means "wait again").
+  if (failedOrAborted()) return failure();
   Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);
-  if (!v.isOk() && v.status().code() == WSYNC_ERR_ABORTED && !failure().isOk()) return failure();
+  if (!v.isOk() && failedOrAborted()) return failure();
   return v;
 }
 

@@ -1,0 +1,72 @@
+// Regression tests for defects an outside probe found (issue 12) that need a running job: an
+// in-process coordinator, a trainer and rollout ranks on threads (defects_job.h).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "defects_job.h"
+
+namespace {
+
+using wsync_test::Job;
+using wsync_test::JobSpec;
+using wsync_test::publishAndWait;
+using wsync_test::startJob;
+using Clock = std::chrono::steady_clock;
+
+bool mentions(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// Defect: after a job failed (here: a version timed out because a reader held the only writable
+// slot and max_staleness 0 forbade skipping), wsync_request_wait and wsync_wait_version returned
+// TIMEOUT at once forever, which callers retry: a spin. Now they return the job's error, always.
+TEST(DefectsJob, FailedJobReturnsItsErrorNeverTimeout) {
+  JobSpec spec;
+  spec.timeout_ms = 1500;
+  spec.max_staleness = 0;
+  auto job = startJob(spec);
+  ASSERT_TRUE(job && job->committed()) << (job ? job->errors() : "no coordinator");
+  std::string error;
+  ASSERT_EQ(publishAndWait(*job, 1, &error), WSYNC_SUCCESS) << error;
+  uint64_t newest = 0;
+  ASSERT_EQ(wsync_wait_version(job->rollouts[0], 0, 5000, &newest), WSYNC_SUCCESS);
+  wsync_lease_t lease = nullptr;  // holds v1's slot: v3 must go there and cannot
+  ASSERT_EQ(wsync_acquire(job->rollouts[0], 1, &lease), WSYNC_SUCCESS);
+  ASSERT_EQ(publishAndWait(*job, 2, &error), WSYNC_SUCCESS) << error;
+  wsync_request_t request = nullptr;
+  ASSERT_EQ(wsync_publish(job->trainer, 3, &request), WSYNC_SUCCESS);
+  wsync_status_t first = wsync_request_wait(request, 10000);
+  ASSERT_NE(first, WSYNC_SUCCESS);
+  ASSERT_NE(first, WSYNC_ERR_TIMEOUT) << wsync_request_error(request);
+  const std::string request_error = wsync_request_error(request);
+  EXPECT_TRUE(mentions(request_error, "version 3")) << request_error;
+  EXPECT_TRUE(mentions(request_error, "not delivered")) << request_error;
+  for (int i = 0; i < 1000; ++i) {  // every later call: the same error, no TIMEOUT
+    ASSERT_EQ(wsync_request_wait(request, 50), first) << "call " << i;
+  }
+  EXPECT_EQ(wsync_request_test(request), first);
+  EXPECT_EQ(std::string(wsync_request_error(request)), request_error);
+  wsync_request_free(request);
+  // The rollout learns the job failed (the coordinator's Error), then always says so.
+  wsync_status_t rollout_first = WSYNC_ERR_TIMEOUT;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (rollout_first == WSYNC_ERR_TIMEOUT && Clock::now() < deadline)
+    rollout_first = wsync_wait_version(job->rollouts[0], 2, 100, &newest);
+  ASSERT_NE(rollout_first, WSYNC_ERR_TIMEOUT);
+  ASSERT_NE(rollout_first, WSYNC_SUCCESS);
+  const std::string rollout_error = wsync_last_error(job->rollouts[0]);
+  EXPECT_FALSE(rollout_error.empty());
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(wsync_wait_version(job->rollouts[0], 2, 50, &newest), rollout_first) << "call " << i;
+  }
+  EXPECT_EQ(std::string(wsync_last_error(job->rollouts[0])), rollout_error);
+  wsync_request_t late = nullptr;  // a publish after the failure fails with the same error
+  EXPECT_EQ(wsync_publish(job->trainer, 4, &late), first);
+  EXPECT_EQ(late, nullptr);
+  wsync_lease_release(lease);
+}
+
+}  // namespace

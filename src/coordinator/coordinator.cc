@@ -17,6 +17,7 @@
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
+#include "layout/registration_checks.h"
 #include "plan/planner.h"
 
 namespace wsync {
@@ -353,6 +354,10 @@ class Coordinator::Impl {
                                                                   p.reg.registration.size()));
       if (reg.role != p.hello.role || reg.rank != p.role_rank) {
         return protocolError(nameOf(p) + " registered as " + rankName(reg.role, reg.rank));
+      }
+      if (Status checked = checkRegistration(reg); !checked.isOk()) {  // blame the right rank
+        fail(checked.withContext(nameOf(p) + "'s registration"));
+        return Status::ok();
       }
       if (reg.role == Role::kRollout) {
         reg.replica = p.hello.replica;

@@ -284,7 +284,10 @@ wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, f
 
 /** Starts publishing `version` (strictly greater than the last one) and returns at once (in
  *  snapshot mode after copying the buffers into staging). Versions publish in order.
- *  @param [out] request  completes when the version is ready on every replica that takes it
+ *  @param [out] request  completes when the version is ready on every replica that takes it:
+ *                        every rank of those replicas can then wsync_acquire it. A replica whose
+ *                        readers hold its slot is skipped (within max_staleness) and takes a
+ *                        later version; it never fails the job.
  *  @return SUCCESS; INVALID_USAGE (not committed, rollout context, version not increasing);
  *          ABORTED; plus what the snapshot copy can return. */
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request);
@@ -333,9 +336,14 @@ wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version);
 wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,
                                   uint64_t* newest);
 
-/** Takes a lease on `version` (WSYNC_VERSION_NEWEST: the newest ready). Never waits for a
- *  transfer: while version v+1 streams in, it returns v.
- *  @return SUCCESS; NOT_READY (no ready version, or `version` is not resident any more). */
+/** Takes a lease on `version` (WSYNC_VERSION_NEWEST: the newest ready). WSYNC_VERSION_NEWEST never
+ *  waits for a transfer: while version v+1 streams in, it returns v.
+ *  Ready contract: once a trainer's request for v completed, every rank of every replica that took
+ *  v acquires it (NEWEST returns v or newer). A version ready on the replica is acquirable on
+ *  every rank of it: acquire(v) on a rank that is receiving v (its peer rank may have acquired v
+ *  already) waits, up to the context's timeout, for this rank's Ready instead of failing.
+ *  @return SUCCESS; NOT_READY (no ready version, or `version` is not resident any more, or was
+ *          skipped by this replica). */
 wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_t* lease);
 
 /** The version a lease holds. */

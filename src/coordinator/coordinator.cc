@@ -15,6 +15,7 @@
 #include "coordinator/admission.h"
 #include "coordinator/broadcast_backend.h"
 #include "coordinator/broadcast_comms.h"
+#include "coordinator/delivery_gate.h"
 #include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration_checks.h"
@@ -224,6 +225,8 @@ class Coordinator::Impl {
       case MessageType::kSent:
       case MessageType::kReceived:
         return onVersionMessage(p, type, payload);
+      case MessageType::kReadied:
+        return onReadied(p, payload);
       case MessageType::kBye:
         p.said_bye = true;
         maybeAllGone();
@@ -527,16 +530,41 @@ class Coordinator::Impl {
     return apply(sequencer_->onReceived(p.role_rank, m.version, now));
   }
 
-  // Logs the sequencer's notes and sends its messages; returns its error, if any.
+  // Logs the sequencer's notes and sends its messages (Delivered once the gate lets it go);
+  // returns its error, if any.
   Status apply(Result<SequencerOutput> output) {
     if (!output.isOk()) return output.status();
     for (const std::string& note : output->notes)
       log(note);
-    for (const OutgoingMessage& m : output->messages) {
-      const std::vector<uint8_t> payload = m.encodedPayload();
-      for (const RankRef& to : m.to)
-        sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
+    for (OutgoingMessage& m : output->messages) {
+      if (m.type == MessageType::kReady) {
+        for (const RankRef& to : m.to)
+          delivery_gate_.readySent(std::get<SlotMsg>(m.payload).version, to.rank, Clock::now());
+      }
+      if (m.type == MessageType::kDelivered) {
+        if (std::optional<OutgoingMessage> now = delivery_gate_.deliver(std::move(m))) send(*now);
+        continue;
+      }
+      send(m);
     }
+    return Status::ok();
+  }
+  void send(const OutgoingMessage& m) {
+    const std::vector<uint8_t> payload = m.encodedPayload();
+    for (const RankRef& to : m.to)
+      sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
+  }
+
+  // A rollout rank can now acquire the version: the last confirmation releases Delivered.
+  Status onReadied(const Participant& p, const std::vector<uint8_t>& payload) {
+    if (phase_ != Phase::kRunning || p.hello.role != Role::kRollout) {
+      return protocolError("unexpected Readied");
+    }
+    VersionMsg m;
+    WSYNC_RETURN_IF_ERROR(decode(payload, m));
+    WSYNC_ASSIGN_OR_RETURN(std::optional<OutgoingMessage> released,
+                           delivery_gate_.readied(m.version, p.role_rank));
+    if (released) send(*released);
     return Status::ok();
   }
 
@@ -564,6 +592,7 @@ class Coordinator::Impl {
     if (phase_ == Phase::kRunning) {
       Status s = apply(sequencer_->advance(now));
       if (!s.isOk()) fail(s);
+      if (auto late = delivery_gate_.overdue(now, opt_.timeout)) fail(timeoutError(*late));
     }
   }
 
@@ -592,6 +621,7 @@ class Coordinator::Impl {
   std::vector<int32_t> replica_of_rollout_;
   BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
   std::optional<VersionSequencer> sequencer_;  // from planning on
+  DeliveryGate delivery_gate_;
 };
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {

@@ -14,7 +14,8 @@
 //   coord -> Go(v, slot per replica, -1 = skipped) to every trainer and rollout rank
 //   trainers write/broadcast -> Sent(v);  rollout ranks that receive broadcasts -> Received(v)
 //   coord -> Ready(v, slot) to the ranks of each replica once all of its data landed
-//   coord -> Delivered(v) to every trainer once every taking replica is ready
+//   rollout rank -> Readied(v) once v is readable on it (wsync_acquire returns it)
+//   coord -> Delivered(v) to every trainer once every rank sent Ready(v) confirmed it
 // Any side -> Error(status, message); rank -> Bye at finalize.
 #pragma once
 
@@ -45,10 +46,12 @@ enum class MessageType : uint16_t {
   kDelivered = 14,
   kError = 15,
   kBye = 16,
+  kReadied = 17,
 };
 const char* messageTypeName(MessageType t);
 
-inline constexpr uint32_t kProtocolVersion = 3;  // 3: backends by name, a generic broadcast world
+// 3: backends by name, a generic broadcast world; 4: rollouts confirm Ready with Readied.
+inline constexpr uint32_t kProtocolVersion = 4;
 
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
@@ -112,7 +115,7 @@ struct PlanAssignmentMsg {
   BroadcastWorldAssignment broadcast;
 };
 
-struct VersionMsg {  // Publish, Sent, Received, Delivered, CommitDone(version 0)
+struct VersionMsg {  // Publish, Sent, Received, Readied, Delivered, CommitDone(version 0)
   uint64_t version = 0;
 };
 

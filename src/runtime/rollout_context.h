@@ -20,7 +20,9 @@ class RolloutContext final : public Context {
   explicit RolloutContext(ContextOptions options) : Context(std::move(options)) {}
   ~RolloutContext() override;
 
-  // Readers (thread-safe, never wait for a transfer).
+  // Readers (thread-safe). acquire(kNewestVersion) never waits; acquire(v) of a version this
+  // rank is receiving waits (up to the timeout) for its Ready, since a peer rank of the replica
+  // may have acquired v already.
   Result<Lease> acquire(uint64_t version);
   std::optional<uint64_t> newestVersion() const;
   Result<uint64_t> waitVersion(uint64_t newer_than, std::chrono::milliseconds timeout);
@@ -42,10 +44,12 @@ class RolloutContext final : public Context {
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
   std::string preferredTargetBackend(MemoryKind memory) const;
+  bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
 
   void receiverLoop();
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
+  Status continueDraining(std::chrono::milliseconds wait);
   void stopReceiver();
 
   std::unique_ptr<WriteTransport> transport_;  // exposes the slots to the trainers
@@ -66,6 +70,7 @@ class RolloutContext final : public Context {
   std::unique_ptr<Broadcaster> broadcaster_;
   int32_t prepared_slot_ = -1;  // receiver thread: the slot drained for the version in flight
   uint64_t prepared_version_ = 0;
+  bool draining_ = false;      // receiver thread: prepared_slot_ still has leases (no Prepared yet)
   int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)
   std::atomic<bool> stopping_{false};
   std::thread receiver_;

@@ -266,9 +266,14 @@ wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsyn
 
 /** Collective over all trainers and rollouts: sends the registrations, receives this rank's part of
  *  the plan, connects transports and registers memory (once). Returns when every rank is ready.
+ *  The plan is checked before any rank starts a collective for it (broadcast communicators), so
+ *  a rejected plan fails commit on every rank with the same error and no rank waits past its
+ *  timeout.
  *  @return SUCCESS; MISMATCH (registrations disagree: the message names tensor, ranks and shapes,
- *          on every rank); TIMEOUT (a rank never committed; it is named); INVALID_USAGE (twice);
- *          SYSTEM; REMOTE. */
+ *          on every rank); UNSUPPORTED (on every rank: a conversion no trainer can do, e.g.
+ *          float32 -> float8 from a host-memory trainer, since only device memory converts to
+ *          float8; the message names the tensor, the trainer and the rollout ranks); TIMEOUT (a
+ *          rank never committed; it is named); INVALID_USAGE (twice); SYSTEM; REMOTE. */
 wsync_status_t wsync_commit(wsync_context_t ctx);
 /**@}*/
 

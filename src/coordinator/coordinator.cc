@@ -386,6 +386,9 @@ class Coordinator::Impl {
     planner_options.allow_broadcast = broadcast.backend != BroadcastBackend::kNone;
     const auto t0 = Clock::now();
     Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
+    if (plan.isOk()) {  // every rank learns of a conversion no trainer can do, before collectives
+      if (Status s = checkConversions(*plan, trainers); !s.isOk()) plan = s;
+    }
     if (!plan.isOk()) {
       fail(plan.status().withContext("planning"));
       return Status::ok();

@@ -120,4 +120,26 @@ TEST(DefectsJob, SlowReaderOnlySlowsItsReplica) {
   wsync_lease_release(now);
 }
 
+// Defect: a host trainer asked for float32 -> float8_e4m3 (only device memory converts it) got
+// UNSUPPORTED at commit while rollouts were left waiting (under MPI: blocked in a broadcast
+// communicator's creation). Now planning rejects it: every rank's commit fails with UNSUPPORTED,
+// naming the tensor and the ranks, and no rank waits past its timeout.
+TEST(DefectsJob, UnconvertiblePairIsRejectedAtPlanningOnEveryRank) {
+  JobSpec spec;
+  spec.num_rollouts = 2;
+  spec.rollouts_per_replica = 2;
+  spec.rollout_dtype = WSYNC_DTYPE_FLOAT8_E4M3;
+  const auto started = Clock::now();
+  auto job = startJob(spec);
+  ASSERT_NE(job, nullptr);
+  EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(spec.timeout_ms));
+  for (size_t rank = 0; rank < job->status.size(); ++rank) {
+    EXPECT_EQ(job->status[rank], WSYNC_ERR_UNSUPPORTED)
+        << "rank " << rank << ": " << job->error[rank];
+    EXPECT_TRUE(mentions(job->error[rank], "tensor 'w'")) << job->error[rank];
+    EXPECT_TRUE(mentions(job->error[rank], "trainer 0")) << job->error[rank];
+    EXPECT_TRUE(mentions(job->error[rank], "float8_e4m3")) << job->error[rank];
+  }
+}
+
 }  // namespace

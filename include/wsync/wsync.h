@@ -329,9 +329,14 @@ wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsyn
 
 /** Collective over all trainers and rollouts: sends the registrations, receives this rank's part of
  *  the plan, connects transports and registers memory (once). Returns when every rank is ready.
+ *  The plan is checked before any rank starts a collective for it (broadcast communicators), so
+ *  a rejected plan fails commit on every rank with the same error and no rank waits past its
+ *  timeout.
  *  @return SUCCESS; MISMATCH (registrations disagree: the message names tensor, ranks and shapes,
- *          on every rank); TIMEOUT (a rank never committed; it is named); INVALID_USAGE (twice);
- *          SYSTEM; REMOTE. */
+ *          on every rank); UNSUPPORTED (on every rank: a conversion no trainer can do, e.g.
+ *          float32 -> float8 from a host-memory trainer, since only device memory converts to
+ *          float8; the message names the tensor, the trainer and the rollout ranks); TIMEOUT (a
+ *          rank never committed; it is named); INVALID_USAGE (twice); SYSTEM; REMOTE. */
 wsync_status_t wsync_commit(wsync_context_t ctx);
 /**@}*/
 
@@ -347,7 +352,10 @@ wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, f
 
 /** Starts publishing `version` (strictly greater than the last one) and returns at once (in
  *  snapshot mode after copying the buffers into staging). Versions publish in order.
- *  @param [out] request  completes when the version is ready on every replica that takes it
+ *  @param [out] request  completes when the version is ready on every replica that takes it:
+ *                        every rank of those replicas can then wsync_acquire it. A replica whose
+ *                        readers hold its slot is skipped (within max_staleness) and takes a
+ *                        later version; it never fails the job.
  *  @return SUCCESS; INVALID_USAGE (not committed, rollout context, version not increasing);
  *          ABORTED; plus what the snapshot copy can return. */
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request);
@@ -367,7 +375,10 @@ wsync_status_t wsync_request_test(wsync_request_t request);
 /** Waits up to timeout_ms (-1: the context's timeout). @return SUCCESS; TIMEOUT (still running:
  *  wait again; wsync_last_error() says so, the request has no error); or the publish's error
  *  (MISMATCH, REMOTE, SYSTEM, ABORTED ...), which wsync_request_error(request) and
- *  wsync_last_error() of the publishing context then explain. */
+ *  wsync_last_error() of the publishing context then explain. TIMEOUT only ever means "still in
+ *  flight": a publish that failed returns its error at once, the same on every later call (a job
+ *  that failed because a rank or the coordinator did not answer in time reports REMOTE, its
+ *  message saying what timed out). */
 wsync_status_t wsync_request_wait(wsync_request_t request, int timeout_ms);
 
 /** Why the publish behind `request` failed; "" while it is in flight, once it succeeded, and for
@@ -408,13 +419,20 @@ wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version);
 
 /** Blocks until a version newer than `version` is ready (or timeout_ms passes; -1: the context's
  *  timeout). @param [out] newest  the newest ready version
- *  @return SUCCESS; TIMEOUT; ABORTED; INVALID_USAGE. */
+ *  @return SUCCESS; TIMEOUT (the job runs, no newer version yet: wait again); ABORTED;
+ *          INVALID_USAGE; or, once the job failed, its error (REMOTE, MISMATCH, PROTOCOL ...), at
+ *          once and on every later call, explained by wsync_last_error(). */
 wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,
                                   uint64_t* newest);
 
-/** Takes a lease on `version` (WSYNC_VERSION_NEWEST: the newest ready). Never waits for a
- *  transfer: while version v+1 streams in, it returns v.
- *  @return SUCCESS; NOT_READY (no ready version, or `version` is not resident any more). */
+/** Takes a lease on `version` (WSYNC_VERSION_NEWEST: the newest ready). WSYNC_VERSION_NEWEST never
+ *  waits for a transfer: while version v+1 streams in, it returns v.
+ *  Ready contract: once a trainer's request for v completed, every rank of every replica that took
+ *  v acquires it (NEWEST returns v or newer). A version ready on the replica is acquirable on
+ *  every rank of it: acquire(v) on a rank that is receiving v (its peer rank may have acquired v
+ *  already) waits, up to the context's timeout, for this rank's Ready instead of failing.
+ *  @return SUCCESS; NOT_READY (no ready version, or `version` is not resident any more, or was
+ *          skipped by this replica). */
 wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_t* lease);
 
 /** The version a lease holds. */

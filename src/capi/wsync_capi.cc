@@ -104,8 +104,10 @@ std::string publishErrorText(const wsync::PublishRequest& request, const wsync::
 
 // Returns s's code; a failure is recorded on the request's context, and a final failure (the
 // publish is over) also on the request.
-wsync_status_t recordRequest(wsync_request_t request, const wsync::Status& s, bool final) {
-  if (s.isOk() || s.code() == WSYNC_IN_PROGRESS) return s.code();
+// A final failure is a failed publish: never TIMEOUT, which would tell the caller to wait again.
+wsync_status_t recordRequest(wsync_request_t request, const wsync::Status& status, bool final) {
+  if (status.isOk() || status.code() == WSYNC_IN_PROGRESS) return status.code();
+  const wsync::Status s = final ? wsync::asJobFailure(status) : status;
   const std::string text = publishErrorText(*request->request, s);
   request->context_error->set(text);
   if (final) {
@@ -429,7 +431,7 @@ const char* wsync_request_error(wsync_request_t request) {
     if (request->error.empty()) {
       const wsync::Status s = request->request->test();
       if (!s.isOk() && s.code() != WSYNC_IN_PROGRESS)
-        request->error = publishErrorText(*request->request, s);
+        request->error = publishErrorText(*request->request, wsync::asJobFailure(s));
     }
     return request->error.c_str();
   } catch (...) {

@@ -10,7 +10,47 @@ bool sameIdentity(const JobShape& job, const HelloMsg& a, const HelloMsg& b) {
   return a.role == b.role && a.role_rank == b.role_rank;
 }
 
+bool hostFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
+// Whether trainer `rank` (host memory) can convert `from` into `to`.
+bool hostConverts(DType from, DType to) {
+  return from == to || (hostFloat(from) && hostFloat(to));
+}
+
+bool onHost(const std::vector<Registration>& trainers, int32_t rank) {
+  if (rank < 0 || static_cast<size_t>(rank) >= trainers.size()) return false;
+  const Registration& reg = trainers[static_cast<size_t>(rank)];
+  return reg.buffers.empty() || reg.buffers.front().memory == MemoryKind::kHost;
+}
+
 }  // namespace
+
+Status checkConversions(const Plan& plan, const std::vector<Registration>& trainers) {
+  auto refuse = [&](int32_t tensor, int32_t trainer, DType from, DType to,
+                    const std::string& rollouts) {
+    return Status(WSYNC_ERR_UNSUPPORTED,
+                  "tensor '" + plan.tensors[static_cast<size_t>(tensor)].name + "': trainer " +
+                      std::to_string(trainer) + " holds it in host memory as " + dtypeName(from) +
+                      " and rollout rank(s) " + rollouts + " want " + dtypeName(to) +
+                      "; host memory converts only between float32, bfloat16 and float16 "
+                      "(float8 conversion needs device memory)");
+  };
+  for (const WriteOp& op : plan.writes) {
+    if (onHost(trainers, op.src_rank) && !hostConverts(op.src_dtype, op.dst_dtype))
+      return refuse(op.tensor, op.src_rank, op.src_dtype, op.dst_dtype,
+                    std::to_string(op.dst_rank));
+  }
+  for (const BroadcastGroup& g : plan.groups) {
+    if (!onHost(trainers, g.src.rank) || hostConverts(g.src_dtype, g.dst_dtype)) continue;
+    std::string ranks;
+    for (const BufferSpan& d : g.dst)
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(d.rank);
+    return refuse(g.tensor, g.src.rank, g.src_dtype, g.dst_dtype, ranks);
+  }
+  return Status::ok();
+}
 
 std::string rankName(Role role, int32_t rank) {
   return std::string(roleName(role)) + " " + std::to_string(rank);

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "coordinator/protocol.h"
+#include "plan/plan.h"
 
 namespace wsync {
 
@@ -27,6 +28,12 @@ int expectedParticipants(const JobShape& job);
 // index, a world rank or role rank out of the job's range, or the identity of a rank in `joined`.
 Status checkHello(const JobShape& job, const HelloMsg& hello,
                   const std::vector<const HelloMsg*>& joined);
+
+// UNSUPPORTED when the plan asks a host-memory trainer for a conversion only device memory does
+// (host memory converts between float32, bfloat16 and float16; float8 needs device memory), naming
+// the tensor, the trainer and the rollout ranks. Checked at planning, before any rank starts a
+// collective for the plan, so that every rank gets the same error.
+Status checkConversions(const Plan& plan, const std::vector<Registration>& trainers);
 
 // "2 of 3 ranks joined; never arrived: ..." naming the ranks that never said Hello.
 std::string describeAbsentRanks(const JobShape& job, const std::vector<const HelloMsg*>& joined);

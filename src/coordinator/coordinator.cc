@@ -7,7 +7,9 @@
 #include "codec/registration_codec.h"
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/delivery_gate.h"
 #include "coordinator/metrics.h"
+#include "layout/registration_checks.h"
 #include "plan/planner.h"
 
 namespace wsync {
@@ -199,6 +201,8 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kSent:
     case MessageType::kReceived:
       return onVersionMessage(p, type, payload);
+    case MessageType::kReadied:
+      return onReadied(p, payload);
     case MessageType::kHeartbeat:
       return Status::ok();  // last_heard is all it changes
     case MessageType::kLeave:
@@ -342,6 +346,7 @@ Result<Registration> Coordinator::Impl::decodeRegistrationOf(const Participant& 
   if (reg.role != p.hello.role || (!p.joiner && reg.rank != p.role_rank)) {
     return protocolError(nameOf(p) + " registered as " + rankName(reg.role, reg.rank));
   }
+  WSYNC_RETURN_IF_ERROR(checkRegistration(reg).withContext(nameOf(p) + "'s registration"));
   if (reg.role == Role::kRollout) {
     reg.rank = p.role_rank;
     reg.replica = p.hello.replica;
@@ -362,7 +367,12 @@ Status Coordinator::Impl::planAll() {
   std::vector<Registration> rollouts(rollout_index_.size());
   for (Participant& p : participants_) {
     if (p.joiner) continue;
-    WSYNC_ASSIGN_OR_RETURN(Registration reg, decodeRegistrationOf(p));
+    Result<Registration> decoded = decodeRegistrationOf(p);
+    if (!decoded.isOk()) {  // blame the rank that sent it, not the one whose message came last
+      fail(decoded.status());
+      return Status::ok();
+    }
+    Registration reg = std::move(*decoded);
     auto& role_regs = reg.role == Role::kRollout ? rollouts : trainers;
     role_regs[static_cast<size_t>(reg.rank)] = std::move(reg);
   }
@@ -375,6 +385,9 @@ Status Coordinator::Impl::planAll() {
   planner_options.allow_broadcast = broadcast.backend != BroadcastBackend::kNone;
   const auto t0 = Clock::now();
   Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
+  if (plan.isOk()) {  // every rank learns of a conversion no trainer can do, before collectives
+    if (Status s = checkConversions(*plan, trainers); !s.isOk()) plan = s;
+  }
   if (!plan.isOk()) {
     fail(plan.status().withContext("planning"));
     return Status::ok();
@@ -542,19 +555,41 @@ Status Coordinator::Impl::apply(Result<SequencerOutput> output) {
       opt_.metrics->observe(*output, *sequencer_, Clock::now());
   for (const std::string& note : output->notes)
     log(note);
-  for (const OutgoingMessage& m : output->messages) {
-    std::vector<uint8_t> payload;
-    if (m.type == MessageType::kDelivered && stats) {
-      DeliveredMsg d = std::get<DeliveredMsg>(m.payload);
-      d.has_stats = true;
-      d.stats = stats->stats;
-      payload = encode(d);
-    } else {
-      payload = m.encodedPayload();
+  for (OutgoingMessage& m : output->messages) {
+    if (m.type == MessageType::kReady) {
+      for (const RankRef& to : m.to)
+        delivery_gate_.readySent(std::get<SlotMsg>(m.payload).version, to.rank, Clock::now());
     }
-    for (const RankRef& to : m.to)
-      sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
+    if (m.type == MessageType::kDelivered) {  // held by the gate until every Ready is confirmed
+      if (stats) {
+        auto& d = std::get<DeliveredMsg>(m.payload);
+        d.has_stats = true;
+        d.stats = stats->stats;
+      }
+      if (std::optional<OutgoingMessage> now = delivery_gate_.deliver(std::move(m))) send(*now);
+      continue;
+    }
+    send(m);
   }
+  return Status::ok();
+}
+
+void Coordinator::Impl::send(const OutgoingMessage& m) {
+  const std::vector<uint8_t> payload = m.encodedPayload();
+  for (const RankRef& to : m.to)
+    sendTo(to.role == Role::kTrainer ? trainer(to.rank) : rollout(to.rank), m.type, payload);
+}
+
+// A rollout rank can now acquire the version: the last confirmation releases Delivered.
+Status Coordinator::Impl::onReadied(const Participant& p, const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning || p.hello.role != Role::kRollout) {
+    return protocolError("unexpected Readied");
+  }
+  VersionMsg m;
+  WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  WSYNC_ASSIGN_OR_RETURN(std::optional<OutgoingMessage> released,
+                         delivery_gate_.readied(m.version, p.role_rank));
+  if (released) send(*released);
   return Status::ok();
 }
 
@@ -581,6 +616,7 @@ void Coordinator::Impl::checkTimers() {
   if (phase_ == Phase::kRunning) {
     Status s = apply(sequencer_->advance(now));
     if (!s.isOk()) return fail(s);
+    if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
     sendDueLefts();
   }

@@ -21,6 +21,7 @@
 #include "coordinator/admission.h"
 #include "coordinator/broadcast_backend.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/delivery_gate.h"
 #include "coordinator/metrics.h"
 #include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
@@ -144,6 +145,8 @@ class Coordinator::Impl {
   Status onVersionMessage(const Participant& p, MessageType type,
                           const std::vector<uint8_t>& payload);
   Status apply(Result<SequencerOutput> output);
+  void send(const OutgoingMessage& m);
+  Status onReadied(const Participant& p, const std::vector<uint8_t>& payload);
   void checkTimers();
 
   // ---- membership of the running job (coordinator_membership.cc) ----
@@ -191,6 +194,7 @@ class Coordinator::Impl {
   std::vector<int32_t> rollout_index_;
   std::vector<int32_t> replica_of_rollout_;
   BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
+  DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
   std::optional<VersionSequencer> sequencer_;        // from planning on
   std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
   std::map<int32_t, JoiningReplica> joining_;        // by replica id

@@ -66,6 +66,10 @@ void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason,
       }() +
       ") " + (crashed ? "dropped: " : "left: ") + reason);
   sendToTrainers(MessageType::kReplicaDropped, encode(dropped));
+  for (int32_t rank : dropped.ranks) {  // no confirmation of Ready is awaited from it any more
+    for (const OutgoingMessage& released : delivery_gate_.forget(rank))
+      send(released);
+  }
   if (sequencer_ && sequencer_->hasReplica(id)) {
     Status s = apply(sequencer_->removeReplica(id, Clock::now()));
     if (!s.isOk()) fail(s);

@@ -129,6 +129,8 @@ const char* messageTypeName(MessageType t) {
       return "Error";
     case MessageType::kBye:
       return "Bye";
+    case MessageType::kReadied:
+      return "Readied";
   }
   return "Unknown";
 }

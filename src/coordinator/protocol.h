@@ -14,9 +14,10 @@
 //   coord -> Go(v, slot per replica, -1 = skipped) to every trainer and rollout rank
 //   trainers write/broadcast -> Sent(v);  rollout ranks that receive broadcasts -> Received(v)
 //   coord -> Ready(v, slot) to the ranks of each replica once all of its data landed
-//   coord -> Delivered(v, which replicas took, skipped, were lost) to every trainer once every
-//            taking replica is ready (with the
-//            coordinator's stats of it)
+//   rollout rank -> Readied(v) once v is readable on it (wsync_acquire returns it)
+//   coord -> Delivered(v, which replicas took, skipped, were lost; the coordinator's stats) to
+//            every trainer once every taking replica is ready and every rank sent Ready(v)
+//            confirmed it
 // Any side -> Error(status, message); rank -> Bye at finalize.
 // Membership while the job runs (protocol version 4):
 //   rollout -> Heartbeat every Welcome::heartbeat_interval_ms (a rank silent past the
@@ -63,11 +64,12 @@ enum class MessageType : uint16_t {
   kReplicaDropped = 20,  // coord -> trainer, ReplicaMsg
   kPlanExtension = 21,   // coord -> trainer, PlanExtensionMsg
   kExtensionDone = 22,   // trainer -> coord, ReplicaMsg
+  kReadied = 23,         // rollout -> coord, VersionMsg
 };
 const char* messageTypeName(MessageType t);
 
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
-// Delivered outcomes)
+// Delivered outcomes) and rollouts confirming Ready with Readied.
 inline constexpr uint32_t kProtocolVersion = 4;
 
 struct HelloMsg {
@@ -138,7 +140,7 @@ struct PlanAssignmentMsg {
   BroadcastWorldAssignment broadcast;
 };
 
-struct VersionMsg {  // Publish, Sent, Received, CommitDone(version 0)
+struct VersionMsg {  // Publish, Sent, Received, Readied, CommitDone(version 0)
   uint64_t version = 0;
 };
 

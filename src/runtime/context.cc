@@ -5,6 +5,7 @@
 
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
+#include "layout/registration_checks.h"
 #include "runtime/device_ops.h"
 #include "runtime/rollout_context.h"
 #include "runtime/trainer_context.h"
@@ -104,6 +105,7 @@ Status Context::joinJob() {
 
 Result<int32_t> Context::declareTensor(const std::string& name, const Dims& shape) {
   if (commit_started_) return invalidUsage("register_buffer after commit");
+  WSYNC_RETURN_IF_ERROR(checkTensorDecl({name, shape}));
   const int32_t index = registration_.declareTensor(name, shape);
   if (index < 0) {
     for (const TensorDecl& t : registration_.tensors) {
@@ -143,36 +145,16 @@ Result<int32_t> Context::registerBuffer(LocalBuffer buffer, void* data) {
       WSYNC_RETURN_IF_ERROR(checkDevicePointer(data, options_.cuda_device, where));
     }
   }
+  if (buffer.num_elements > kMaxRegisteredElements) {
+    return invalidArgument(where + ": num_elements " + std::to_string(buffer.num_elements) +
+                           " is above 2^56");
+  }
   for (const Piece& p : buffer.pieces) {
     if (p.tensor < 0 || static_cast<size_t>(p.tensor) >= registration_.tensors.size()) {
       return internalError(where + ": piece names an undeclared tensor");
     }
-    const TensorDecl& t = registration_.tensors[static_cast<size_t>(p.tensor)];
-    const std::string piece = where + ", tensor '" + t.name + "'";
-    if (!p.box.fitsIn(t.shape)) {
-      return invalidArgument(piece + ": box " + p.box.toString() +
-                             " is not inside the global shape " + t.shape.toString());
-    }
-    if (p.local_strides.rank != t.shape.rank) {
-      return invalidArgument(piece + ": local strides have rank " +
-                             std::to_string(p.local_strides.rank) + ", the tensor has rank " +
-                             std::to_string(t.shape.rank));
-    }
-    if (t.shape.rank > 0 && p.local_strides[t.shape.rank - 1] != 1) {
-      return invalidArgument(piece + ": the innermost local stride must be 1, got " +
-                             std::to_string(p.local_strides[t.shape.rank - 1]));
-    }
-    int64_t last = p.local_offset;
-    for (int d = 0; d < t.shape.rank; ++d) {
-      if (p.local_strides[d] < 0) return invalidArgument(piece + ": negative local stride");
-      last += (p.box.extent[d] - 1) * p.local_strides[d];
-    }
-    if (p.box.empty()) continue;
-    if (p.local_offset < 0 || last >= buffer.num_elements) {
-      return invalidArgument(piece + ": elements [" + std::to_string(p.local_offset) + ", " +
-                             std::to_string(last) + "] fall outside the buffer of " +
-                             std::to_string(buffer.num_elements) + " elements");
-    }
+    WSYNC_RETURN_IF_ERROR(checkPiece(registration_.tensors[static_cast<size_t>(p.tensor)], p,
+                                     buffer.num_elements, where));
   }
   registration_.buffers.push_back(std::move(buffer));
   buffer_data_.push_back(data);
@@ -191,9 +173,14 @@ Status Context::sendError(const Status& status) {
   return sendMessage(MessageType::kError, encode(ErrorMsg{status.code(), status.message()}));
 }
 
+Status asJobFailure(const Status& failure) {
+  if (failure.code() != WSYNC_ERR_TIMEOUT) return failure;
+  return remoteError("the job failed (timed out): " + failure.message());
+}
+
 void Context::setFailed(const Status& status) {
   std::lock_guard lock(failure_mu_);
-  if (failure_.isOk()) failure_ = status;
+  if (failure_.isOk()) failure_ = asJobFailure(status);
   failed_ = true;
 }
 

@@ -61,6 +61,11 @@ struct ContextOptions {
   int debug_send_delay_ms = 0;
 };
 
+// The error a failed job reports from then on, every time: `failure` itself, except that a
+// TIMEOUT (which callers read as "still running, wait again") becomes REMOTE with the same
+// message (a peer or the coordinator did not answer in time, and the job is over).
+Status asJobFailure(const Status& failure);
+
 class Context {
  public:
   static Result<std::unique_ptr<Context>> create(const ContextOptions& options);
@@ -112,7 +117,7 @@ class Context {
 
   Status sendMessage(MessageType type, const std::vector<uint8_t>& payload);
   Status sendError(const Status& status);
-  // Records the first fatal error of the context (later calls keep the first).
+  // Records the first fatal error of the context (later calls keep the first), as asJobFailure.
   void setFailed(const Status& status);
   Status failure() const;
   bool failedOrAborted() const { return failed_.load(); }

@@ -11,7 +11,11 @@ namespace wsync {
 namespace {
 constexpr uint64_t kBufferAlignment = 256;  // bytes; every buffer starts aligned in its slot
 constexpr std::chrono::milliseconds kPollInterval{20};
-// While a staged slot is written: how often the receiver thread moves reported writes.
+// acquire(v) of a version being received: how often it looks whether v was given up.
+constexpr std::chrono::milliseconds kReadyWaitSlice{5};
+// Prepare: how long the receiver waits for a slot's readers before it serves other messages.
+constexpr std::chrono::milliseconds kFirstDrainWait{2};
+// While a staged slot is written or a slot drains: how often the receiver thread polls.
 constexpr std::chrono::milliseconds kLandingPollInterval{1};
 }  // namespace
 
@@ -87,7 +91,30 @@ Status RolloutContext::startRunning() {
 // ---- readers ---------------------------------------------------------------------------------
 Result<Lease> RolloutContext::acquire(uint64_t version) {
   if (!committed()) return invalidUsage("acquire before commit");
+  Result<Lease> lease = store_->acquire(version);
+  if (lease.isOk() || version == kNewestVersion || !beingWritten(version)) return lease;
+  // This rank is receiving `version`: its replica may be ready already (a peer rank got Ready
+  // first), so wait, bounded by the timeout, for this rank's Ready instead of failing.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  while (beingWritten(version) && !failedOrAborted()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    const std::optional<uint64_t> newest = store_->newestReady();
+    if (newest && *newest >= version) break;  // it cannot become ready any more
+    (void)store_->waitForNewer(newest.value_or(0), std::min(left, kReadyWaitSlice));
+    lease = store_->acquire(version);
+    if (lease.isOk()) return lease;
+  }
   return store_->acquire(version);
+}
+
+bool RolloutContext::beingWritten(uint64_t version) const {
+  for (int i = 0; i < store_->numSlots(); ++i) {
+    const std::optional<SlotInfo> info = store_->slotInfo(i);
+    if (info && info->state == SlotState::kWriting && info->version == version) return true;
+  }
+  return false;
 }
 
 std::optional<uint64_t> RolloutContext::newestVersion() const {
@@ -98,8 +125,10 @@ std::optional<uint64_t> RolloutContext::newestVersion() const {
 Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
                                              std::chrono::milliseconds timeout) {
   if (!committed()) return invalidUsage("wait_version before commit");
+  // A failed job answers with its failure every time (never TIMEOUT, which means "wait again").
+  if (failedOrAborted()) return failure();
   Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);
-  if (!v.isOk() && v.status().code() == WSYNC_ERR_ABORTED && !failure().isOk()) return failure();
+  if (!v.isOk() && failedOrAborted()) return failure();
   return v;
 }
 
@@ -137,10 +166,18 @@ Result<uint64_t> RolloutContext::copyFlip(uint64_t version, CudaStreamHandle str
 void RolloutContext::receiverLoop() {
   while (!stopping_) {
     Result<Frame> frame =
-        job_.channel->recv(landing_slot_ >= 0 ? kLandingPollInterval : kPollInterval);
+        job_.channel->recv(landing_slot_ >= 0 || draining_ ? kLandingPollInterval : kPollInterval);
     if (!frame.isOk()) {
       if (frame.status().code() == WSYNC_ERR_TIMEOUT) {
         transport_->progress();  // emulated writes into exposed memory need the target's progress
+        if (draining_) {
+          const Status drained = continueDraining(std::chrono::milliseconds(0));
+          if (!drained.isOk()) {
+            setFailed(drained);
+            (void)sendError(drained.withContext("rollout " + std::to_string(rank())));
+            break;
+          }
+        }
         if (landing_slot_ >= 0) {
           const Status landed = slots_[static_cast<size_t>(landing_slot_)]->landArrived();
           if (!landed.isOk()) {
@@ -176,14 +213,11 @@ Status RolloutContext::handle(const Frame& frame) {
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
       staleness_.onStarted(m.version);
       if (prepared_slot_ >= 0) (void)store_->abandonWrite(prepared_slot_);  // a skipped version
-      WSYNC_RETURN_IF_ERROR(store_->beginWrite(m.slot, m.version, options_.timeout));
       landing_slot_ = -1;
-      if (!landing_ranges_.empty()) {  // staged: empty progress logs before the writers start
-        WSYNC_RETURN_IF_ERROR(slots_[static_cast<size_t>(m.slot)]->beginLanding());
-      }
       prepared_slot_ = m.slot;
       prepared_version_ = m.version;
-      return sendMessage(MessageType::kPrepared, encode(m));
+      draining_ = true;
+      return continueDraining(kFirstDrainWait);
     }
     case MessageType::kGo: {
       GoMsg go;
@@ -194,10 +228,11 @@ Status RolloutContext::handle(const Frame& frame) {
         if (prepared_slot_ >= 0 && prepared_version_ == go.version) {
           WSYNC_RETURN_IF_ERROR(store_->abandonWrite(prepared_slot_));
           prepared_slot_ = -1;
+          draining_ = false;
         }
         return Status::ok();
       }
-      if (slot != prepared_slot_ || go.version != prepared_version_) {
+      if (slot != prepared_slot_ || go.version != prepared_version_ || draining_) {
         return protocolError("Go for version " + std::to_string(go.version) + " slot " +
                              std::to_string(slot) + " but slot " + std::to_string(prepared_slot_) +
                              " was prepared for version " + std::to_string(prepared_version_));
@@ -221,7 +256,8 @@ Status RolloutContext::handle(const Frame& frame) {
       staleness_.onReady(m.version, RolloutStaleness::Clock::now());  // before readers see it
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
-      return Status::ok();
+      // Readable here now: the trainers' requests complete once every rank of the replica says so.
+      return sendMessage(MessageType::kReadied, encode(VersionMsg{m.version}));
     }
     case MessageType::kError: {
       ErrorMsg err;
@@ -243,6 +279,21 @@ Status RolloutContext::handle(const Frame& frame) {
                            messageTypeName(static_cast<MessageType>(frame.type)) +
                            " from the coordinator");
   }
+}
+
+// Receiver thread: waits up to `wait` for the readers of the prepared slot to release it, then
+// sends Prepared. While they hold it the receiver goes on serving the coordinator (which may skip
+// this replica: Go with slot -1 gives the slot back) and retries when idle; a slow reader thus
+// only keeps its own replica out of versions, and the coordinator's timeout bounds the wait.
+Status RolloutContext::continueDraining(std::chrono::milliseconds wait) {
+  const Status begun = store_->beginWrite(prepared_slot_, prepared_version_, wait);
+  if (begun.code() == WSYNC_ERR_TIMEOUT) return Status::ok();  // still leased: retried when idle
+  WSYNC_RETURN_IF_ERROR(begun);
+  draining_ = false;
+  if (!landing_ranges_.empty()) {  // staged: empty progress logs before the writers start
+    WSYNC_RETURN_IF_ERROR(slots_[static_cast<size_t>(prepared_slot_)]->beginLanding());
+  }
+  return sendMessage(MessageType::kPrepared, encode(SlotMsg{prepared_version_, prepared_slot_}));
 }
 
 // Receiver thread: takes part in this rank's broadcasts of the version into the prepared slot

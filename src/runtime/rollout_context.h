@@ -26,7 +26,9 @@ class RolloutContext final : public Context {
   explicit RolloutContext(ContextOptions options) : Context(std::move(options)) {}
   ~RolloutContext() override;
 
-  // Readers (thread-safe, never wait for a transfer).
+  // Readers (thread-safe). acquire(kNewestVersion) never waits; acquire(v) of a version this
+  // rank is receiving waits (up to the timeout) for its Ready, since a peer rank of the replica
+  // may have acquired v already.
   Result<Lease> acquire(uint64_t version);
   std::optional<uint64_t> newestVersion() const;
   Result<uint64_t> waitVersion(uint64_t newer_than, std::chrono::milliseconds timeout);
@@ -50,10 +52,12 @@ class RolloutContext final : public Context {
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
   std::string preferredTargetBackend(MemoryKind memory) const;
+  bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
 
   void receiverLoop();
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
+  Status continueDraining(std::chrono::milliseconds wait);
   void stopReceiver();
   void heartbeatLoop(std::chrono::milliseconds interval);
   void stopHeartbeats();
@@ -78,7 +82,8 @@ class RolloutContext final : public Context {
   std::unique_ptr<Broadcaster> broadcaster_;
   int32_t prepared_slot_ = -1;  // receiver thread: the slot drained for the version in flight
   uint64_t prepared_version_ = 0;
-  int32_t landing_slot_ = -1;   // receiver thread: a staged slot being written (Go to Ready)
+  bool draining_ = false;      // receiver thread: prepared_slot_ still has leases (no Prepared yet)
+  int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)
   RolloutStaleness staleness_;  // receiver thread writes
   std::atomic<bool> stopping_{false};
   std::thread receiver_;

@@ -10,6 +10,7 @@
 
 #include "coordinator/admission.h"
 #include "coordinator/coordinator.h"
+#include "layout/registration_checks.h"
 #include "wsync/wsync.h"
 
 namespace {
@@ -165,6 +166,107 @@ TEST(Defects, SecondLeaseReleaseIsAnErrorThatChangesNothing) {
   EXPECT_EQ(wsync_lease_release(again), WSYNC_SUCCESS);
   wsync_context_destroy(trainer);
   wsync_context_destroy(rollout);
+}
+
+// A committed-less trainer context of a 1 x 1 job whose coordinator is `coordinator`.
+struct CreatedPair {
+  wsync_context_t trainer = nullptr;
+  wsync_context_t rollout = nullptr;
+  ~CreatedPair() {
+    wsync_context_abort(trainer);
+    wsync_context_abort(rollout);
+    wsync_context_destroy(trainer);
+    wsync_context_destroy(rollout);
+  }
+};
+void createPair(const std::string& address, CreatedPair& pair) {
+  wsync_status_t rollout_status = WSYNC_ERR_INTERNAL;
+  std::thread rollout_thread([&] {
+    wsync_config_t cfg = explicitConfig(address, WSYNC_ROLE_ROLLOUT, 0);
+    rollout_status = wsync_context_create(&cfg, &pair.rollout);
+  });
+  wsync_config_t cfg = explicitConfig(address, WSYNC_ROLE_TRAINER, 0);
+  const wsync_status_t trainer_status = wsync_context_create(&cfg, &pair.trainer);
+  rollout_thread.join();
+  ASSERT_EQ(trainer_status, WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  ASSERT_EQ(rollout_status, WSYNC_SUCCESS) << wsync_last_error(nullptr);
+}
+
+// Defect: a box at offset INT64_MAX, and a [2^32, 2^32] tensor in a 16-element buffer, were
+// accepted by wsync_register_buffer (overflowing arithmetic) and failed only at commit, blamed on
+// another rank. Now registration refuses them, naming the tensor and the offending field.
+TEST(Defects, OverflowingRegistrationsAreRejectedAtRegistration) {
+  auto coordinator = startCoordinator(1, 1);
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(coordinator->port());
+  CreatedPair pair;
+  ASSERT_NO_FATAL_FAILURE(createPair(address, pair));
+  std::vector<float> data(16, 0.0f);
+  for (wsync_context_t ctx : {pair.trainer, pair.rollout}) {
+    void* memory = ctx == pair.trainer ? data.data() : nullptr;
+    int64_t shape[1] = {16}, offset[1] = {INT64_MAX}, extent[1] = {1};
+    wsync_piece_t piece = WSYNC_PIECE_INITIALIZER;
+    piece.tensor = "far";
+    piece.ndim = 1;
+    piece.global_shape = shape;
+    piece.box_offset = offset;
+    piece.box_extent = extent;
+    EXPECT_EQ(wsync_register_buffer(ctx, "far", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, memory, 16,
+                                    1, &piece, nullptr),
+              WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(mentions(wsync_last_error(ctx), "tensor 'far'")) << wsync_last_error(ctx);
+    EXPECT_TRUE(mentions(wsync_last_error(ctx), "box_offset[0]")) << wsync_last_error(ctx);
+
+    int64_t huge[2] = {int64_t{1} << 32, int64_t{1} << 32};
+    wsync_piece_t big = WSYNC_PIECE_INITIALIZER;
+    big.tensor = "huge";
+    big.ndim = 2;
+    big.global_shape = huge;
+    EXPECT_EQ(wsync_register_buffer(ctx, "huge", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, memory, 16,
+                                    1, &big, nullptr),
+              WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(mentions(wsync_last_error(ctx), "tensor 'huge'")) << wsync_last_error(ctx);
+    EXPECT_TRUE(mentions(wsync_last_error(ctx), "global_shape")) << wsync_last_error(ctx);
+
+    // A [2^20, 2^20] tensor (fits int64) whose whole box would need 2^40 elements of 16.
+    int64_t wide[2] = {int64_t{1} << 20, int64_t{1} << 20};
+    big.tensor = "wide";
+    big.global_shape = wide;
+    EXPECT_EQ(wsync_register_buffer(ctx, "wide", WSYNC_DTYPE_FLOAT32, WSYNC_MEMORY_HOST, memory, 16,
+                                    1, &big, nullptr),
+              WSYNC_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(mentions(wsync_last_error(ctx), "tensor 'wide'")) << wsync_last_error(ctx);
+    EXPECT_TRUE(mentions(wsync_last_error(ctx), "box_extent")) << wsync_last_error(ctx);
+  }
+}
+
+// The coordinator checks every decoded registration the same way (a peer that skipped the
+// checks), before the planner sizes anything by it.
+TEST(Defects, CoordinatorChecksDecodedRegistrations) {
+  wsync::Registration reg;
+  reg.role = wsync::Role::kRollout;
+  const int32_t t = reg.declareTensor("w", wsync::Dims{16});
+  wsync::LocalBuffer b;
+  b.name = "w";
+  b.num_elements = 16;
+  wsync::Piece piece;
+  piece.tensor = t;
+  piece.box = {wsync::Dims{INT64_MAX}, wsync::Dims{1}};
+  piece.local_strides = wsync::Dims{1};
+  b.pieces.push_back(piece);
+  reg.buffers.push_back(b);
+  wsync::Status s = wsync::checkRegistration(reg);
+  EXPECT_EQ(s.code(), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions(s.message().c_str(), "box_offset[0]")) << s.toString();
+  reg.buffers[0].pieces[0].box = {wsync::Dims{0}, wsync::Dims{16}};
+  EXPECT_TRUE(wsync::checkRegistration(reg).isOk());
+  reg.buffers[0].pieces[0].tensor = 7;
+  EXPECT_EQ(wsync::checkRegistration(reg).code(), WSYNC_ERR_INVALID_ARGUMENT);
+  reg.buffers[0].pieces[0].tensor = t;
+  reg.tensors[0].shape = wsync::Dims{int64_t{1} << 32, int64_t{1} << 32};
+  s = wsync::checkRegistration(reg);
+  EXPECT_EQ(s.code(), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions(s.message().c_str(), "global_shape")) << s.toString();
 }
 
 }  // namespace

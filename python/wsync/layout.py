@@ -258,7 +258,7 @@ def dtensor_boxes(tensor: str, dt: Any) -> List[Box]:
     for mesh_dim, p in enumerate(placements):
         if isinstance(p, Partial):
             raise UnpublishableError(
-                f"{tensor}: placement {p} on mesh dim {mesh_dim} is Partial (a pending "
+                f"{tensor}: placement {p!r} on mesh dim {mesh_dim} is Partial (a pending "
                 "reduction, not a weight); redistribute it to Shard or Replicate first")
         if isinstance(p, Replicate):
             continue
@@ -267,7 +267,7 @@ def dtensor_boxes(tensor: str, dt: Any) -> List[Box]:
         elif isinstance(p, Shard):
             split = Shard(0)
         else:
-            raise UnpublishableError(f"{tensor}: placement {p} is not supported")
+            raise UnpublishableError(f"{tensor}: placement {p!r} is not supported")
         d = p.dim  # the split runs on the 1-D index vector of dimension d, by torch's own rule
         parts = split._split_tensor(indices[d], mesh.size(mesh_dim), with_padding=False)[0]
         indices[d] = parts[coord[mesh_dim]] if coord[mesh_dim] < len(parts) else indices[d][:0]

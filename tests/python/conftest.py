@@ -35,10 +35,12 @@ class Job:
         self.out = out
         self.procs: List[tuple] = []
 
-    def start(self, scenario: str, role: str, args: dict, name: Optional[str] = None) -> None:
+    def start(self, scenario: str, role: str, args: dict, name: Optional[str] = None,
+              script: Path = JOBS) -> None:
+        """Starts `script scenario role json(args)` (a worker of jobs.py by default)."""
         args = dict(args, out=str(self.out), name=name or role)
         log = open(self.out / f"{name or role}.log", "w")
-        p = subprocess.Popen([sys.executable, str(JOBS), scenario, role, json.dumps(args)],
+        p = subprocess.Popen([sys.executable, str(script), scenario, role, json.dumps(args)],
                              stdout=log, stderr=subprocess.STDOUT, env=worker_env())
         self.procs.append((name or role, p, log))
 

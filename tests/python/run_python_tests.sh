@@ -43,7 +43,8 @@ fi
 
 # The engine adapters' tests need the real engines, which pin other torch / transformers
 # versions: each has its own venv, reused when it exists (its wsync reinstalled from this tree);
-# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 create them from PyPI (several GB). Otherwise skipped.
+# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 / WSYNC_SETUP_SGLANG=1 create them from PyPI (several
+# GB). Otherwise skipped.
 engine_venv() {  # name venv import packages...
   local name=$1 dir=$2 module=$3
   shift 3
@@ -63,6 +64,12 @@ engine_venv() {  # name venv import packages...
 engine_venv vllm "${WSYNC_VLLM_VENV:-/opt/wsync-vllm-venv}" vllm "vllm==0.33.*"
 engine_venv verl "${WSYNC_VERL_VENV:-/opt/wsync-verl-venv}" verl.checkpoint_engine.base \
   "torch==2.11.*" "verl==0.9.1" uvicorn fastapi
+# SGLang: installed without its GPU stack (setup_sglang_venv.sh), so created by its own script.
+sglang_venv=${WSYNC_SGLANG_VENV:-/opt/wsync-sglang-venv}
+if [ "${WSYNC_SETUP_SGLANG:-0}" = 1 ] && [ ! -x "$sglang_venv/bin/python" ]; then
+  bash "$repo/tests/python/setup_sglang_venv.sh" "$sglang_venv"
+fi
+engine_venv sglang "$sglang_venv" sglang.srt.model_executor.model_runner_components.weight_updater
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 rm -f /dev/shm/vader_segment.* 2>/dev/null || true

@@ -102,6 +102,44 @@ def test_partial_placement_is_refused():
         dt = DTensor.from_local(torch.ones(2, 2), mesh, [Partial()])
         with pytest.raises(UnpublishableError, match="Partial"):
             layout.dtensor_boxes("w", dt)
+        # Through the trainer's one registration call: refused before any C call, naming the
+        # parameter by its HF name (wrapper prefixes stripped).
+        module = torch.nn.Module()
+        module.register_parameter("ok", torch.nn.Parameter(torch.ones(2)))
+        module.register_parameter("grad_sum", torch.nn.Parameter(dt))
+        trainer = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, 1, "127.0.0.1:9", "s"))
+        with pytest.raises(UnpublishableError,
+                           match=r"model\.grad_sum: placement Partial\(sum\) on mesh dim 0"):
+            trainer.register_module(module, name_map=lambda n: "model." + n)
+        assert trainer.ctx is None and trainer.entries == []
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU offload next to CUDA shards "
+                    "needs a GPU (on a CPU-only world every FSDP2 shard is host memory)")
+def test_cpu_offloaded_fsdp2_shards_next_to_device_shards_are_refused():
+    """FSDP2 with CPUOffloadPolicy on one layer and device shards elsewhere: one register_module
+    call raises UnpublishableError naming the offloaded shard and the way out (offloaded='copy'),
+    before any C call."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+    from conftest import free_port
+
+    dist.init_process_group("gloo", rank=0, world_size=1,
+                            init_method=f"tcp://127.0.0.1:{free_port()}")
+    try:
+        mesh = init_device_mesh("cuda", (1,))
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)).cuda()
+        fully_shard(model[0], mesh=mesh, offload_policy=CPUOffloadPolicy())
+        fully_shard(model, mesh=mesh)
+        assert model[0].weight.device.type == "cpu" and model[1].weight.device.type == "cuda"
+        trainer = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, 1, "127.0.0.1:9", "s"))
+        with pytest.raises(UnpublishableError, match=r"0\.weight is a CPU-offloaded shard while "
+                           r"other tensors are on cuda:0.*offloaded='copy'"):
+            trainer.register_module(model)
+        assert trainer.ctx is None and trainer.entries == []
     finally:
         dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdint>
 
 namespace wsync {
 
@@ -38,7 +39,9 @@ Dims rowMajorStrides(const Dims& shape) {
   int64_t stride = 1;
   for (int i = shape.rank - 1; i >= 0; --i) {
     s[i] = stride;
-    stride *= shape[i];
+    // Saturates instead of overflowing: a shape this large fails the registration checks, which
+    // name it, rather than wrapping to a small stride here.
+    if (i > 0 && __builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
   return s;
 }

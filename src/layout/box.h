@@ -42,7 +42,7 @@ struct Dims {
   std::string toString() const;  // "[4096, 4096]"
 };
 
-// Row-major (C-order) strides in elements for `shape`.
+// Row-major (C-order) strides in elements for `shape`; a stride past INT64_MAX saturates there.
 Dims rowMajorStrides(const Dims& shape);
 
 // An n-d box: [offset, offset + extent) per dimension of a global tensor.

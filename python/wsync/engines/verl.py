@@ -107,7 +107,11 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
                                         device=self.device)
             self.rollout.commit()
         after = (global_steps - 1) if global_steps is not None else (self.rollout.version or 0)
-        version = self.rollout.wait_for_version(after=after)
+        newest = self.rollout.wait_for_version(after=after)
+        # The actors may already have published a later step: yield exactly the one asked for
+        # (its slot is still held by this replica unless two newer versions have replaced it,
+        # in which case the acquire raises a NotReadyError naming the version).
+        version = global_steps if global_steps is not None else newest
         for name, tensor in self.rollout.named_tensors(version):
             yield name, tensor
         self.rollout.version = version

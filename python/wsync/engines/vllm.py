@@ -126,10 +126,16 @@ class WsyncReceiver:
             target = int(version)
             while (self.rollout.newest_version() or 0) < target:
                 self.rollout.wait_for_version(after=target - 1, timeout_ms=timeout_ms)
-        flipped = self.rollout.flip(target if version is not None else VERSION_NEWEST)
-        if self.fallback:
-            self.load_weights(list(self.rollout.named_tensors(flipped or target)))
-        return int(flipped if flipped is not None else target)
+        wanted = target if version is not None else VERSION_NEWEST
+        if not self.fallback:
+            flipped = self.rollout.flip(wanted)
+            return int(flipped if flipped is not None else target)
+        # One lease over both steps: the fallback tensors come from the version just flipped.
+        with self.rollout.lease(wanted) as lease:
+            self.rollout.flip(lease.version)
+            self.load_weights(list(self.rollout.lease_tensors(lease, names=self.fallback)
+                                   .items()))
+            return lease.version
 
     def close(self) -> None:
         """Leaves the wsync job."""
@@ -150,9 +156,11 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
     init_info_cls = WsyncInitInfo
     update_info_cls = WsyncUpdateInfo
 
+    receiver: Optional[WsyncReceiver] = None
+    version: Optional[int] = None  # the version live in the parameters
+
     def init_transfer_engine(self, init_info: WsyncInitInfo) -> None:
         self.receiver = WsyncReceiver(self.model, self.model.load_weights, init_info, tp_rank())
-        self.version: Optional[int] = None
 
     def start_weight_update(self) -> None:
         """Nothing to prepare: weights land in place."""
@@ -163,13 +171,15 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
         self.receive_weights(self.parse_update_info(update_info))
 
     def receive_weights(self, update_info: WsyncUpdateInfo) -> None:
+        if self.receiver is None:
+            raise RuntimeError("wsync: update_weights before init_weight_transfer_engine")
         self.version = self.receiver.receive(update_info.version, update_info.timeout_ms)
 
     def finish_weight_update(self) -> None:
         """Nothing to finalize."""
 
     def shutdown(self) -> None:
-        if getattr(self, "receiver", None) is not None:
+        if self.receiver is not None:
             self.receiver.close()
             self.receiver = None
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 
 import wsync
 from jobs import fixed_batch, llama_rollout_tp, tiny_llama
+from job_main import run
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col",
            "self_attn.o_proj": "row", "mlp.gate_proj": "col", "mlp.up_proj": "col",
@@ -100,14 +100,5 @@ def fsdp_trainer(args: dict) -> None:
 SCENARIOS = {("fsdp", "trainer"): fsdp_trainer, ("fsdp", "rollout_tp"): llama_rollout_tp}
 
 
-def main() -> int:
-    try:
-        SCENARIOS[(sys.argv[1], sys.argv[2])](json.loads(sys.argv[3]))
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: SCENARIOS[(sys.argv[1], sys.argv[2])](json.loads(sys.argv[3])))

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 
 import wsync
 from wsync import layout, models
+from job_main import run
 
 HERE = Path(__file__).resolve().parent
 
@@ -295,18 +295,13 @@ SCENARIOS = {
 }
 
 
-def main() -> int:
+def main() -> None:
     scenario, role = sys.argv[1], sys.argv[2]
     args = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     if args.get("mpi_rank_from_env"):
         args["rank"] = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) - args["mpi_rank_base"]
-    try:
-        SCENARIOS[(scenario, role)](args)
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
+    run(lambda: SCENARIOS[(scenario, role)](args))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

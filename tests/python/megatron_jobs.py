@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 from typing import Dict
 
@@ -31,6 +30,7 @@ import torch
 
 import wsync
 from wsync import layout
+from job_main import run
 
 V, V_PADDED, H, NH, NKV, HD, I_SHARED, I_EXPERT, E, LAYERS, TP = 50, 64, 16, 8, 4, 2, 24, 8, 4, 2, 2
 
@@ -228,14 +228,5 @@ SCENARIOS = {("megatron", "trainer"): trainer, ("megatron", "rollout_hf"): rollo
              ("megatron", "rollout_moe"): rollout_moe}
 
 
-def main() -> int:
-    try:
-        SCENARIOS[(sys.argv[1], sys.argv[2])](json.loads(sys.argv[3]))
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: SCENARIOS[(sys.argv[1], sys.argv[2])](json.loads(sys.argv[3])))

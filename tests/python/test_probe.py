@@ -164,3 +164,28 @@ def test_a_transforming_loader_is_reported_and_leaves_no_partial_boxes():
                                     load)
     assert fallback == ["w", "s", "unused"]  # the last: no parameter took it at all
     assert boxes == {}
+
+
+def test_quantized_layers_go_whole_through_load_weights():
+    """A module with a quant_method other than vLLM's Unquantized* is processed by vLLM once all
+    of its weights went through its loaders: every HF tensor feeding it becomes a fallback and
+    none of its parameters is copy-flipped (wsync.engines.vllm imports without vLLM)."""
+    from wsync.engines.vllm import quantized_modules, whole_modules_to_fallback
+    from wsync.layout import whole
+
+    class Fp8LinearMethod:  # the class name is what tells quantized from unquantized
+        pass
+
+    class UnquantizedLinearMethod:
+        pass
+
+    model = torch.nn.Module()
+    model.qkv = torch.nn.Linear(4, 4)
+    model.qkv.quant_method = Fp8LinearMethod()
+    model.o = torch.nn.Linear(4, 4)
+    model.o.quant_method = UnquantizedLinearMethod()
+    assert list(quantized_modules(model)) == ["qkv"]
+    boxes = {"qkv.weight": whole("q", (4, 4)) + whole("k", (4, 4)), "qkv.bias": whole("qb", (4,)),
+             "o.weight": whole("o", (4, 4))}
+    kept, fallback = whole_modules_to_fallback(boxes, ["x"], quantized_modules(model))
+    assert list(kept) == ["o.weight"] and fallback == ["x", "k", "q", "qb"]

@@ -21,12 +21,13 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's CPU platform (no GPU here)
 
 import torch  # noqa: E402
+
+from job_main import run  # noqa: E402
 
 VOCAB = 250
 
@@ -127,8 +128,8 @@ def serve(a: dict, model_name: str, job: dict) -> dict:
     init = {"coordinator_address": job["address"], "secret": job["secret"], "num_trainers": 1,
             "num_rollouts": a["tp"], "rollout_rank_base": 0, "replica": 0,
             "timeout_ms": 300000, "hf_shapes": json.loads(shapes.read_text())}
-    with set_current_vllm_config(vc):  # as Worker.init_weight_transfer_engine
-        engine.init_transfer_engine(engine.parse_init_info(init))
+    # as Worker.init_weight_transfer_engine (without a current vLLM config)
+    engine.init_transfer_engine(engine.parse_init_info(init))
     params = dict(model.named_parameters())
     receiver = engine.receiver
     report = {"fallback": receiver.fallback, "registered": sorted(receiver.boxes),
@@ -166,15 +167,5 @@ def worker(a: dict) -> None:
     Path(a["out"], f"worker{a['rank']}.json").write_text(json.dumps(reports))
 
 
-def main() -> int:
-    role, args = sys.argv[1], json.loads(sys.argv[2])
-    try:
-        {"trainer": trainer, "worker": worker}[role](args)
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: {"trainer": trainer, "worker": worker}[sys.argv[1]](json.loads(sys.argv[2])))

@@ -208,6 +208,9 @@ class _CrossLayerWrite(Exception):
     pass
 
 
+_GUARD_WRITE = "more than one element of the written-to tensor"  # torch's error for a guard
+
+
 def _probe(params: Dict[str, torch.nn.Parameter], plan: _Layers, load: Loader,
            dedup: bool) -> Tuple[Dict[str, List[Box]], List[str]]:
     stand_ins: Dict[str, torch.Tensor] = {}
@@ -223,13 +226,17 @@ def _probe(params: Dict[str, torch.nn.Parameter], plan: _Layers, load: Loader,
     for hf, shape in plan.probe_hf:
         for name in dirty:
             stand_ins[name].fill_(-1.0)
+        failed = False
         try:
             load([(hf, probe_values(shape))])
-        except RuntimeError:
-            if dedup:
-                raise _CrossLayerWrite(hf)
-            raise
+        except Exception as e:  # noqa: BLE001 (any loader error: that tensor cannot be probed)
+            if dedup and _GUARD_WRITE in str(e):
+                raise _CrossLayerWrite(hf) from e
+            failed = True  # e.g. a layer whose processing removed its loaders
         dirty = [n for n, t in stand_ins.items() if bool((t != -1).any())]
+        if failed:
+            fallback.append(hf)
+            continue
         if dedup and any(layer_of(n)[0] != layer_of(hf)[0] for n in dirty):
             raise _CrossLayerWrite(hf)  # copying this layer's results would be wrong
         found = {}

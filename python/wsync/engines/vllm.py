@@ -11,10 +11,14 @@ wsync.engines.vllm:register, declared in pyproject.toml), so that vLLM's own
     those boxes with wsync against the live parameters (copy flip), and commits.
   * update_weights({"version": v}): waits until version v (default: anything newer than the live
     one) is ready on this replica and copy-flips it into the parameters in place (CUDA graphs stay
-    valid). Tensors whose loaders transform values (quantized layers) are received as full HF
-    tensors in wsync slots and passed to ``model.load_weights``.
-  * start/finish_weight_update: nothing to prepare (weights land in place).
-Each TP rank receives only its own bytes, directly from the trainers.
+    valid). Tensors whose loaders transform values or layout (GPT-2's transposed Conv1D weights)
+    and every tensor of a layer vLLM processed after loading (quantized, or repacked by its CPU
+    backend) are received as full HF tensors in wsync slots and passed to ``model.load_weights``
+    under the same lease.
+  * start/finish_weight_update: vLLM's layerwise reload around the processed layers (nothing for
+    the copy-flipped ones).
+Each TP rank receives only its own bytes of the copy-flipped tensors, directly from the trainers;
+the fallback tensors arrive whole.
 """
 from __future__ import annotations
 

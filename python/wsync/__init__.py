@@ -9,20 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._lib import find_coordinator, library_path
+from ._lib import find_coordinator, library_path, library_version
 from ._version import __version__
 from .bootstrap import Bootstrap, Coordinator
-from .core import Context, ContextConfig, Lease, Piece, PlanInfo, Request, status_name
+from .core import (Context, ContextConfig, Lease, Piece, PlanInfo, Request, VersionStats,
+                   status_name)
 from .errors import (AbortedError, InternalError, InvalidArgumentError, InvalidUsageError,
                      LibraryNotFoundError, MismatchError, NotReadyError, ProtocolError,
                      RemoteError, UnpublishableError, UnsupportedError, WsyncError,
                      WsyncSystemError, WsyncTimeoutError)
-from .types import VERSION_NEWEST, DType, Memory, Role, Status
+from .types import VERSION_NEWEST, DType, Memory, Replicas, Role, Status
 
 __all__ = [
-    "__version__", "library_path", "find_coordinator", "Bootstrap", "Coordinator", "Context",
-    "ContextConfig", "Lease", "Piece", "PlanInfo", "Request", "status_name", "Trainer", "Rollout",
-    "VERSION_NEWEST", "DType", "Memory", "Role", "Status", "WsyncError", "InvalidArgumentError",
+    "__version__", "library_path", "library_version", "find_coordinator", "Bootstrap",
+    "Coordinator", "Context", "ContextConfig", "Lease", "Piece", "PlanInfo", "Request",
+    "VersionStats", "status_name", "Trainer", "Rollout", "VERSION_NEWEST", "DType", "Memory",
+    "Replicas", "Role", "Status", "WsyncError", "InvalidArgumentError",
     "InvalidUsageError", "MismatchError", "WsyncTimeoutError", "NotReadyError",
     "WsyncSystemError", "RemoteError", "ProtocolError", "UnsupportedError", "AbortedError",
     "InternalError", "UnpublishableError", "LibraryNotFoundError",

@@ -76,6 +76,25 @@ class Piece(ctypes.Structure):
     ]
 
 
+class VersionStats(ctypes.Structure):
+    """wsync_version_stats_t (same field order; `size` tells the library which fields we know)."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("seconds", ctypes.c_double),
+        ("replicas_ready", ctypes.c_int),
+        ("replicas_skipped", ctypes.c_int),
+        ("replicas_lost", ctypes.c_int),
+        ("retries", ctypes.c_uint32),
+        ("checksum_failures", ctypes.c_uint32),
+        ("age_ms", ctypes.c_int64),
+        ("newest_started", ctypes.c_uint64),
+        ("lag", ctypes.c_uint64),
+    ]
+
+
 class PlanInfo(ctypes.Structure):
     """wsync_plan_info_t."""
 
@@ -89,12 +108,14 @@ class PlanInfo(ctypes.Structure):
 
 _vp = ctypes.c_void_p
 _st = ctypes.c_int
+_int_p = ctypes.POINTER(ctypes.c_int)
 _PROTOTYPES = {
     "wsync_status_string": (ctypes.c_char_p, [_st]),
     "wsync_last_error": (ctypes.c_char_p, [_vp]),
     "wsync_context_create": (_st, [ctypes.POINTER(Config), ctypes.POINTER(_vp)]),
     "wsync_context_destroy": (_st, [_vp]),
     "wsync_context_abort": (_st, [_vp]),
+    "wsync_get_version": (_st, [_int_p, _int_p, _int_p]),
     "wsync_plan_info": (_st, [_vp, ctypes.POINTER(PlanInfo)]),
     "wsync_context_info": (_st, [_vp, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
                                  ctypes.POINTER(ctypes.c_int)]),
@@ -120,6 +141,8 @@ _PROTOTYPES = {
 # Symbols that newer libraries have; bound when present (None otherwise).
 _OPTIONAL_PROTOTYPES = {
     "wsync_request_error": (ctypes.c_char_p, [_vp]),
+    "wsync_version_stats": (_st, [_vp, ctypes.POINTER(VersionStats)]),
+    "wsync_request_replicas": (_st, [_vp, ctypes.c_int, ctypes.c_int, _int_p, _int_p]),
 }
 
 
@@ -206,7 +229,29 @@ def load() -> ctypes.CDLL:
             if fn is not None:
                 fn.restype, fn.argtypes = restype, argtypes
         _lib, _lib_path = lib, path
-        return lib
+    _warn_on_version_skew()
+    return lib
+
+
+def _warn_on_version_skew() -> None:
+    """Warns once when the loaded library is not the version this package was built with (a
+    WSYNC_LIBRARY from another checkout): both come from CMakeLists.txt's project VERSION."""
+    from ._version import __version__
+
+    lib_version = library_version()
+    if __version__ != "0+unknown" and __version__ != lib_version:
+        import warnings
+
+        warnings.warn(f"wsync package {__version__} loaded libwsync {lib_version} from "
+                      f"{_lib_path}", RuntimeWarning, stacklevel=3)
+
+
+def library_version() -> str:
+    """The loaded library's version, ``"major.minor.patch"`` (wsync_get_version): CMakeLists.txt's
+    ``project(wsync VERSION ...)``, the same source as the package's ``wsync.__version__``."""
+    major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    load().wsync_get_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+    return f"{major.value}.{minor.value}.{patch.value}"
 
 
 def has_symbol(name: str) -> bool:

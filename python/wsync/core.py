@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from . import _lib
 from .errors import WsyncError, error_for
-from .types import VERSION_NEWEST, Bootstrap, DType, Memory, Role, Status
+from .types import VERSION_NEWEST, Bootstrap, DType, Memory, Replicas, Role, Status
 
 
 def status_name(status: int) -> str:
@@ -104,6 +104,31 @@ class PlanInfo:
     num_replicas: int
 
 
+@dataclass
+class VersionStats:
+    """wsync_version_stats_t. Trainer: the last delivered `version`, its `bytes`, `seconds` and
+    replica counts (coordinator's measurements). Rollout: the newest `version` ready here, its
+    `age_ms`, the coordinator's `newest_started` and `lag` (versions behind it)."""
+
+    version: int
+    bytes: int
+    seconds: float
+    replicas_ready: int
+    replicas_skipped: int
+    replicas_lost: int
+    retries: int
+    checksum_failures: int
+    age_ms: int
+    newest_started: int
+    lag: int
+
+
+def _require_symbol(name: str) -> None:
+    if not _lib.has_symbol(name):
+        raise WsyncError(int(Status.ERR_UNSUPPORTED), "WSYNC_ERR_UNSUPPORTED",
+                         f"the loaded library ({_lib.library_path()}) has no {name}", name)
+
+
 class Request:
     """An asynchronous publish (wsync_request_t). Freed on :meth:`free` or garbage collection."""
 
@@ -137,6 +162,25 @@ class Request:
         status = _lib.load().wsync_request_wait(self._require(), int(timeout_ms))
         if status != Status.SUCCESS:
             _raise(status, self._error_message(), "wsync_request_wait")
+
+    def replicas(self, kind: Replicas = Replicas.READY) -> Optional[List[int]]:
+        """The replica ids (config.replica of the rollouts) that took this version (READY),
+        skipped it (SKIPPED) or were lost while it was in flight (LOST), in increasing order;
+        None while it is still in flight. Raises the publish's error when it failed."""
+        _require_symbol("wsync_request_replicas")
+        fn = _lib.load().wsync_request_replicas
+        count = ctypes.c_int(0)
+        while True:
+            capacity = count.value
+            ids = (ctypes.c_int * max(1, capacity))()
+            status = fn(self._require(), int(kind), capacity, ids if capacity else None,
+                        ctypes.byref(count))
+            if status == Status.IN_PROGRESS:
+                return None
+            if status != Status.SUCCESS:
+                _raise(status, self._error_message(), "wsync_request_replicas")
+            if count.value <= capacity:
+                return [int(ids[i]) for i in range(count.value)]
 
     def free(self) -> None:
         """Frees the request (a running publish goes on)."""
@@ -252,9 +296,7 @@ class Context:
         (0 for a rollout's library-allocated slots) made of `pieces`. Returns the buffer index."""
         arrays: list = []  # keeps every int64 array alive during the call
 
-        def arr(values: Optional[Sequence[int]]) -> Optional[ctypes.Array]:
-            if values is None:
-                return None
+        def arr(values: Sequence[int]) -> "ctypes.Array[ctypes.c_int64]":
             a = (ctypes.c_int64 * max(1, len(values)))(*values)
             arrays.append(a)
             return a
@@ -292,6 +334,19 @@ class Context:
         return PlanInfo(info.bytes_per_version, info.broadcast_groups, info.write_ops,
                         info.num_replicas)
 
+    def version_stats(self) -> Optional[VersionStats]:
+        """wsync_version_stats: the trainer's last delivered version or the rollout's newest
+        ready one, with what wsync measured (see :class:`VersionStats`); None when there is none
+        yet (NOT_READY)."""
+        _require_symbol("wsync_version_stats")
+        c = _lib.VersionStats()
+        c.size = ctypes.sizeof(_lib.VersionStats)
+        status = _lib.load().wsync_version_stats(self._h(), ctypes.byref(c))
+        if status == Status.ERR_NOT_READY:
+            return None
+        _check(status, self.handle, "wsync_version_stats")
+        return VersionStats(*(getattr(c, f[0]) for f in _lib.VersionStats._fields_[1:]))
+
     def set_tensor_scale(self, tensor: str, scale: float) -> None:
         """wsync_set_tensor_scale: the float8 conversion scale of global tensor `tensor`."""
         _check(_lib.load().wsync_set_tensor_scale(self._h(), tensor.encode(), float(scale)),
@@ -309,7 +364,7 @@ class Context:
             status = lib.wsync_publish_on_stream(self._h(), int(version), stream or None,
                                                  ctypes.byref(req))
             _check(status, self.handle, "wsync_publish_on_stream")
-        return Request(int(req.value), self, int(version))
+        return Request(int(req.value or 0), self, int(version))
 
     def newest_version(self) -> Optional[int]:
         """The newest version ready on this replica, or None when none is."""
@@ -332,7 +387,7 @@ class Context:
         lease = ctypes.c_void_p()
         _check(_lib.load().wsync_acquire(self._h(), int(version), ctypes.byref(lease)),
                self.handle, "wsync_acquire")
-        return Lease(int(lease.value))
+        return Lease(int(lease.value or 0))
 
     def copy_flip(self, version: int = VERSION_NEWEST, stream: Optional[int] = None) -> int:
         """wsync_copy_flip: copies `version` into the live memory given at registration (on

@@ -23,7 +23,7 @@ import torch
 
 from . import _torch, layout
 from .bootstrap import Bootstrap
-from .core import Context, ContextConfig, Lease, PlanInfo
+from .core import Context, ContextConfig, Lease, PlanInfo, VersionStats
 from .errors import NotReadyError, UnpublishableError, WsyncTimeoutError
 from .layout import pieces_for
 from .types import VERSION_NEWEST, Memory, Role, torch_dtype_to_wsync, wsync_dtype_to_torch
@@ -211,6 +211,11 @@ class Rollout:
         """The newest version ready on this replica (None: none yet)."""
         return self.connect().newest_version()
 
+    def version_stats(self) -> Optional[VersionStats]:
+        """The newest version ready here, its age in ms and its lag behind the newest version
+        the trainers started (None: none ready yet)."""
+        return self.connect().version_stats()
+
     def wait_for_version(self, after: Optional[int] = None, timeout_ms: int = -1) -> int:
         """Blocks until a version newer than `after` (default: the live one) is ready."""
         base = after if after is not None else (self.version or 0)
@@ -261,8 +266,7 @@ class Rollout:
         device = self._device()
         for v in self.views:
             if v.param is not None:
-                v.param.data = _torch.tensor_at(lease.buffer_address(v.index), v.dtype, v.shape,
-                                                v.stride, v.num_elements, self.memory, device)
+                v.param.data = self._view(lease, v, device)
         previous, self._lease, self.version = self._lease, lease, lease.version
         if previous is not None:
             previous.release()
@@ -291,24 +295,34 @@ class Rollout:
         finally:
             lease.release()
 
-    def named_tensors(self, version: int = VERSION_NEWEST) -> Iterator[Tuple[str, torch.Tensor]]:
-        """``(hf_name, tensor)`` for every registered buffer, as views of `version`'s slot (this
-        rank's part of each tensor). A lease is held until the iteration ends: copy what you keep
-        (an engine's load_weights does)."""
+    def named_tensors(self, version: int = VERSION_NEWEST, names: Optional[Sequence[str]] = None
+                      ) -> Iterator[Tuple[str, torch.Tensor]]:
+        """``(hf_name, tensor)`` for every registered buffer (or those in `names`), as views of
+        `version`'s slot (this rank's part of each tensor). A lease is held until the iteration
+        ends: copy what you keep (an engine's load_weights does)."""
         ctx = self.connect()
+        wanted = None if names is None else set(names)
         lease = ctx.acquire(version)
         try:
             device = self._device()
             for v in self.views:
-                yield v.name, _torch.tensor_at(lease.buffer_address(v.index), v.dtype, v.shape,
-                                               v.stride, v.num_elements, self.memory, device)
+                if wanted is not None and v.name not in wanted:
+                    continue
+                yield v.name, self._view(lease, v, device)
             self.last_named_version = lease.version
         finally:
             lease.release()
 
-    def lease_tensors(self, lease: Lease) -> Dict[str, torch.Tensor]:
-        """The registered buffers as views of `lease`'s slot (valid until it is released)."""
+    def lease_tensors(self, lease: Lease, names: Optional[Sequence[str]] = None
+                      ) -> Dict[str, torch.Tensor]:
+        """The registered buffers (or those in `names`) as views of `lease`'s slot (valid until
+        it is released)."""
         device = self._device()
-        return {v.name: _torch.tensor_at(lease.buffer_address(v.index), v.dtype, v.shape,
-                                         v.stride, v.num_elements, self.memory, device)
-                for v in self.views}
+        return {v.name: self._view(lease, v, device) for v in self.views
+                if names is None or v.name in names}
+
+    def _view(self, lease: Lease, v: _View, device: Optional[torch.device]) -> torch.Tensor:
+        """Registered buffer `v` in `lease`'s slot, as a tensor of its registered shape."""
+        assert self.memory is not None, "nothing registered"
+        return _torch.tensor_at(lease.buffer_address(v.index), v.dtype, v.shape, v.stride,
+                                v.num_elements, self.memory, device)

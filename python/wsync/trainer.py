@@ -20,7 +20,7 @@ import torch
 
 from . import _torch
 from .bootstrap import Bootstrap
-from .core import Context, ContextConfig, PlanInfo, Request
+from .core import Context, ContextConfig, PlanInfo, Request, VersionStats
 from .errors import UnpublishableError
 from .layout import pieces_for
 from .types import Memory, Role
@@ -164,6 +164,11 @@ class Trainer:
         if wait:
             request.wait()
         return request
+
+    def version_stats(self) -> Optional[VersionStats]:
+        """The last delivered version with the coordinator's measurements (bytes, seconds,
+        replicas ready / skipped / lost); None before the first delivery."""
+        return self.connect().version_stats()
 
     def names(self) -> Dict[str, int]:
         """Registered buffer names and their indices."""

@@ -40,6 +40,14 @@ class Bootstrap(enum.IntEnum):
     EXPLICIT = 1
 
 
+class Replicas(enum.IntEnum):
+    """wsync_replicas_kind_t: which replicas a delivered version reached."""
+
+    READY = 0
+    SKIPPED = 1
+    LOST = 2
+
+
 class Memory(enum.IntEnum):
     """wsync_memory_kind_t."""
 

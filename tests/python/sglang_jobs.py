@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 
 import wsync
 from wsync import models
+from job_main import run
 
 TP = 2
 
@@ -157,15 +157,6 @@ def scheduler(a: dict) -> None:
     dist.destroy_process_group()
 
 
-def main() -> int:
-    try:
-        {"trainer": trainer, "worker": worker, "scheduler": scheduler}[sys.argv[1]](
-            json.loads(sys.argv[2]))
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: {"trainer": trainer, "worker": worker, "scheduler": scheduler}[sys.argv[1]](
+        json.loads(sys.argv[2])))

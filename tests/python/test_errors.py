@@ -12,7 +12,7 @@ import torch
 import wsync
 from wsync import layout
 from wsync.errors import UnpublishableError
-from conftest import worker_env
+from conftest import HERE, worker_env
 
 
 def test_core_imports_and_reports_errors_without_torch():
@@ -46,6 +46,20 @@ def test_unreachable_coordinator_times_out_with_its_address():
     assert info.value.status_name == "WSYNC_ERR_TIMEOUT"
     assert "127.0.0.1:9" in info.value.message
     assert isinstance(info.value, TimeoutError)  # also a builtin TimeoutError
+
+
+def test_package_and_library_versions_are_one():
+    """wsync.__version__ (pip's metadata, from pyproject's regex over CMakeLists.txt) equals the
+    loaded library's wsync_get_version (CMake's PROJECT_VERSION): one source."""
+    import re
+    from importlib.metadata import version
+
+    repo = HERE.parent.parent
+    cmake = re.search(r"project\(wsync VERSION ([0-9.]+)", (repo / "CMakeLists.txt").read_text())
+    pyproject = (repo / "pyproject.toml").read_text()
+    assert 'input = "CMakeLists.txt"' in pyproject and "dynamic = [\"version\"]" in pyproject
+    assert wsync.library_version() == cmake.group(1)
+    assert wsync.__version__ == version("wsync") == cmake.group(1)
 
 
 def test_status_names_come_from_the_library():
@@ -86,6 +100,12 @@ def test_calls_out_of_order_and_timeouts(job, tmp_path):
     assert "not greater than the last published version 2" in t["version_not_increasing"][2]
     assert "newer than 5" in r["wait_timeout"][2] and "200 ms" in r["wait_timeout"][2]
     assert r["named"]["w"] == torch.arange(12.).view(3, 4).tolist()
+    # what wsync measured, through wsync_request_replicas and wsync_version_stats
+    assert t["delivered"] == {"ready": [0], "skipped": [], "lost": [], "version": 2, "bytes": 48,
+                              "replicas_ready": 1}
+    assert r["stats_before"] is None
+    assert r["stats"]["version"] == 2 and r["stats"]["lag"] == 0
+    assert r["stats"]["newest_started"] == 2 and r["stats"]["age_ms"] >= 0
     assert r["watched"] == [2]  # the on_new_version callback saw the one version
 
 

@@ -5,12 +5,12 @@ trainers for the test only."""
 from __future__ import annotations
 
 import json
-
-import pytest
-import torch
+import subprocess
+import sys
+from pathlib import Path
 
 import wsync
-from conftest import HERE, free_port
+from conftest import HERE, free_port, worker_env
 from test_jobs import JOIN_MS, VERSIONS, check_llama_outputs
 
 FSDP_JOBS = HERE / "fsdp_jobs.py"
@@ -58,3 +58,39 @@ def test_tp_inside_fsdp2_on_a_2d_mesh(job, tmp_path):
         assert info["placements"][o] == ["Shard(dim=0)", "Shard(dim=1)"]
         assert info["boxes"][o] == [[[32 * d, 32 * t], [32, 32]]]
         assert info["boxes"]["model.embed_tokens.weight"] == [[[125 * d, 0], [125, 64]]]
+
+
+def test_fsdp2_trainers_launched_by_torchrun(job, tmp_path):
+    """torchrun starts the 2 FSDP2 trainers; each calls Bootstrap.from_torch_distributed() with no
+    arguments: rank and trainer count from torch.distributed (initialized from torchrun's env://),
+    coordinator, rollout count and secret from WSYNC_COORDINATOR_ADDRESS / WSYNC_NUM_ROLLOUTS /
+    WSYNC_SECRET."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m",
+                                                          "torch.distributed.run"]
+    with wsync.Coordinator(trainers=2, rollouts=2, timeout_ms=JOIN_MS, quiet=False) as c:
+        env = dict(worker_env(), WSYNC_COORDINATOR_ADDRESS=c.address, WSYNC_NUM_ROLLOUTS="2",
+                   WSYNC_SECRET=c.secret)
+        args = {"torchrun": True, "versions": VERSIONS, "mesh": "1d", "out": str(tmp_path)}
+        with open(tmp_path / "torchrun.log", "w") as log:
+            trainers = subprocess.Popen(
+                launcher + ["--standalone", "--nproc-per-node", "2", str(FSDP_JOBS), "fsdp",
+                            "trainer", json.dumps(args)],
+                env=env, stdout=log, stderr=subprocess.STDOUT)
+            base = {"address": c.address, "secret": c.secret, "trainers": 2, "rollouts": 2,
+                    "versions": VERSIONS}
+            for r in range(2):
+                job.start("fsdp", "rollout_tp", dict(base, rank=r, tp=2), name=f"tp{r}",
+                          script=FSDP_JOBS)
+            try:
+                rc = trainers.wait(timeout=550)
+            finally:
+                if trainers.poll() is None:
+                    trainers.kill()
+                    trainers.wait()
+        assert rc == 0, (tmp_path / "torchrun.log").read_text()[-4000:] + c.stderr
+        job.wait(timeout_s=120, coordinator=c)
+    check_llama_outputs(tmp_path, tp=2, with_hf=False)
+    for r in range(2):  # torchrun's ranks became wsync's trainer ranks
+        info = json.loads((tmp_path / f"trainer{r}.json").read_text())
+        assert info["boxes"]["model.embed_tokens.weight"] == [[[125 * r, 0], [125, 64]]]

@@ -113,3 +113,48 @@ def test_shift_layers_maps_pipeline_stages():
     m = layout.shift_layers(12)
     assert m("model.layers.3.mlp.up_proj.weight") == "model.layers.15.mlp.up_proj.weight"
     assert m("model.norm.weight") == "model.norm.weight"
+
+
+def test_hugging_face_names_from_wrapped_modules_and_a_user_mapping():
+    """Wrapper segments (torch.compile, DDP, FSDP1, activation checkpointing) are stripped; a dict
+    maps the names that differ and keeps the others; a callable returning None drops a tensor;
+    a tied weight is registered once."""
+    from wsync import _torch
+
+    inner = torch.nn.Module()
+    inner.embed = torch.nn.Embedding(5, 3)
+    inner.head = torch.nn.Linear(3, 5, bias=False)
+    inner.head.weight = inner.embed.weight  # tied
+    inner.norm = torch.nn.LayerNorm(3)
+    outer = torch.nn.Module()
+    outer._orig_mod = torch.nn.Module()
+    outer._orig_mod.module = inner  # torch.compile around DDP
+    names = [e.name for e in _torch.entries_of(outer, None, {"embed.weight": "model.embed_tokens"
+                                                             ".weight"})]
+    assert names == ["model.embed_tokens.weight", "norm.weight", "norm.bias"]
+    dropped = _torch.entries_of(outer, None, lambda n: None if n.endswith("bias") else "m." + n)
+    assert [e.name for e in dropped] == ["m.embed.weight", "m.norm.weight"]
+    assert _torch.strip_wrappers("_fsdp_wrapped_module.layers.0._checkpoint_wrapped_module.w") \
+        == "layers.0.w"
+
+
+def test_the_package_never_gathers():
+    """No call in python/wsync gathers a tensor (full_tensor, all_gather, gather_object,
+    redistribute, dist.gather): every rank registers the memory it holds."""
+    import ast
+    from pathlib import Path
+
+    import wsync
+
+    banned = {"full_tensor", "all_gather", "all_gather_object", "all_gather_into_tensor",
+              "gather_object", "redistribute", "broadcast_object_list"}
+    calls = []
+    for path in Path(wsync.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                if node.func.attr in banned or (node.func.attr == "gather" and isinstance(
+                        owner, ast.Name) and owner.id in ("dist", "distributed")):
+                    calls.append(f"{path.name}:{node.lineno} {node.func.attr}")
+    assert calls == []
+    assert len(list(Path(wsync.__file__).parent.rglob("*.py"))) >= 15  # the scan saw the package

@@ -1,13 +1,13 @@
-"""The "wsync" vLLM weight-transfer backend against the REAL vLLM (its Qwen2ForCausalLM, TP 2 over
-gloo on vLLM's CPU platform, its plugin loader and engine factory). vLLM 0.33 needs torch 2.14,
-so it lives in its own venv: $WSYNC_VLLM_PYTHON (default /opt/wsync-vllm-venv/bin/python);
+"""The "wsync" vLLM weight-transfer backend against the REAL vLLM (its Qwen2, Qwen2-MoE and GPT-2
+models built by its own initialize_model, TP 2 over gloo on vLLM's CPU platform, its plugin loader
+and engine factory). vLLM 0.33 needs torch 2.14, so it lives in its own venv: $WSYNC_VLLM_PYTHON (default /opt/wsync-vllm-venv/bin/python);
 skipped when that Python cannot import vllm and wsync."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,9 @@ def wait_all(procs, timeout_s: float) -> list:
     return [p.returncode for p in procs]
 
 
+MODELS = ("qwen2", "qwen2_moe", "gpt2")
+
+
 def test_vllm_backend_receives_each_tp_rank_bytes(tmp_path):
     why = _vllm_ready()
     if why:
@@ -51,9 +54,13 @@ def test_vllm_backend_receives_each_tp_rank_bytes(tmp_path):
     tp, versions = 2, 3
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", OMP_NUM_THREADS="1",
                PYTHONPATH=str(HERE))
-    with wsync.Coordinator(trainers=1, rollouts=tp, timeout_ms=300000, quiet=False) as c:
-        base = {"address": c.address, "secret": c.secret, "tp": tp, "versions": versions,
-                "out": str(tmp_path), "dist_port": free_port()}
+    with contextlib.ExitStack() as stack:
+        coordinators = {m: stack.enter_context(wsync.Coordinator(
+            trainers=1, rollouts=tp, timeout_ms=300000, quiet=False)) for m in MODELS}
+        base = {"tp": tp, "versions": versions, "out": str(tmp_path), "dist_port": free_port(),
+                "models": list(MODELS),
+                "jobs": {m: {"address": c.address, "secret": c.secret}
+                         for m, c in coordinators.items()}}
         procs = [subprocess.Popen([VLLM_PYTHON, str(HERE / "vllm_jobs.py"), "trainer",
                                    json.dumps(base)], env=env, stdout=open(tmp_path / "t.log", "w"),
                                   stderr=subprocess.STDOUT)]
@@ -63,17 +70,32 @@ def test_vllm_backend_receives_each_tp_rank_bytes(tmp_path):
                 env=env, stdout=open(tmp_path / f"w{r}.log", "w"), stderr=subprocess.STDOUT))
         codes = wait_all(procs, timeout_s=550)
         logs = "".join((tmp_path / n).read_text()[-2500:] for n in ("t.log", "w0.log", "w1.log"))
-        assert codes == [0] * (tp + 1), logs + c.stderr
+        assert codes == [0] * (tp + 1), logs + "".join(c.stderr for c in coordinators.values())
     for r in range(tp):
-        report = json.loads((tmp_path / f"worker{r}.json").read_text())
-        assert report["fallback"] == [], report  # every Qwen2 loader copies plain boxes
+        reports = json.loads((tmp_path / f"worker{r}.json").read_text())
+        for model in MODELS:
+            check_model(tmp_path, r, model, reports[model], versions)
+
+
+def check_model(out: Path, r: int, model: str, report: dict, versions: int) -> None:
+    if model == "gpt2":  # vLLM's loader transposes HF's Conv1D weights: received whole
+        assert report["fallback"] == [f"transformer.h.{i}.{m}.weight" for i in range(2)
+                                      for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                "mlp.c_proj")], report["fallback"]
+        assert "transformer.h.0.attn.c_attn.bias" in report["registered"]
+    else:  # every loader copies plain boxes
+        assert report["fallback"] == [], report["fallback"]
         assert any("qkv_proj" in n for n in report["registered"])
-        for v in range(1, versions + 1):
-            saved = torch.load(tmp_path / f"worker{r}_v{v}.pt")
-            assert saved["version"] == v
-            for name, want in saved["want"].items():
-                got = saved["got"][name]
-                if "embed_tokens" in name or "lm_head" in name:  # padding rows: vLLM zeroes
-                    real = 250 - r * want.shape[0]  # them, wsync never writes them
-                    got, want = got[:max(0, min(real, want.shape[0]))], want[:max(0, min(real, want.shape[0]))]
-                assert torch.equal(got, want), f"rank {r} v{v}: {name}"
+    if model == "qwen2_moe":
+        assert "model.layers.1.mlp.experts.routed_experts.w13_weight" in report["registered"]
+    for name, n in report["box_elements"].items():  # this rank's own bytes, nothing more
+        assert 0 < n <= report["param_elements"][name], (model, name)
+    for v in range(1, versions + 1):
+        saved = torch.load(out / f"worker{r}_{model}_v{v}.pt")
+        assert saved["version"] == v
+        for name, want in saved["want"].items():
+            got = saved["got"][name]
+            if any(k in name for k in ("embed_tokens", "lm_head", "wte")):  # padding rows:
+                real = max(0, min(250 - r * want.shape[0], want.shape[0]))  # vLLM zeroes them,
+                got, want = got[:real], want[:real]  # wsync never writes them
+            assert torch.equal(got, want), f"{model} rank {r} v{v}: {name}"

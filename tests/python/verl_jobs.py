@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import traceback
 from pathlib import Path
 
 import torch
+from job_main import run
 
 
 def weights(version: int):
@@ -62,15 +62,6 @@ async def rollout(a: dict) -> None:
     engine.close()
 
 
-def main() -> int:
-    role, args = sys.argv[1], json.loads(sys.argv[2])
-    try:
-        asyncio.run({"actor": actor, "rollout": rollout}[role](args))
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: asyncio.run({"actor": actor, "rollout": rollout}[sys.argv[1]](
+        json.loads(sys.argv[2]))))

@@ -2,136 +2,170 @@
 
     python vllm_jobs.py trainer|worker '<json args>'
 
-trainer: a transformers Qwen2 (fp32, random init) trained for real, publishing whole tensors
+For each model of args["models"] in turn (one wsync job per model, each with its own coordinator):
+trainer: the transformers model (fp32, random init) trained for real, publishing whole tensors
 through wsync; saves its state per version.
-worker: one vLLM TP rank (vLLM's own Qwen2ForCausalLM on the CPU platform, TP over gloo) with
-the "wsync" weight-transfer backend created by vLLM's factory after vLLM's plugin loader ran our
-entry point; receives each version with vLLM's init_weight_transfer_engine / start_weight_update
-/ update_weights / finish_weight_update sequence, and saves its parameters and, for comparison,
-those that vLLM's own load_weights gives from the trainer's full state.
+worker: one vLLM TP rank: the model built by vLLM's own initialize_model (as vLLM's loader does)
+on the CPU platform, TP over gloo, with the "wsync" weight-transfer backend created by vLLM's
+factory after vLLM's plugin loader ran our entry point; receives each version with vLLM's
+init_weight_transfer_engine / start_weight_update / update_weights / finish_weight_update
+sequence (as vLLM's Worker calls them), and saves its parameters and, for comparison, those that
+vLLM's own load_weights gives from the trainer's full state. Models:
+  qwen2      fused qkv_proj (grouped-query heads, biases) and gate_up_proj, padded vocabulary
+  qwen2_moe  FusedMoE experts: transformers' stacked [E, 2I, H] gate_up_proj into vLLM's w13
+  gpt2       Conv1D weights that vLLM's loader transposes: received whole, through load_weights
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import traceback
+import time
 from pathlib import Path
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's CPU platform (no GPU here)
 
 import torch  # noqa: E402
 
+from job_main import run  # noqa: E402
 
-def qwen2_config():
-    from transformers import Qwen2Config
+VOCAB = 250
 
-    cfg = Qwen2Config(vocab_size=250, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                      max_position_embeddings=128, tie_word_embeddings=False,
-                      torch_dtype="float32")
-    cfg.architectures = ["Qwen2ForCausalLM"]
+
+def hf_config(model: str):
+    import transformers
+
+    if model == "qwen2":
+        cfg = transformers.Qwen2Config(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=128, tie_word_embeddings=False)
+        cfg.architectures = ["Qwen2ForCausalLM"]
+    elif model == "qwen2_moe":
+        cfg = transformers.Qwen2MoeConfig(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=128, tie_word_embeddings=False)
+        cfg.architectures = ["Qwen2MoeForCausalLM"]
+    else:  # vLLM's gelu_new needs its compiled kernels; plain gelu does not
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                      n_positions=128, activation_function="gelu")
+        cfg.architectures = ["GPT2LMHeadModel"]
     return cfg
 
 
-def trainer(a: dict) -> None:
-    import wsync
-    from transformers import Qwen2ForCausalLM
+def hf_model(model: str):
+    import transformers
 
+    cls = {"qwen2": transformers.Qwen2ForCausalLM, "qwen2_moe": transformers.Qwen2MoeForCausalLM,
+           "gpt2": transformers.GPT2LMHeadModel}[model]
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(qwen2_config()).float()
+    return cls(hf_config(model)).float()
+
+
+def train(a: dict, model_name: str, job: dict) -> None:
+    import wsync
+
+    model = hf_model(model_name)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    t = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, a["tp"], a["address"], a["secret"]),
+    t = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, a["tp"], job["address"], job["secret"]),
                       timeout_ms=300000)
     # The checkpoint's names and shapes go to the workers first: joining the job (inside
     # register_module) waits for every rank, and the workers need them to join.
-    shapes = Path(a["out"], "hf_shapes.json")
+    shapes = Path(a["out"], f"hf_shapes_{model_name}.json")
     shapes.with_suffix(".tmp").write_text(json.dumps(
         {n: list(p.shape) for n, p in model.named_parameters()}))
     os.replace(shapes.with_suffix(".tmp"), shapes)
     t.register_module(model)
     t.commit()
-    tokens = torch.randint(0, 250, (2, 16), generator=torch.Generator().manual_seed(3))
+    tokens = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
     for v in range(1, a["versions"] + 1):
         loss = model(input_ids=tokens, labels=tokens).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         torch.save({n: p.detach().clone() for n, p in model.named_parameters()},
-                   Path(a["out"]) / f"trainer_v{v}.pt")
+                   Path(a["out"]) / f"trainer_{model_name}_v{v}.pt")
         t.publish(v, wait=True)
     t.close()
 
 
-def vllm_model(tp: int, rank: int, port: int, model_dir: Path):
-    from vllm.config import DeviceConfig, ModelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.config import ParallelConfig
+def trainer(a: dict) -> None:
+    for name in a["models"]:
+        train(a, name, a["jobs"][name])
 
-    qwen2_config().save_pretrained(model_dir)
+
+def vllm_config(model_name: str, tp: int, model_dir: Path):
+    from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
+
+    hf_config(model_name).save_pretrained(model_dir)
     mc = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                      enforce_eager=True)
-    vc = VllmConfig(model_config=mc, device_config=DeviceConfig(device="cpu"),
-                    parallel_config=ParallelConfig(tensor_parallel_size=tp))
-    ctx = set_current_vllm_config(vc)
-    ctx.__enter__()
-    init_distributed_environment(world_size=tp, rank=rank, local_rank=rank,
-                                 distributed_init_method=f"tcp://127.0.0.1:{port}",
-                                 backend="gloo")
-    initialize_model_parallel(tp)
-    from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
-
-    # The second model (vLLM's own loading, for comparison) needs other layer names.
-    return vc, Qwen2ForCausalLM(vllm_config=vc), Qwen2ForCausalLM(vllm_config=vc,
-                                                                  prefix="reference")
+    return VllmConfig(model_config=mc, device_config=DeviceConfig(device="cpu"),
+                      parallel_config=ParallelConfig(tensor_parallel_size=tp))
 
 
-def worker(a: dict) -> None:
+def serve(a: dict, model_name: str, job: dict) -> dict:
+    from vllm.config import set_current_vllm_config
     from vllm.config.weight_transfer import WeightTransferConfig
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
-    from vllm.plugins import load_general_plugins
+    from vllm.model_executor.model_loader.utils import initialize_model
 
     rank, out = a["rank"], Path(a["out"])
-    model_dir = out / f"model_{rank}"
+    model_dir = out / f"{model_name}_{rank}"
     model_dir.mkdir(exist_ok=True)
-    vc, model, reference = vllm_model(a["tp"], rank, a["dist_port"], model_dir)
-    load_general_plugins()  # runs the vllm.general_plugins entry points: wsync's register()
+    vc = vllm_config(model_name, a["tp"], model_dir)
+    with set_current_vllm_config(vc):
+        model = initialize_model(vc)
+        # The second model (vLLM's own loading, for comparison) needs other layer names.
+        reference = initialize_model(vc, prefix="reference")
     engine = WeightTransferEngineFactory.create_engine(WeightTransferConfig(backend="wsync"), vc,
                                                        torch.device("cpu"), model)
-    while not (out / "hf_shapes.json").exists():
-        import time
-
+    shapes = out / f"hf_shapes_{model_name}.json"
+    while not shapes.exists():
         time.sleep(0.05)
-    init = {"coordinator_address": a["address"], "secret": a["secret"], "num_trainers": 1,
+    init = {"coordinator_address": job["address"], "secret": job["secret"], "num_trainers": 1,
             "num_rollouts": a["tp"], "rollout_rank_base": 0, "replica": 0,
-            "timeout_ms": 300000,
-            "hf_shapes": json.loads((out / "hf_shapes.json").read_text())}
-    engine.init_transfer_engine(engine.parse_init_info(init))  # as Worker.init_weight_transfer_engine
-    report = {"fallback": engine.receiver.fallback,
-              "registered": sorted(engine.receiver.boxes)}
+            "timeout_ms": 300000, "hf_shapes": json.loads(shapes.read_text())}
+    # as Worker.init_weight_transfer_engine (without a current vLLM config)
+    engine.init_transfer_engine(engine.parse_init_info(init))
+    params = dict(model.named_parameters())
+    receiver = engine.receiver
+    report = {"fallback": receiver.fallback, "registered": sorted(receiver.boxes),
+              # elements this rank receives into each parameter (never more than it holds)
+              "box_elements": {n: sum(b.numel() for b in bs) for n, bs in receiver.boxes.items()},
+              "param_elements": {n: params[n].numel() for n in receiver.boxes}}
     for v in range(1, a["versions"] + 1):
-        engine.start_weight_update()
-        engine.update_weights({"version": v})
-        engine.finish_weight_update()
-        state = torch.load(out / f"trainer_v{v}.pt")
-        reference.load_weights(state.items())  # vLLM's own loaders on the full tensors
+        with set_current_vllm_config(vc):  # the Worker's calls, in its order
+            engine.start_weight_update()
+            engine.update_weights({"version": v})
+            engine.finish_weight_update()
+            state = torch.load(out / f"trainer_{model_name}_v{v}.pt")
+            reference.load_weights(state.items())  # vLLM's own loaders on the full tensors
         got = {n: p.detach().clone() for n, p in model.named_parameters()}
         want = {n: p.detach().clone() for n, p in reference.named_parameters()}
         torch.save({"got": got, "want": want, "version": engine.version},
-                   out / f"worker{rank}_v{v}.pt")
+                   out / f"worker{rank}_{model_name}_v{v}.pt")
     engine.shutdown()
-    (out / f"worker{rank}.json").write_text(json.dumps(report))
+    return report
 
 
-def main() -> int:
-    role, args = sys.argv[1], json.loads(sys.argv[2])
-    try:
-        {"trainer": trainer, "worker": worker}[role](args)
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
+def worker(a: dict) -> None:
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.plugins import load_general_plugins
+
+    first = vllm_config(a["models"][0], a["tp"], Path(a["out"]) / f"init_{a['rank']}")
+    with set_current_vllm_config(first):
+        init_distributed_environment(world_size=a["tp"], rank=a["rank"], local_rank=a["rank"],
+                                     distributed_init_method=f"tcp://127.0.0.1:{a['dist_port']}",
+                                     backend="gloo")
+        initialize_model_parallel(a["tp"])
+    load_general_plugins()  # runs the vllm.general_plugins entry points: wsync's register()
+    reports = {name: serve(a, name, a["jobs"][name]) for name in a["models"]}
+    Path(a["out"], f"worker{a['rank']}.json").write_text(json.dumps(reports))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(lambda: {"trainer": trainer, "worker": worker}[sys.argv[1]](json.loads(sys.argv[2])))

@@ -12,7 +12,7 @@ wsync-coordinator (``coordinator_address`` and ``secret`` in the engine's kwargs
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Generator, Iterable, List, Optional, Tuple
+from typing import Any, AsyncGenerator, AsyncIterator, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -54,12 +54,12 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
 
     @classmethod
     def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
-                       metadata: List[dict]) -> Tuple[Dict[str, list], Dict[str, list]]:
+                       metadata: List[dict]) -> Tuple[Dict[str, List[Any]], Dict[str, List[Any]]]:
         """Actor ranks are wsync trainers 0..A-1, rollout ranks wsync rollouts 0..R-1."""
         a, r = actor_wg_world_size, rollout_world_size
-        actor = {"role": ["trainer"] * a, "rank": list(range(a)), "num_trainers": [a] * a,
-                 "num_rollouts": [r] * a}
-        rollout = {"role": ["rollout"] * r, "rank": list(range(r)), "num_trainers": [a] * r,
+        actor: Dict[str, List[Any]] = {"role": ["trainer"] * a, "rank": list(range(a)),
+                                       "num_trainers": [a] * a, "num_rollouts": [r] * a}
+        rollout: Dict[str, List[Any]] = {"role": ["rollout"] * r, "rank": list(range(r)), "num_trainers": [a] * r,
                    "num_rollouts": [r] * r}
         return actor, rollout
 
@@ -89,7 +89,7 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
                 self.buffers[name] = torch.empty_like(tensor[lo:hi]).contiguous()
                 specs[name] = layout.chunk_shard(name, tuple(tensor.shape), 0, rank, size)
             self.buffers[name].copy_(tensor[lo:hi])
-        if first:
+        if self.trainer is None:
             self.trainer = Trainer(self._bootstrap(), timeout_ms=self.timeout_ms)
             self.trainer.register_tensors(self.buffers, specs=specs)
             self.trainer.commit()
@@ -97,7 +97,7 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         self.trainer.publish(self.step, wait=True)
 
     async def receive_weights(self, global_steps: Optional[int] = None
-                              ) -> Generator[Tuple[str, torch.Tensor], None, None]:
+                              ) -> AsyncGenerator[Tuple[str, torch.Tensor], None]:
         """Waits for `global_steps` (default: a version newer than the last) and yields the
         whole tensors of that version."""
         if self.rollout is None:
@@ -127,7 +127,7 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         self.trainer = self.rollout = None
 
 
-async def _iterate(weights: Any):
+async def _iterate(weights: Any) -> AsyncIterator[Tuple[str, torch.Tensor]]:
     if hasattr(weights, "__aiter__"):
         async for item in weights:
             yield item

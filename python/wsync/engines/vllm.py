@@ -11,10 +11,14 @@ wsync.engines.vllm:register, declared in pyproject.toml), so that vLLM's own
     those boxes with wsync against the live parameters (copy flip), and commits.
   * update_weights({"version": v}): waits until version v (default: anything newer than the live
     one) is ready on this replica and copy-flips it into the parameters in place (CUDA graphs stay
-    valid). Tensors whose loaders transform values (quantized layers) are received as full HF
-    tensors in wsync slots and passed to ``model.load_weights``.
-  * start/finish_weight_update: nothing to prepare (weights land in place).
-Each TP rank receives only its own bytes, directly from the trainers.
+    valid). Tensors whose loaders transform values or layout (GPT-2's transposed Conv1D weights)
+    and every tensor of a layer vLLM processed after loading (quantized, or repacked by its CPU
+    backend) are received as full HF tensors in wsync slots and passed to ``model.load_weights``
+    under the same lease.
+  * start/finish_weight_update: vLLM's layerwise reload around the processed layers (nothing for
+    the copy-flipped ones).
+Each TP rank receives only its own bytes of the copy-flipped tensors, directly from the trainers;
+the fallback tensors arrive whole.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ..bootstrap import Bootstrap
+from ..layout import Box
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
 from .probe import probe_loaders
@@ -60,8 +65,8 @@ class WsyncInitInfo(WeightTransferInitInfo):
     """How this worker joins the wsync job (explicit bootstrap; see wsync.Coordinator).
 
     rollout_rank_base: this replica's first rollout rank (its TP rank is added);
-    hf_shapes: {hf_name: shape} of the checkpoint (default: learned from the model's
-    named parameters is not possible, so trainers' names must be given)."""
+    hf_shapes: {hf_name: shape} of the tensors the trainers publish (their names and shapes:
+    the worker cannot learn them from its fused parameters)."""
 
     coordinator_address: str = ""
     secret: str = ""
@@ -92,17 +97,67 @@ def tp_rank() -> int:
         return 0
 
 
+def quantized_modules(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """Modules whose quant_method is not vLLM's Unquantized* (their loaders feed a processing
+    step, e.g. online fp8 quantization, that vLLM's layerwise reload runs)."""
+    return {name: m for name, m in model.named_modules()
+            if getattr(m, "quant_method", None) is not None
+            and not type(m.quant_method).__name__.startswith("Unquantized")}
+
+
+def processed_modules(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """Modules whose live tensors are not what their loaders write, so that copy flips into them
+    would not reach the computation: quantized ones, those vLLM's CPU backend repacked for its
+    GEMM kernels (``cpu_linear``), and those whose parameters differ in shape or dtype from the
+    checkpoint-format metadata vLLM recorded when it built the model."""
+    out = quantized_modules(model)
+    try:
+        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+    except ImportError:
+        LAYERWISE_INFO = {}
+    for name, m in model.named_modules():
+        if getattr(m, "cpu_linear", None) is not None:
+            out[name] = m
+            continue
+        info = LAYERWISE_INFO.get(m)
+        recorded = info.restore_metadata[0] if info is not None else {}
+        live = {n: p for n, p in m._parameters.items() if p is not None}
+        if any(n not in live or tuple(live[n].shape) != tuple(meta.shape)
+               or live[n].dtype != meta.dtype for n, meta in recorded.items()):
+            out[name] = m
+    return out
+
+
+def whole_modules_to_fallback(boxes: Dict[str, List[Box]], fallback: List[str],
+                              modules: Dict[str, torch.nn.Module]
+                              ) -> Tuple[Dict[str, List[Box]], List[str]]:
+    """Moves every HF tensor feeding a parameter of `modules` to the fallback (vLLM processes a
+    quantized layer once all of its weights went through its loaders: none may be copy-flipped
+    beside them), and drops those parameters from the copy-flip boxes."""
+    owned = {f"{prefix}.{p}" if prefix else p
+             for prefix, m in modules.items() for p, _ in m.named_parameters(recurse=False)}
+    moved = {b.tensor for name in owned for b in boxes.get(name, [])}
+    kept = {n: bs for n, bs in boxes.items() if n not in owned}
+    return kept, fallback + [n for n in sorted(moved) if n not in fallback]
+
+
 class WsyncReceiver:
     """The engine-independent part: probe the loaders, register, flip. `load_weights` is the
-    engine's loader (vLLM: model.load_weights)."""
+    engine's loader (vLLM: model.load_weights); `dtype` that of the trainers' tensors."""
 
     def __init__(self, model: torch.nn.Module, load_weights: Any, info: WsyncInitInfo,
-                 rank: int) -> None:
+                 rank: int, dtype: Optional[torch.dtype] = None) -> None:
         self.model = model
         shapes: List[Tuple[str, Tuple[int, ...]]] = [(n, tuple(s))
                                                      for n, s in info.hf_shapes.items()]
         params = dict(model.named_parameters())
         self.boxes, self.fallback = probe_loaders(params, shapes, load_weights)
+        # Modules whose weights only vLLM's processing can apply: all of their tensors go
+        # through load_weights inside vLLM's layerwise reload (start / finish_weight_update).
+        self.reloaded = processed_modules(model)
+        if self.reloaded:
+            self.boxes, self.fallback = whole_modules_to_fallback(self.boxes, self.fallback,
+                                                                  self.reloaded)
         self.load_weights = load_weights
         bootstrap = Bootstrap.explicit(info.rollout_rank_base + rank, info.num_trainers,
                                        info.num_rollouts, info.coordinator_address, info.secret)
@@ -113,7 +168,7 @@ class WsyncReceiver:
         live = {n: params[n] for n in self.boxes}
         self.rollout.register_module(live, specs=self.boxes, mode="copy_flip")
         if self.fallback:  # full HF tensors in slots, applied through the engine's loader
-            self.rollout.register_slots({n: (dict(shapes)[n], params_dtype(params))
+            self.rollout.register_slots({n: (dict(shapes)[n], dtype or params_dtype(params))
                                          for n in self.fallback}, device=device)
         self.rollout.commit()
 
@@ -126,10 +181,16 @@ class WsyncReceiver:
             target = int(version)
             while (self.rollout.newest_version() or 0) < target:
                 self.rollout.wait_for_version(after=target - 1, timeout_ms=timeout_ms)
-        flipped = self.rollout.flip(target if version is not None else VERSION_NEWEST)
-        if self.fallback:
-            self.load_weights(list(self.rollout.named_tensors(flipped or target)))
-        return int(flipped if flipped is not None else target)
+        wanted = target if version is not None else VERSION_NEWEST
+        if not self.fallback:
+            flipped = self.rollout.flip(wanted)
+            return int(flipped if flipped is not None else target)
+        # One lease over both steps: the fallback tensors come from the version just flipped.
+        with self.rollout.lease(wanted) as lease:
+            self.rollout.flip(lease.version)
+            self.load_weights(list(self.rollout.lease_tensors(lease, names=self.fallback)
+                                   .items()))
+            return lease.version
 
     def close(self) -> None:
         """Leaves the wsync job."""
@@ -150,12 +211,29 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
     init_info_cls = WsyncInitInfo
     update_info_cls = WsyncUpdateInfo
 
+    receiver: Optional[WsyncReceiver] = None
+    version: Optional[int] = None  # the version live in the parameters
+
     def init_transfer_engine(self, init_info: WsyncInitInfo) -> None:
-        self.receiver = WsyncReceiver(self.model, self.model.load_weights, init_info, tp_rank())
-        self.version: Optional[int] = None
+        """Probes vLLM's loaders (under this engine's vLLM config: the Worker calls this without
+        one), registers, commits with the trainers."""
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(self.vllm_config):
+            self.receiver = WsyncReceiver(self.model, self.model.load_weights, init_info,
+                                          tp_rank(), dtype=getattr(self.model_config, "dtype",
+                                                                   None))
 
     def start_weight_update(self) -> None:
-        """Nothing to prepare: weights land in place."""
+        """Copy-flipped weights need nothing. Processed layers (quantized, or repacked by vLLM's
+        CPU backend; loaded whole through load_weights) are put into vLLM's layerwise reload, as
+        vLLM's NCCL backend does for the whole model: their loaders buffer the checkpoint tensors
+        and vLLM re-runs the layer's processing once all of them arrived."""
+        if self.receiver is not None and self.receiver.reloaded:
+            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+            for module in self.receiver.reloaded.values():
+                initialize_layerwise_reload(module)
 
     def update_weights(self, update_info: Dict[str, Any]) -> None:
         """vLLM's per-chunk call: the copy flip has completed on the device when receive returns,
@@ -163,13 +241,19 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
         self.receive_weights(self.parse_update_info(update_info))
 
     def receive_weights(self, update_info: WsyncUpdateInfo) -> None:
+        if self.receiver is None:
+            raise RuntimeError("wsync: update_weights before init_weight_transfer_engine")
         self.version = self.receiver.receive(update_info.version, update_info.timeout_ms)
 
     def finish_weight_update(self) -> None:
-        """Nothing to finalize."""
+        """Finalizes the layerwise reload of processed layers (nothing else to do)."""
+        if self.receiver is not None and self.receiver.reloaded:
+            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+            finalize_layerwise_reload(self.model, self.model_config)
 
     def shutdown(self) -> None:
-        if getattr(self, "receiver", None) is not None:
+        if self.receiver is not None:
             self.receiver.close()
             self.receiver = None
 

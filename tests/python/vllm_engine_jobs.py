@@ -1,0 +1,145 @@
+"""Processes of test_vllm_engine.py: vLLM's own engine (LLM, its engine-core and worker
+processes) serving a tiny random-init Qwen2 on the CPU, updated through the "wsync" backend.
+
+    python vllm_engine_jobs.py trainer|engine '<json args>'
+
+trainer: a transformers Qwen2 (fp32) trained for real; per version it publishes through wsync,
+then records the greedy continuation of a fixed prompt and its log-probabilities, and waits
+until the engine has checked that version (on-policy RL: the next step starts after the rollout).
+engine: ``LLM(..., load_format="dummy", weight_transfer_config=WeightTransferConfig(
+backend="wsync"))``; vLLM's worker process loads our plugin entry point and creates the backend
+through vLLM's factory. Per version: ``llm.start_weight_update()``,
+``llm.update_weights({"update_info": {"version": v}})``, ``llm.finish_weight_update()``, then
+``llm.generate``, recorded with the trainer's own greedy tokens (transformers' CPU kernels are
+not vLLM's: test_vllm_engine.py compares with vLLM loading the same weights, the reference role).
+reference: vLLM loading the trainer's last version from a checkpoint with its own loader.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from job_main import run
+
+VOCAB, PROMPT, NEW_TOKENS = 256, [5, 17, 42, 7, 99, 3], 8
+
+
+def config():
+    from transformers import Qwen2Config
+
+    # head_dim 64: vLLM's CPU attention has no kernel for small head sizes
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=64, max_position_embeddings=256, tie_word_embeddings=False)
+    cfg.architectures = ["Qwen2ForCausalLM"]
+    return cfg
+
+
+def wait_for(path: Path, timeout_s: float = 300) -> None:
+    deadline = time.time() + timeout_s
+    while not path.exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} did not appear in {timeout_s} s")
+        time.sleep(0.05)
+
+
+def trainer(a: dict) -> None:
+    import wsync
+    from transformers import Qwen2ForCausalLM
+
+    out = Path(a["out"])
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config()).float()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-2)
+    shapes = {n: list(p.shape) for n, p in model.named_parameters()}
+    (out / "hf_shapes.tmp").write_text(json.dumps(shapes))
+    os.replace(out / "hf_shapes.tmp", out / "hf_shapes.json")
+    t = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, a["tp"], a["address"], a["secret"]),
+                      timeout_ms=300000)
+    t.register_module(model)
+    t.commit()
+    batch = torch.randint(0, VOCAB, (4, 24), generator=torch.Generator().manual_seed(1))
+    for v in range(1, a["versions"] + 1):
+        model.train()
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t.publish(v, wait=True)
+        model.eval()
+        with torch.no_grad():
+            ids = torch.tensor([PROMPT])
+            tokens, logprobs = [], []
+            for _ in range(NEW_TOKENS):  # greedy, as the engine samples with temperature 0
+                logits = model(input_ids=ids).logits[0, -1].float()
+                token = int(logits.argmax())
+                tokens.append(token)
+                logprobs.append(float(torch.log_softmax(logits, -1)[token]))
+                ids = torch.cat([ids, torch.tensor([[token]])], 1)
+        torch.save({"tokens": tokens, "logprobs": logprobs, "loss": float(loss)},
+                   out / f"trainer_v{v}.pt")
+        if v == a["versions"]:  # a checkpoint for vLLM's own loading (the reference role)
+            model.save_pretrained(out / "checkpoint")
+        wait_for(out / f"checked_v{v}", timeout_s=600)
+    t.close()
+
+
+def engine(a: dict) -> None:
+    from vllm import LLM, SamplingParams
+    from vllm.config.weight_transfer import WeightTransferConfig
+
+    out = Path(a["out"])
+    config().save_pretrained(out / "model")
+    llm = LLM(model=str(out / "model"), load_format="dummy", skip_tokenizer_init=True,
+              dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=2,
+              tensor_parallel_size=a["tp"],
+              weight_transfer_config=WeightTransferConfig(backend="wsync"))
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, logprobs=0, detokenize=False)
+
+    def generate():
+        o = llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0]
+        return list(o.token_ids), [lp[t].logprob for t, lp in zip(o.token_ids, o.logprobs)]
+
+    dummy_tokens, _ = generate()  # dummy weights before the first version
+    wait_for(out / "hf_shapes.json")
+    llm.init_weight_transfer_engine({"init_info": {
+        "coordinator_address": a["address"], "secret": a["secret"], "num_trainers": 1,
+        "num_rollouts": a["tp"], "rollout_rank_base": 0, "replica": 0, "timeout_ms": 300000,
+        "hf_shapes": json.loads((out / "hf_shapes.json").read_text())}})
+    seen = []
+    for v in range(1, a["versions"] + 1):
+        wait_for(out / f"trainer_v{v}.pt")
+        llm.start_weight_update()
+        llm.update_weights({"update_info": {"version": v}})
+        llm.finish_weight_update()
+        tokens, logprobs = generate()
+        want = torch.load(out / f"trainer_v{v}.pt")
+        seen.append({"version": v, "tokens": tokens, "logprobs": logprobs,
+                     "trainer_tokens": want["tokens"]})
+        (out / f"checked_v{v}").write_text("")
+    (out / "engine.json").write_text(json.dumps({"dummy_tokens": dummy_tokens, "seen": seen}))
+
+
+def reference(a: dict) -> None:
+    """vLLM loading the trainer's last version from a checkpoint with its own loader."""
+    from vllm import LLM, SamplingParams
+
+    out = Path(a["out"])
+    llm = LLM(model=str(out / "checkpoint"), skip_tokenizer_init=True, dtype="float32",
+              enforce_eager=True, max_model_len=128, max_num_seqs=2,
+              tensor_parallel_size=a["tp"])
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, logprobs=0, detokenize=False)
+    o = llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0]
+    (out / "reference.json").write_text(json.dumps({
+        "tokens": list(o.token_ids),
+        "logprobs": [lp[t].logprob for t, lp in zip(o.token_ids, o.logprobs)]}))
+
+
+if __name__ == "__main__":
+    role, args = sys.argv[1], json.loads(sys.argv[2])
+    run(lambda: {"trainer": trainer, "engine": engine, "reference": reference}[role](args))

@@ -44,9 +44,25 @@ Status VersionSequencer::addReplica(const ReplicaSpec& spec) {
                              std::to_string(it->second));
     }
   }
+  const bool holds = spec.ready_version != 0 || spec.ready_slot != -1;
+  if (holds && (spec.ready_version == 0 || spec.ready_slot < 0 ||
+                spec.ready_slot >= spec.num_slots)) {
+    return invalidArgument(what + ": ready " + versionName(spec.ready_version) + " in slot " +
+                           std::to_string(spec.ready_slot) + " is not a version in one of its " +
+                           std::to_string(spec.num_slots) + " slots");
+  }
+  if (spec.ready_version > last_started_) {
+    return invalidArgument(what + " holds " + versionName(spec.ready_version) + ", but only " +
+                           versionName(last_started_) + " started");
+  }
   Replica replica;
   replica.ranks = spec.ranks;
   replica.slot_version.assign(static_cast<size_t>(spec.num_slots), 0);
+  if (holds) {
+    replica.ready_version = spec.ready_version;
+    replica.ready_slot = spec.ready_slot;
+    replica.slot_version[static_cast<size_t>(spec.ready_slot)] = spec.ready_version;
+  }
   for (int32_t r : spec.ranks) {
     replica_of_[r] = spec.id;
     departed_.erase(r);

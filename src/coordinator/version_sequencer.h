@@ -56,6 +56,10 @@ struct ReplicaSpec {
   int32_t id = -1;             // >= 0, unique
   std::vector<int32_t> ranks;  // rollout ranks (>= 0), in no other replica; not empty
   int32_t num_slots = 0;       // slots on each of its ranks; >= 2
+  // A replica that already holds a version (filled from a peer replica: peer cold start): slot
+  // `ready_slot` of every rank holds `ready_version`, readable. 0 / -1: it holds none.
+  uint64_t ready_version = 0;
+  int32_t ready_slot = -1;
 };
 
 struct RankRef {
@@ -93,8 +97,10 @@ class VersionSequencer {
   // Trainers are ranks [0, num_trainers), num_trainers >= 1; replicas come through addReplica().
   VersionSequencer(SequencerOptions options, int32_t num_trainers);
 
-  // Adds a replica (INVALID_ARGUMENT on a bad spec, see ReplicaSpec). It takes part from the next
-  // version that starts.
+  // Adds a replica (INVALID_ARGUMENT on a bad spec, see ReplicaSpec; a ready slot outside
+  // [0, num_slots), or a ready version without its slot or above the last started version). It
+  // takes part from the next version that starts. A ready version counts as the replica's newest
+  // ready one: the next version goes to another slot, and skipping and staleness start from it.
   Status addReplica(const ReplicaSpec& spec);
   // Removes a replica (INVALID_ARGUMENT when unknown). The in-flight version stops waiting for it,
   // so this may send Go, Ready and Delivered, and start the next version.

@@ -293,13 +293,22 @@ typedef struct {
   int64_t age_ms;          /**< milliseconds since `version` became ready here */
   uint64_t newest_started; /**< the newest version the coordinator started */
   uint64_t lag;            /**< newest_started - version (0: `version` is the newest) */
+  /* ---- the end of the first layout; fields below were appended later ---- */
+  /* rollout: this rank's time to its first readable version */
+  uint64_t first_version;       /**< the first version that became readable here */
+  double first_version_seconds; /**< from wsync_context_create to first_version readable here */
+  int first_version_from_peer;  /**< 1: copied from a peer replica (peer cold start); 0: the
+                                     trainers sent it */
 } wsync_version_stats_t;
 
 #define WSYNC_VERSION_STATS_INITIALIZER \
-  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0 }
 
 /** Trainer: the last delivered version and its stats. Rollout: the newest version ready on this
- *  rank, its age and lag. `stats` is written only on success.
+ *  rank, its age and lag, and its time to first readable version (a replica that joined the
+ *  running job: how long from wsync_context_create until it could acquire a version, and whether
+ *  a peer replica filled it). `stats` is written only on success, and only the fields of the
+ *  caller's layout (`size`: the first layout ends with `lag`).
  *  @code
  *  wsync_version_stats_t s = WSYNC_VERSION_STATS_INITIALIZER;
  *  if (wsync_version_stats(ctx, &s) == WSYNC_SUCCESS)

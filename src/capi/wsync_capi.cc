@@ -196,6 +196,7 @@ void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
   o.debug_no_early_landing = effective.debug_no_early_landing;
   o.debug_no_copy_batch = effective.debug_no_copy_batch;
   o.debug_send_delay_ms = effective.debug_send_delay_ms;
+  o.debug_cold_fill_delay_ms = effective.debug_cold_fill_delay_ms;
   o.heartbeat_timeout_ms = effective.heartbeat_timeout_ms;
   switch (effective.host_copy) {
     case wsync::HostCopy::kMemcpy:

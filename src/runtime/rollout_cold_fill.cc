@@ -113,6 +113,11 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
                                                            fill.target_slot)]));
     targets.emplace_back(peer.rank, std::move(target));
   }
+  // Debug: hold the lease a while before writing (a test kills this rank meanwhile).
+  const auto hold_until = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(options_.debug_cold_fill_delay_ms);
+  while (std::chrono::steady_clock::now() < hold_until && !stopping_ && !failedOrAborted())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   uint64_t bytes = 0;
   for (const WriteOp& op : plan.writes) {
     if (stopping_ || failedOrAborted()) return Status(WSYNC_ERR_ABORTED, what + ": stopped");

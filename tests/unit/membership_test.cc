@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -261,80 +262,91 @@ TEST(Membership, ReplicaJoinsWhileVersionsStream) {
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 
-// Peer cold start: a replica that joins while the trainer is idle (it published versions 1..3 and
-// waits) can only get version 3 from the running replica's slots; the coordinator says so, the
-// joiner's stats say so, the bytes are exact, and the joiner then follows the new versions.
-TEST(Membership, JoinerIsFilledFromAPeerWhileTheTrainerPauses) {
+// A coordinator whose log lines a test can read.
+struct LoggedJob : Job {
   std::mutex log_mu;
   std::vector<std::string> log;
+  bool logged(const std::string& text) {
+    std::lock_guard lock(log_mu);
+    return std::any_of(log.begin(), log.end(),
+                       [&](const std::string& line) { return line.find(text) != std::string::npos; });
+  }
+};
+
+void startLogged(LoggedJob& job) {
   wsync::CoordinatorOptions opt;
   opt.num_trainers = 1;
   opt.num_rollouts = 1;
   opt.control.secret = kSecret;
   opt.timeout = std::chrono::milliseconds(20000);
-  opt.log = [&](const std::string& line) {
-    std::lock_guard lock(log_mu);
-    log.push_back(line);
+  opt.log = [&job](const std::string& line) {
+    std::lock_guard lock(job.log_mu);
+    job.log.push_back(line);
   };
   auto started = wsync::Coordinator::start(std::move(opt));
   ASSERT_TRUE(started.isOk()) << started.status().toString();
-  Job job{std::move(started).value(), ""};
+  job.coordinator = std::move(started).value();
   job.address = "127.0.0.1:" + std::to_string(job.coordinator->port());
+}
+
+// A one-rank replica (id 1) joining the running job with buffers of `dtype`: reads versions until
+// `last`, checking every byte; `first` gets its stats once it read its first version.
+void runJoiner(const Job& job, wsync_dtype_t dtype, uint64_t last, wsync_version_stats_t* first,
+               std::atomic<bool>* has_first) {
+  wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
+  cfg.replica_size = 1;
+  cfg.replica_rank = 0;
+  const auto tensors = wsync_demo::policyTensors(smallPolicy());
+  wsync_context_t ctx = nullptr;
+  ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
+  std::vector<int> indices;
+  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, dtype, {}, &indices), WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
+  uint64_t newest = 0;
+  while (newest < last) {
+    ASSERT_EQ(wsync_wait_version(ctx, newest, 20000, &newest), WSYNC_SUCCESS)
+        << wsync_last_error(ctx);
+    wsync_lease_t lease = nullptr;
+    ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+    uint64_t v = 0;
+    wsync_lease_version(lease, &v);
+    for (size_t b = 0; b < layout.size(); ++b) {
+      void* data = nullptr;
+      ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &data), WSYNC_SUCCESS);
+      std::string error;
+      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], dtype, data, v, &error), 0)
+          << "version " << v << ": " << error;
+    }
+    wsync_lease_release(lease);
+    if (!*has_first) {
+      ASSERT_EQ(wsync_version_stats(ctx, first), WSYNC_SUCCESS);
+      *has_first = true;
+    }
+  }
+  EXPECT_EQ(wsync_context_destroy(ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+}
+
+// Peer cold start: a replica that joins while the trainer is idle (it published versions 1..3 and
+// waits) can only get version 3 from the running replica's slots; the coordinator says so, the
+// joiner's stats say so, the bytes are exact, and the joiner then follows the new versions.
+TEST(Membership, JoinerIsFilledFromAPeerWhileTheTrainerPauses) {
+  LoggedJob job;
+  startLogged(job);
   constexpr uint64_t kPaused = 3, kLast = 12;
   std::atomic<bool> first_done{false}, joiner_has_first{false};
   std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
                     nullptr, &first_done);
   std::thread joiner;
-  wsync_version_stats_t joined_stats = WSYNC_VERSION_STATS_INITIALIZER;
+  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
   {
     Trainer trainer(job, 1);
     ASSERT_TRUE(trainer.commit());
     for (uint64_t v = 1; v <= kPaused; ++v)
       EXPECT_EQ(trainer.publish(v).ready, std::vector<int>{0});
-    joiner = std::thread([&] {
-      wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
-      cfg.replica_size = 1;
-      cfg.replica_rank = 0;
-      const auto tensors = wsync_demo::policyTensors(smallPolicy());
-      wsync_context_t ctx = nullptr;
-      ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
-      const auto layout =
-          wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
-      std::vector<int> indices;
-      ASSERT_EQ(
-          wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices),
-          WSYNC_SUCCESS);
-      ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
-      uint64_t newest = 0;
-      while (newest < kLast) {
-        ASSERT_EQ(wsync_wait_version(ctx, newest, 20000, &newest), WSYNC_SUCCESS)
-            << wsync_last_error(ctx);
-        wsync_lease_t lease = nullptr;
-        ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
-        uint64_t v = 0;
-        wsync_lease_version(lease, &v);
-        for (size_t b = 0; b < layout.size(); ++b) {
-          void* data = nullptr;
-          ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &data), WSYNC_SUCCESS);
-          std::string error;
-          EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, data, v,
-                                                &error),
-                    0)
-              << "version " << v << ": " << error;
-        }
-        wsync_lease_release(lease);
-        if (!joiner_has_first) {
-          EXPECT_EQ(v, kPaused) << "the trainer was idle: only a peer had a version to give";
-          ASSERT_EQ(wsync_version_stats(ctx, &joined_stats), WSYNC_SUCCESS);
-          joiner_has_first = true;
-        }
-      }
-      EXPECT_EQ(wsync_context_destroy(ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
-    });
-    const auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (!joiner_has_first && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(joiner_has_first.load()) << "the joiner never got a version from its peer";
+    joiner = std::thread(runJoiner, std::cref(job), WSYNC_DTYPE_BFLOAT16, kLast, &joined,
+                         &joiner_has_first);
+    waitFor(joiner_has_first);
     Trainer::Outcome o;
     for (uint64_t v = kPaused + 1; v <= kLast; ++v)
       o = trainer.publish(v);
@@ -342,14 +354,43 @@ TEST(Membership, JoinerIsFilledFromAPeerWhileTheTrainerPauses) {
   }
   first.join();
   joiner.join();
-  EXPECT_EQ(joined_stats.first_version, kPaused);
-  EXPECT_EQ(joined_stats.first_version_from_peer, 1);
-  EXPECT_GT(joined_stats.first_version_seconds, 0.0);
+  EXPECT_EQ(joined.first_version, kPaused) << "the trainer was idle: only a peer had a version";
+  EXPECT_EQ(joined.first_version_from_peer, 1);
+  EXPECT_GT(joined.first_version_seconds, 0.0);
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
-  std::lock_guard lock(log_mu);
-  EXPECT_TRUE(std::any_of(log.begin(), log.end(), [&](const std::string& line) {
-    return line.find("replica 1 cold-started from replica 0 with version 3") != std::string::npos;
-  }));
+  EXPECT_TRUE(job.logged("replica 1 cold-started from replica 0 with version 3"));
+}
+
+// A joiner that wants another dtype than the running replica holds cannot be filled by copying
+// bytes: the coordinator says why, and its first version comes from the trainers, converted.
+TEST(Membership, JoinerNoPeerCanFillGetsItsFirstVersionFromTheTrainers) {
+  LoggedJob job;
+  startLogged(job);
+  constexpr uint64_t kLast = 400;
+  std::atomic<bool> first_done{false}, joiner_has_first{false};
+  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
+                    nullptr, &first_done);
+  std::thread joiner;
+  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    for (uint64_t v = 1; v <= kLast; ++v) {
+      if (v == 3) {
+        joiner = std::thread(runJoiner, std::cref(job), WSYNC_DTYPE_FLOAT32, kLast, &joined,
+                             &joiner_has_first);
+      }
+      trainer.publish(v);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  first.join();
+  joiner.join();
+  EXPECT_GT(joined.first_version, 3u);
+  EXPECT_EQ(joined.first_version_from_peer, 0);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+  EXPECT_TRUE(job.logged("replica 1: no cold start (replica 0: WSYNC_ERR_UNSUPPORTED"));
+  EXPECT_TRUE(job.logged("the source replica holds it as bfloat16"));
 }
 
 TEST(Membership, RequestReplicasRejectsBadArguments) {

@@ -55,12 +55,19 @@ bool Coordinator::Impl::inColdStart(const Participant& p) const {
   return it != joining_.end() && it->second.cold.has_value();
 }
 
-bool Coordinator::Impl::startColdStart(JoiningReplica& g) {
+void Coordinator::Impl::startColdStart(JoiningReplica& g) {
   g.cold.emplace();
   g.cold->started = Clock::now();
   g.cold->slot = 0;
   retryColdStart(g);
-  return g.cold.has_value();
+}
+
+void Coordinator::Impl::finishColdStart(JoiningReplica& g, uint64_t version, int32_t slot) {
+  g.cold.reset();
+  g.cold_done = true;
+  g.ready_version = version;
+  g.ready_slot = slot;
+  maybeCompleteJoin(g.id);
 }
 
 // The next attempt: the running replica with the newest ready version (ties: the lowest id) whose
@@ -159,8 +166,7 @@ void Coordinator::Impl::giveUpColdStart(JoiningReplica& g, const std::string& wh
     for (int32_t r : g.ranks)
       sendTo(rollout(r), MessageType::kGo, payload);
   }
-  g.cold.reset();
-  completeJoin(g.id, 0, -1);
+  finishColdStart(g, 0, -1);
 }
 
 Status Coordinator::Impl::onColdStartMessage(Participant& p, MessageType type,
@@ -205,10 +211,7 @@ Status Coordinator::Impl::onColdStartMessage(Participant& p, MessageType type,
       std::to_string(msSince(cold.attempt_started)) + " ms (attempt " +
       std::to_string(cold.attempts) + ", " + std::to_string(msSince(cold.started)) +
       " ms since its ranks committed)");
-  const uint64_t version = cold.version;
-  const int32_t slot = cold.slot;
-  g.cold.reset();
-  completeJoin(g.id, version, slot);
+  finishColdStart(g, cold.version, cold.slot);
   return Status::ok();
 }
 

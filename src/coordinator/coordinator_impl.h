@@ -82,8 +82,9 @@ struct ColdStart {
   Clock::time_point attempt_started;  // this one
 };
 
-// A replica joining the running job, from its first Hello until CommitOk, and then through its
-// peer cold start (if any) until it is in the version sequencer.
+// A replica joining the running job, from its first Hello until it is in the version sequencer:
+// CommitOk once its ranks committed, then its peer cold start (if any) while the trainers apply
+// its plan extension.
 struct JoiningReplica {
   int32_t id = -1;
   int32_t size = 0;
@@ -99,6 +100,9 @@ struct JoiningReplica {
   std::vector<Registration> registrations;  // of its ranks, by replica rank (cold start planning)
   bool committed_ok = false;                // CommitOk sent: its ranks run (and send heartbeats)
   std::optional<ColdStart> cold;            // being filled from a peer replica
+  bool cold_done = false;                   // the cold start ended (or none was possible)
+  uint64_t ready_version = 0;               // what it ended with (0 / -1: no version)
+  int32_t ready_slot = -1;
 };
 
 }  // namespace coordinator_internal
@@ -200,9 +204,12 @@ class Coordinator::Impl {
   void completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot);
 
   // ---- peer cold start of a joined replica (coordinator_cold_start.cc) ----
-  // Starts filling `g` from the running replica holding the newest ready version; false (nothing
-  // started) when none can (no version yet, or none whose layout and dtypes fill it: logged).
-  bool startColdStart(JoiningReplica& g);
+  // Starts filling `g` from the running replica holding the newest ready version; when none can
+  // (no version yet, or none whose layout and dtypes fill it: logged) it finishes at once.
+  void startColdStart(JoiningReplica& g);
+  // The cold start ended holding `version` in `slot` (0 / -1: none); the join completes once the
+  // trainers applied its extension too (maybeCompleteJoin). `g` may be gone on return.
+  void finishColdStart(JoiningReplica& g, uint64_t version, int32_t slot);
   // A new attempt from the best source; gives the cold start up when there is none.
   void retryColdStart(JoiningReplica& g);
   bool sendColdFills(JoiningReplica& g);

@@ -269,25 +269,29 @@ Status Coordinator::Impl::onExtensionDone(const Participant& p,
   return Status::ok();
 }
 
-// Every trainer applied the extension and every rank of the replica committed: its ranks start
-// running; it is filled from a peer replica that holds a version (peer cold start) or, when none
-// can, takes part from the next version on.
+// Every rank of the joining replica committed: its ranks start running (CommitOk) and it is filled
+// from a peer replica that holds a version (peer cold start), while the trainers apply its plan
+// extension. Once both are done it enters the sequencer: holding the cold start's version, or,
+// when no peer could fill it, taking part from the next version.
 void Coordinator::Impl::maybeCompleteJoin(int32_t replica) {
   auto it = joining_.find(replica);
   if (it == joining_.end()) return;
   JoiningReplica& g = it->second;
-  if (g.committed_ok || static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
   for (int32_t member : g.members) {
     if (!participants_[static_cast<size_t>(member)].committed) return;
   }
-  const auto now = Clock::now();
-  for (int32_t member : g.members) {
-    Participant& p = participants_[static_cast<size_t>(member)];
-    p.last_heard = now;
-    sendTo(p, MessageType::kCommitOk, {});
+  if (!g.committed_ok) {
+    const auto now = Clock::now();
+    for (int32_t member : g.members) {
+      Participant& p = participants_[static_cast<size_t>(member)];
+      p.last_heard = now;
+      sendTo(p, MessageType::kCommitOk, {});
+    }
+    g.committed_ok = true;
+    return startColdStart(g);  // ends in finishColdStart, which comes back here
   }
-  g.committed_ok = true;
-  if (!startColdStart(g)) completeJoin(replica, 0, -1);
+  if (!g.cold_done || static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
+  completeJoin(replica, g.ready_version, g.ready_slot);
 }
 
 void Coordinator::Impl::completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot) {

@@ -48,6 +48,18 @@ wait_for_line() {
   return 1
 }
 
+# wait_for_version <file> <version> <timeout ms>: 0 once a rank's log says it read that version or
+# a later one (a reader of the newest version may skip some).
+wait_for_version() {
+  local deadline=$(($(now_ms) + $3)) v
+  while [ "$(now_ms)" -lt "$deadline" ]; do
+    v=$(sed -n 's/.* version \([0-9]*\) ok$/\1/p' "$1" 2>/dev/null | tail -n 1)
+    [ -n "$v" ] && [ "$v" -ge "$2" ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
 # wait_pid <pid> <timeout ms>: the exit code, or 124 (killed) past the timeout.
 wait_pid() {
   local deadline=$(($(now_ms) + $2))
@@ -117,7 +129,7 @@ run_kill() {
     r+=("$last_pid")
   done
   local at=$((RANDOM % 8 + 1))
-  wait_for_line "$work/rollout2.log" "version $at ok" 20000 || fail "rollout 2 never read version $at"
+  wait_for_version "$work/rollout2.log" $at 20000 || fail "rollout 2 never read version $at"
   local killed=$(now_ms)
   kill -9 "${r[2]}"
   wait_for_line "$work/coordinator.log" "replica 2 .*dropped" 5000 || fail "the coordinator never dropped replica 2"
@@ -149,7 +161,7 @@ run_stop() {
     start_rank rollout$i --role rollout --rank $i --replica $i --rollouts 3 --versions $versions --rejoin --expect-peer
     r+=("$last_pid")
   done
-  wait_for_line "$work/rollout2.log" "version 3 ok" 20000 || fail "rollout 2 never read version 3"
+  wait_for_version "$work/rollout2.log" 3 20000 || fail "rollout 2 never read version 3"
   local stopped=$(now_ms)
   kill -STOP "${r[2]}"
   wait_for_line "$work/coordinator.log" "replica 2 .*dropped.*no heartbeat" 5000 || fail "the coordinator never dropped the stopped rank"
@@ -175,7 +187,7 @@ run_join() {
   local t1=$last_pid
   start_rank rollout0 --role rollout --rank 0 --replica 0 --rollouts 1 --versions $versions
   local r0=$last_pid
-  wait_for_line "$work/rollout0.log" "version 5 ok" 20000 || fail "rollout 0 never read version 5"
+  wait_for_version "$work/rollout0.log" 5 20000 || fail "rollout 0 never read version 5"
   start_rank joiner --role rollout --replica 1 --join --expect-peer --versions $versions
   local j=$last_pid
   wait_for_line "$work/coordinator.log" "replica 1 joined" 20000 || fail "replica 1 never joined"
@@ -205,7 +217,7 @@ run_coldstart() {
     start_rank rollout$i --role rollout --rank $i --replica 0 --tp 2 --tp-rank $i --rollouts 2 --versions $versions
     pids_of+=("$last_pid:rollout $i")
   done
-  wait_for_line "$work/rollout0.log" "version $hold ok" 20000 || fail "rollout 0 never read version $hold"
+  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
   for i in 0 1; do
     start_rank joiner$i --role rollout --replica 1 --tp 2 --tp-rank $i --join --expect-peer --versions $versions
     pids_of+=("$last_pid:joiner rank $i")
@@ -237,8 +249,8 @@ run_failover() {
   local r0=$last_pid
   start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions
   local r1=$last_pid
-  wait_for_line "$work/rollout1.log" "version $hold ok" 20000 || fail "rollout 1 never read version $hold"
-  wait_for_line "$work/rollout0.log" "version $hold ok" 20000 || fail "rollout 0 never read version $hold"
+  wait_for_version "$work/rollout1.log" $hold 20000 || fail "rollout 1 never read version $hold"
+  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
   start_rank joiner --role rollout --replica 2 --join --expect-peer --versions $versions
   local j=$last_pid
   wait_for_line "$work/coordinator.log" "replica 2 cold start, attempt 1: version $hold from replica 0" 20000 ||

@@ -11,6 +11,9 @@
 // joiner's connection and mapped slots are released with them (cold starts are rare; each one
 // pays the transport's creation, measured in the time to first version).
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include "codec/plan_codec.h"
 #include "runtime/rollout_context.h"
@@ -79,6 +82,8 @@ int64_t sourceEnd(const Region& r) {
 Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Lease& lease) {
   const std::string what = "rollout " + std::to_string(rank()) + ", cold fill of version " +
                            std::to_string(fill.version);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point started = Clock::now();
   WSYNC_ASSIGN_OR_RETURN(RankPlan plan,
                          decodeRankPlan(fill.rank_plan.data(), fill.rank_plan.size()));
   const ExposedMemory& source = *slots_[static_cast<size_t>(lease.slot())];
@@ -113,6 +118,7 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
                                                            fill.target_slot)]));
     targets.emplace_back(peer.rank, std::move(target));
   }
+  const Clock::time_point connected = Clock::now();
   // Debug: hold the lease a while before writing (a test kills this rank meanwhile).
   const auto hold_until = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(options_.debug_cold_fill_delay_ms);
@@ -152,8 +158,20 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
     if (!posted.isOk()) return posted.withContext(what + ", tensor '" + tensor + "'");
     bytes += static_cast<uint64_t>(r.numElements()) * sz;
   }
+  const Clock::time_point posted = Clock::now();
   for (auto& [backend, transport] : transports)
     WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout).withContext(what));
+  if (options_.debug_timing) {  // WSYNC_DEBUG_TIMING: the fill's phases on stderr
+    auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    std::fprintf(stderr,
+                 "[wsync rollout %d] cold fill %llu: %llu bytes; transports and peers %.3f ms, "
+                 "posting %.3f ms, flush %.3f ms\n",
+                 rank(), static_cast<unsigned long long>(fill.fill),
+                 static_cast<unsigned long long>(bytes), ms(started, connected),
+                 ms(connected, posted), ms(posted, Clock::now()));
+  }
   return bytes;
 }
 

@@ -186,9 +186,20 @@ typedef struct {
   /* A rollout replica joining a running job (WSYNC_BOOTSTRAP_EXPLICIT with coordinator_address
      and secret; `rank` and `num_rollouts` are then unused: the coordinator numbers the ranks). The
      replica (config.replica, an id no live replica of the job has) has replica_size ranks, each
-     started with the same replica_size and its own replica_rank; wsync_commit returns once the
-     trainers can write to all of them, and the replica takes part from the next version. Its
-     versions travel by one-sided writes only (never broadcasts). */
+     started with the same replica_size and its own replica_rank; wsync_commit returns once every
+     rank of the replica committed. What it gets first (peer cold start): when a running replica
+     holds a ready version, the newest one is copied into the joiner's slots from that replica's
+     ranks over the data plane (UCX for host memory, CUDA IPC within a node for device memory),
+     not from the trainers nor from disk, while the trainers keep publishing; once every rank of
+     the joiner has it, wsync_acquire returns it there (wsync_version_stats: first_version_from_peer
+     1). Fallbacks, in which the replica's first version is the trainers' next one instead
+     (first_version_from_peer 0): no running replica holds a version yet; no running replica
+     holds every tensor the joiner wants in the dtype it wants (a cold start copies bytes and
+     never converts; the coordinator logs why); or three attempts failed (the source replica
+     overwrote the version meanwhile, or failed). A source replica dropped mid-fill is replaced by
+     another one. A slot a fill was writing never becomes readable unless the fill completed. Its
+     later versions travel by one-sided writes only (never broadcasts), from the first version
+     the trainers start once they can write to it. */
   int replica_size; /**< ranks of the joining replica (> 0); 0 (default): fixed membership */
   int replica_rank; /**< this rank's index in the joining replica, in [0, replica_size) */
 } wsync_config_t;

@@ -1,5 +1,5 @@
-// The device kernels' view (bench_device.h PatternPiece) of the demo policy's buffers, shared by the
-// benchmarks that fill and check device memory (wsync-sync-bench, wsync-cold-start-bench).
+// The device kernels' view (bench_device.h PatternPiece) of the demo policy's buffers, shared by
+// the benchmarks that fill and check device memory (wsync-sync-bench, wsync-cold-start-bench).
 #pragma once
 
 #include <string>

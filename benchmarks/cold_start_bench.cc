@@ -160,8 +160,8 @@ int runTrainer(const Args& a, FILE* report, int finish_fd) {
   for (size_t b = 0; b < layout.size(); ++b) {
     const auto n = static_cast<size_t>(std::max<int64_t>(1, layout[b].num_elements));
     if (a.device) {
-      device.push_back(DeviceMemory::allocate(n * wsync_demo::dtypeBytes(dtype), layout[b].name,
-                                              &error));
+      device.push_back(
+          DeviceMemory::allocate(n * wsync_demo::dtypeBytes(dtype), layout[b].name, &error));
       if (!device.back()) return say(report, "error " + error), 1;
       data.push_back(device.back()->data());
     } else {
@@ -229,8 +229,8 @@ wsync_context_t startRollout(const Args& a, int replica, bool join, std::vector<
   const Clock::time_point t0 = Clock::now();
   if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return nullptr;
   const double created_s = secondsSince(t0);
-  if (wsync_demo::registerBuffers(ctx, tensors, layout, kRolloutDtype, {}, indices,
-                                  memoryOf(a)) != WSYNC_SUCCESS ||
+  if (wsync_demo::registerBuffers(ctx, tensors, layout, kRolloutDtype, {}, indices, memoryOf(a)) !=
+          WSYNC_SUCCESS ||
       wsync_commit(ctx) != WSYNC_SUCCESS) {
     wsync_context_destroy(ctx);
     return nullptr;
@@ -373,8 +373,8 @@ int run(Args a) {
   uint64_t file_bytes = 0;
   if (std::sscanf(result.c_str(),
                   "result %" SCNu64 " %d %lf %lf %lf %" SCNd64 " %" SCNu64 " %lf %lf %" SCNd64,
-                  &first_version, &from_peer, &stats_s, &first_s, &committed_s, &wrong,
-                  &file_bytes, &load_first_s, &load_best_s, &load_wrong) != 10) {
+                  &first_version, &from_peer, &stats_s, &first_s, &committed_s, &wrong, &file_bytes,
+                  &load_first_s, &load_best_s, &load_wrong) != 10) {
     std::fprintf(stderr, "the benchmark failed: trainer '%s', source '%s', joiner '%s'\n",
                  published.c_str(), ready.c_str(), result.c_str());
     return 1;
@@ -383,11 +383,13 @@ int run(Args a) {
   const size_t at = cold_line.find(" bytes in ");
   if (at != std::string::npos) fill_ms = std::atof(cold_line.c_str() + at + 10);
   const bool ok = wrong == 0 && load_wrong == 0 && from_peer == 1 && first_version == 1;
-  std::printf("joiner: version %" PRIu64 " from %s in %.3f s after create (%.3f s of it the fill, "
+  std::printf("joiner: version %" PRIu64
+              " from %s in %.3f s after create (%.3f s of it the fill, "
               "prepare to readied; committed after %.3f s); %" PRId64 " wrong elements\n",
               first_version, from_peer ? "a peer" : "the trainers", first_s, fill_ms / 1e3,
               committed_s, wrong);
-  std::printf("safetensors (%" PRIu64 " bytes, warm page cache): first load %.3f s, best of %d "
+  std::printf("safetensors (%" PRIu64
+              " bytes, warm page cache): first load %.3f s, best of %d "
               "%.3f s; %" PRId64 " wrong elements\n",
               file_bytes, load_first_s, a.repeats, load_best_s, load_wrong);
   std::printf(

@@ -31,8 +31,8 @@ struct Place {
 // Every piece of `layout` must be a whole tensor, row-major (one-rank replicas): its bytes are one
 // run of the buffer, which is what a checkpoint entry holds.
 bool wholeTensorPlaces(const std::vector<TensorSpec>& tensors,
-                       const std::vector<BufferSpec>& layout,
-                       std::map<std::string, Place>* places, std::string* error) {
+                       const std::vector<BufferSpec>& layout, std::map<std::string, Place>* places,
+                       std::string* error) {
   for (size_t b = 0; b < layout.size(); ++b) {
     for (const wsync_demo::PieceSpec& p : layout[b].pieces) {
       const TensorSpec& t = tensors[static_cast<size_t>(p.tensor)];
@@ -43,8 +43,8 @@ bool wholeTensorPlaces(const std::vector<TensorSpec>& tensors,
         stride *= t.shape[d];
       }
       if (!whole) {
-        *error = "tensor '" + t.name + "' is not whole and row-major in buffer '" +
-                 layout[b].name + "'";
+        *error =
+            "tensor '" + t.name + "' is not whole and row-major in buffer '" + layout[b].name + "'";
         return false;
       }
       (*places)[t.name] = {b, static_cast<uint64_t>(p.local_offset) * kElementBytes};

@@ -41,8 +41,8 @@ double msSince(Clock::time_point t0) {
 std::vector<int32_t> Coordinator::Impl::liveRanksOf(int32_t replica) const {
   std::vector<int32_t> ranks;
   for (const Participant& p : participants_) {
-    if (p.hello.role == Role::kRollout && p.hello.replica == replica && !p.dropped &&
-        p.connected && p.committed && p.role_rank >= 0)
+    if (p.hello.role == Role::kRollout && p.hello.replica == replica && !p.dropped && p.connected &&
+        p.committed && p.role_rank >= 0)
       ranks.push_back(p.role_rank);
   }
   std::sort(ranks.begin(), ranks.end());
@@ -104,8 +104,8 @@ void Coordinator::Impl::retryColdStart(JoiningReplica& g) {
     Result<Plan> plan = s.isOk() ? makeColdFillPlan(std::move(sources), g.registrations, g.ranks[0])
                                  : Result<Plan>(s);
     if (!plan.isOk()) {
-      why_not += (why_not.empty() ? "" : "; ") + replicaName(source) + ": " +
-                 plan.status().toString();
+      why_not +=
+          (why_not.empty() ? "" : "; ") + replicaName(source) + ": " + plan.status().toString();
       continue;
     }
     cold.fill = ++last_fill_id_;
@@ -119,8 +119,8 @@ void Coordinator::Impl::retryColdStart(JoiningReplica& g) {
     cold.attempts += 1;
     cold.attempt_started = Clock::now();
     cold.source_ranks = ranks;
-    log(replicaName(g.id) + " cold start, attempt " + std::to_string(cold.attempts) +
-        ": version " + std::to_string(version) + " from " + replicaName(source) + " (" +
+    log(replicaName(g.id) + " cold start, attempt " + std::to_string(cold.attempts) + ": version " +
+        std::to_string(version) + " from " + replicaName(source) + " (" +
         std::to_string(plan->writes.size()) + " write ops, " +
         std::to_string(plan->stats.write_bytes) + " bytes) into slot " + std::to_string(cold.slot));
     cold.plan = std::move(plan).value();
@@ -265,8 +265,8 @@ void Coordinator::Impl::onColdStartSourceLost(int32_t replica) {
     if (cold.stage == ColdStart::Stage::kPreparing) continue;  // retried once every rank prepared
     // Mid-fill: the source's surviving ranks may still finish a write into the slot (they stop
     // at their next one), so the next attempt writes another slot.
-    log(replicaName(id) + " cold start, attempt " + std::to_string(cold.attempts) + " failed: " +
-        cold.failure);
+    log(replicaName(id) + " cold start, attempt " + std::to_string(cold.attempts) +
+        " failed: " + cold.failure);
     cold.waiting.clear();
     cold.slot = (cold.slot + 1) % g.num_slots;
     retryColdStart(g);

@@ -75,8 +75,8 @@ struct ColdStart {
   bool source_lost = false;   // the source replica was dropped during this attempt
   std::string failure;        // why this attempt's fill failed (empty: it did not)
   int attempts = 0;
-  uint64_t bytes = 0;  // written by the sources this attempt
-  Plan plan;           // the attempt's fill plan, until its ColdFills are sent
+  uint64_t bytes = 0;                 // written by the sources this attempt
+  Plan plan;                          // the attempt's fill plan, until its ColdFills are sent
   std::vector<int32_t> source_ranks;  // the fill plan's sender i is rollout source_ranks[i]
   Clock::time_point started;          // the first attempt
   Clock::time_point attempt_started;  // this one

@@ -214,8 +214,8 @@ struct ErrorMsg {
 
 // ColdFill: one source rank's part of filling a joining replica from the version it holds.
 struct ColdFillMsg {
-  uint64_t fill = 0;     // the attempt's id (ColdFillDone names it)
-  uint64_t version = 0;  // the ready version to copy, > 0
+  uint64_t fill = 0;         // the attempt's id (ColdFillDone names it)
+  uint64_t version = 0;      // the ready version to copy, > 0
   int32_t target_slot = -1;  // the joiner's slot to write
   // encodeRankPlan of the fill plan's view for this rank as the sender (role trainer): its writes,
   // whose sources are its own buffers (in the slot holding `version`) and whose destinations are

@@ -45,8 +45,8 @@ Status VersionSequencer::addReplica(const ReplicaSpec& spec) {
     }
   }
   const bool holds = spec.ready_version != 0 || spec.ready_slot != -1;
-  if (holds && (spec.ready_version == 0 || spec.ready_slot < 0 ||
-                spec.ready_slot >= spec.num_slots)) {
+  if (holds &&
+      (spec.ready_version == 0 || spec.ready_slot < 0 || spec.ready_slot >= spec.num_slots)) {
     return invalidArgument(what + ": ready " + versionName(spec.ready_version) + " in slot " +
                            std::to_string(spec.ready_slot) + " is not a version in one of its " +
                            std::to_string(spec.num_slots) + " slots");

@@ -40,7 +40,8 @@ Result<Plan> makeColdFillPlan(std::vector<Registration> sources, std::vector<Reg
                   "tensor '" + plan.tensors[static_cast<size_t>(op.tensor)].name +
                       "': the source replica holds it as " + dtypeName(op.src_dtype) +
                       " and the joining rollout " + std::to_string(op.dst_rank) + " wants " +
-                      dtypeName(op.dst_dtype) + " (a cold start copies bytes, it does not convert)");
+                      dtypeName(op.dst_dtype) +
+                      " (a cold start copies bytes, it does not convert)");
   }
   return plan;
 }

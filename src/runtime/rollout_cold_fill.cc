@@ -26,9 +26,9 @@ Status RolloutContext::startColdFill(const Frame& frame) {
   WSYNC_RETURN_IF_ERROR(decode(frame.payload, fill));
   Result<Lease> lease = store_->acquire(fill.version);
   if (!lease.isOk()) {  // overwritten meanwhile: the coordinator retries with a newer version
-    const Status why = lease.status().withContext("rollout " + std::to_string(rank()) +
-                                                  " cannot copy version " +
-                                                  std::to_string(fill.version));
+    const Status why =
+        lease.status().withContext("rollout " + std::to_string(rank()) + " cannot copy version " +
+                                   std::to_string(fill.version));
     return sendMessage(MessageType::kColdFillDone,
                        encode(ColdFillDoneMsg{fill.fill, why.code(), why.message(), 0}));
   }
@@ -92,8 +92,8 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
   std::vector<std::unique_ptr<SourceRegistration>> registrations;
   std::vector<std::pair<int32_t, FillTarget>> targets;  // by joiner rank
   for (const PeerInfo& peer : fill.peers) {
-    const std::string where = what + " into rollout " + std::to_string(peer.rank) + " (" +
-                              peer.transport + ")";
+    const std::string where =
+        what + " into rollout " + std::to_string(peer.rank) + " (" + peer.transport + ")";
     Result<const WriteBackend*> backend = writerBackendFor(peer.transport, memoryKind());
     if (!backend.isOk()) return backend.status().withContext(where);
     auto it = std::find_if(transports.begin(), transports.end(),
@@ -110,12 +110,11 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
       const Status reach = (*backend)->reaches(transport.localAddress(), peer.transport_address);
       if (!reach.isOk()) return reach.withContext(where);
     }
-    WSYNC_RETURN_IF_ERROR(
-        transport.connect(peer.rank, peer.transport_address).withContext(where));
+    WSYNC_RETURN_IF_ERROR(transport.connect(peer.rank, peer.transport_address).withContext(where));
     FillTarget target{&transport, -1, peer.buffer_byte_offsets};
-    WSYNC_ASSIGN_OR_RETURN(target.slot,
-                           transport.attach(peer.rank, peer.slot_descriptors[static_cast<size_t>(
-                                                           fill.target_slot)]));
+    WSYNC_ASSIGN_OR_RETURN(
+        target.slot,
+        transport.attach(peer.rank, peer.slot_descriptors[static_cast<size_t>(fill.target_slot)]));
     targets.emplace_back(peer.rank, std::move(target));
   }
   const Clock::time_point connected = Clock::now();
@@ -133,11 +132,10 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
     const auto target = std::find_if(targets.begin(), targets.end(),
                                      [&](const auto& t) { return t.first == op.dst_rank; });
     const Region r = plan.region(op);
-    const bool source_ok = op.src_buffer >= 0 && op.src_buffer < numBuffers() &&
-                           registration_.buffers[static_cast<size_t>(op.src_buffer)].dtype ==
-                               op.src_dtype &&
-                           sourceEnd(r) <= registration_.buffers[static_cast<size_t>(op.src_buffer)]
-                                               .num_elements;
+    const bool source_ok =
+        op.src_buffer >= 0 && op.src_buffer < numBuffers() &&
+        registration_.buffers[static_cast<size_t>(op.src_buffer)].dtype == op.src_dtype &&
+        sourceEnd(r) <= registration_.buffers[static_cast<size_t>(op.src_buffer)].num_elements;
     if (op.converts() || !source_ok || target == targets.end() || op.dst_buffer < 0 ||
         static_cast<size_t>(op.dst_buffer) >= target->second.buffer_byte_offsets.size()) {
       return protocolError(what + ": a write of tensor '" + tensor + "' to rollout " +

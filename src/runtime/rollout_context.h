@@ -120,7 +120,8 @@ class RolloutContext final : public Context {
   std::deque<ColdFillJob> fill_queue_;
   bool fill_stopping_ = false;
   std::thread cold_filler_;
-  uint64_t go_version_ = 0;  // receiver thread: the last Go's version (a Ready without it: a peer's)
+  uint64_t go_version_ =
+      0;  // receiver thread: the last Go's version (a Ready without it: a peer's)
 };
 
 }  // namespace wsync

@@ -26,9 +26,9 @@ Registration rolloutRank(int tp, int index, DType dtype = DType::kBFloat16) {
   reg.role = Role::kRollout;
   reg.rank = index;
   reg.replica = 0;
-  EXPECT_TRUE(addQkv(reg, "qkv", "q", "k", "v", kHeads, kKvHeads, kHeadDim, kHidden, dtype, tp,
-                     index)
-                  .isOk());
+  EXPECT_TRUE(
+      addQkv(reg, "qkv", "q", "k", "v", kHeads, kKvHeads, kHeadDim, kHidden, dtype, tp, index)
+          .isOk());
   EXPECT_TRUE(addGateUp(reg, "gate_up", "gate", "up", kFfn, kHidden, dtype, tp, index).isOk());
   EXPECT_TRUE(addSplit(reg, "down", Dims{kHidden, kFfn}, dtype, 1, tp, index).isOk());
   EXPECT_TRUE(addReplicated(reg, "norm", Dims{kHidden}, dtype).isOk());
@@ -53,7 +53,8 @@ std::vector<Registration> asSenders(std::vector<Registration> sources) {
 }
 
 TEST(ColdFillPlan, FillsAJoinerOfAnotherLayoutFromAPeerReplicaBitExact) {
-  for (const auto& [source_tp, joiner_tp] : std::vector<std::pair<int, int>>{{2, 4}, {4, 2}, {2, 2}, {1, 4}}) {
+  for (const auto& [source_tp, joiner_tp] :
+       std::vector<std::pair<int, int>>{{2, 4}, {4, 2}, {2, 2}, {1, 4}}) {
     SCOPED_TRACE("source TP " + std::to_string(source_tp) + ", joiner TP " +
                  std::to_string(joiner_tp));
     const std::vector<Registration> sources = replica(source_tp);
@@ -103,13 +104,12 @@ TEST(ColdFillPlan, ADtypeConversionIsUnsupportedNamingTheTensor) {
 
 TEST(ColdFillPlan, ATensorTheSourcesDoNotHoldIsAMismatch) {
   std::vector<Registration> joiner = replica(2);
-  ASSERT_TRUE(addReplicated(joiner[0], "lm_head", Dims{4 * kHidden, kHidden}, DType::kBFloat16)
-                  .isOk());
+  ASSERT_TRUE(
+      addReplicated(joiner[0], "lm_head", Dims{4 * kHidden, kHidden}, DType::kBFloat16).isOk());
   Result<Plan> plan = makeColdFillPlan(replica(2), joiner, 0);
   ASSERT_FALSE(plan.isOk());
   EXPECT_EQ(plan.status().code(), WSYNC_ERR_MISMATCH);
-  EXPECT_NE(plan.status().message().find("lm_head"), std::string::npos)
-      << plan.status().message();
+  EXPECT_NE(plan.status().message().find("lm_head"), std::string::npos) << plan.status().message();
   EXPECT_EQ(makeColdFillPlan({}, replica(1), 0).status().code(), WSYNC_ERR_INVALID_ARGUMENT);
 }
 

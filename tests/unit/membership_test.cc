@@ -268,8 +268,9 @@ struct LoggedJob : Job {
   std::vector<std::string> log;
   bool logged(const std::string& text) {
     std::lock_guard lock(log_mu);
-    return std::any_of(log.begin(), log.end(),
-                       [&](const std::string& line) { return line.find(text) != std::string::npos; });
+    return std::any_of(log.begin(), log.end(), [&](const std::string& line) {
+      return line.find(text) != std::string::npos;
+    });
   }
 };
 

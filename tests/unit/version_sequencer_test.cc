@@ -526,9 +526,12 @@ TEST_F(VersionSequencerTest, ReadySlotsOfAddedReplicasAreChecked) {
     EXPECT_EQ(s.code(), WSYNC_ERR_INVALID_ARGUMENT) << s.toString();
     EXPECT_EQ(s.message(), message);
   };
-  expectInvalid({3, {4}, 2, 1, 2}, "replica 3: ready version 1 in slot 2 is not a version in one of its 2 slots");
-  expectInvalid({3, {4}, 2, 1, -1}, "replica 3: ready version 1 in slot -1 is not a version in one of its 2 slots");
-  expectInvalid({3, {4}, 2, 0, 1}, "replica 3: ready version 0 in slot 1 is not a version in one of its 2 slots");
+  expectInvalid({3, {4}, 2, 1, 2},
+                "replica 3: ready version 1 in slot 2 is not a version in one of its 2 slots");
+  expectInvalid({3, {4}, 2, 1, -1},
+                "replica 3: ready version 1 in slot -1 is not a version in one of its 2 slots");
+  expectInvalid({3, {4}, 2, 0, 1},
+                "replica 3: ready version 0 in slot 1 is not a version in one of its 2 slots");
   expectInvalid({3, {4}, 2, 2, 1}, "replica 3 holds version 2, but only version 1 started");
   EXPECT_FALSE(seq_->hasReplica(3));
 }

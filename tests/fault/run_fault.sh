@@ -203,15 +203,23 @@ run_join() {
   echo "join iteration $iteration: replica 1 joined while versions streamed ($(grep -o 'planned in [0-9.]* ms' "$work/coordinator.log")), first version $first from a peer, read every later one bit-exact"
 }
 
+# start_holding_trainers <rollouts> <versions> <hold> <resume file> [args]: trainers 0 and 1 (pids
+# in t0, t1) that publish <hold> versions, then wait for the resume file.
+start_holding_trainers() {
+  local rollouts=$1 versions=$2 hold=$3 resume=$4
+  shift 4
+  for t in 0 1; do
+    start_rank trainer$t --role trainer --rank $t --rollouts "$rollouts" --versions "$versions" \
+      --hold-after "$hold" --resume-file "$resume" "$@"
+    eval "t$t=\$last_pid"
+  done
+}
+
 run_coldstart() {
   local versions=40 hold=5
   local resume="$work/resume"
   start_coordinator 2
-  for t in 0 1; do
-    start_rank trainer$t --role trainer --rank $t --rollouts 2 --versions $versions --final-ready 0,1 \
-      --hold-after $hold --resume-file "$resume"
-    eval "t$t=\$last_pid"
-  done
+  start_holding_trainers 2 $versions $hold "$resume" --final-ready 0,1
   local pids_of=()
   for i in 0 1; do
     start_rank rollout$i --role rollout --rank $i --replica 0 --tp 2 --tp-rank $i --rollouts 2 --versions $versions
@@ -240,11 +248,7 @@ run_failover() {
   local versions=40 hold=5
   local resume="$work/resume"
   start_coordinator 2
-  for t in 0 1; do
-    start_rank trainer$t --role trainer --rank $t --rollouts 2 --versions $versions --may-lose 0 \
-      --final-ready 1,2 --hold-after $hold --resume-file "$resume"
-    eval "t$t=\$last_pid"
-  done
+  start_holding_trainers 2 $versions $hold "$resume" --may-lose 0 --final-ready 1,2
   start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=3000 rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
   local r0=$last_pid
   start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions

@@ -123,22 +123,25 @@ class Trainer {
   bool created_ = false;
 };
 
-// A one-rank replica reading versions until `until()` says stop; checks every byte it reads.
-// `leave`: what to do at the end: destroy (a clean leave) or abort first (the connection drops).
+// A one-rank replica reading versions until it has seen `last_version`; checks every byte it
+// reads (buffers of `dtype`). `end`: what to do at the end: destroy (a clean leave) or abort first
+// (the connection drops). `first` (optional) gets its wsync_version_stats once it read its first
+// version, and then `has_first` is set.
 enum class End { kDestroy, kAbort };
-void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<uint64_t>* seen,
-                std::atomic<bool>* done) {
+void readVersions(wsync_config_t cfg, wsync_dtype_t dtype, uint64_t last_version, End end,
+                  std::atomic<uint64_t>* seen, std::atomic<bool>* done,
+                  wsync_version_stats_t* first = nullptr, std::atomic<bool>* has_first = nullptr) {
   const auto tensors = wsync_demo::policyTensors(smallPolicy());
   wsync_context_t ctx = nullptr;
   ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
   const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
   std::vector<int> indices;
-  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices),
-            WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, dtype, {}, &indices), WSYNC_SUCCESS);
   ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
   uint64_t newest = 0;
   while (newest < last_version) {
-    ASSERT_EQ(wsync_wait_version(ctx, newest, -1, &newest), WSYNC_SUCCESS) << wsync_last_error(ctx);
+    ASSERT_EQ(wsync_wait_version(ctx, newest, 20000, &newest), WSYNC_SUCCESS)
+        << wsync_last_error(ctx);
     wsync_lease_t lease = nullptr;
     ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
     uint64_t v = 0;
@@ -147,17 +150,25 @@ void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<
       void* p = nullptr;
       ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &p), WSYNC_SUCCESS);
       std::string error;
-      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error),
-                0)
-          << error;
+      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], dtype, p, v, &error), 0)
+          << "version " << v << ": " << error;
     }
     wsync_lease_release(lease);
     if (seen) *seen = v;
+    if (first != nullptr && !*has_first) {
+      ASSERT_EQ(wsync_version_stats(ctx, first), WSYNC_SUCCESS);
+      *has_first = true;
+    }
   }
   if (end == End::kAbort) wsync_context_abort(ctx);
   const wsync_status_t destroyed = wsync_context_destroy(ctx);
   if (end == End::kDestroy) EXPECT_EQ(destroyed, WSYNC_SUCCESS) << wsync_last_error(nullptr);
   *done = true;
+}
+
+void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<uint64_t>* seen,
+                std::atomic<bool>* done) {
+  readVersions(cfg, WSYNC_DTYPE_BFLOAT16, last_version, end, seen, done);
 }
 
 double median(std::vector<double> v) {
@@ -290,42 +301,14 @@ void startLogged(LoggedJob& job) {
   job.address = "127.0.0.1:" + std::to_string(job.coordinator->port());
 }
 
-// A one-rank replica (id 1) joining the running job with buffers of `dtype`: reads versions until
-// `last`, checking every byte; `first` gets its stats once it read its first version.
+// A one-rank replica (id 1) joining the running job with buffers of `dtype` (readVersions).
 void runJoiner(const Job& job, wsync_dtype_t dtype, uint64_t last, wsync_version_stats_t* first,
                std::atomic<bool>* has_first) {
   wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
   cfg.replica_size = 1;
   cfg.replica_rank = 0;
-  const auto tensors = wsync_demo::policyTensors(smallPolicy());
-  wsync_context_t ctx = nullptr;
-  ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
-  const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
-  std::vector<int> indices;
-  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, dtype, {}, &indices), WSYNC_SUCCESS);
-  ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
-  uint64_t newest = 0;
-  while (newest < last) {
-    ASSERT_EQ(wsync_wait_version(ctx, newest, 20000, &newest), WSYNC_SUCCESS)
-        << wsync_last_error(ctx);
-    wsync_lease_t lease = nullptr;
-    ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
-    uint64_t v = 0;
-    wsync_lease_version(lease, &v);
-    for (size_t b = 0; b < layout.size(); ++b) {
-      void* data = nullptr;
-      ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &data), WSYNC_SUCCESS);
-      std::string error;
-      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], dtype, data, v, &error), 0)
-          << "version " << v << ": " << error;
-    }
-    wsync_lease_release(lease);
-    if (!*has_first) {
-      ASSERT_EQ(wsync_version_stats(ctx, first), WSYNC_SUCCESS);
-      *has_first = true;
-    }
-  }
-  EXPECT_EQ(wsync_context_destroy(ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  std::atomic<bool> done{false};
+  readVersions(cfg, dtype, last, End::kDestroy, nullptr, &done, first, has_first);
 }
 
 // Peer cold start: a replica that joins while the trainer is idle (it published versions 1..3 and

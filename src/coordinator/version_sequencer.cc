@@ -76,7 +76,12 @@ Result<SequencerOutput> VersionSequencer::removeReplica(int32_t replica, Sequenc
   if (it == replicas_.end()) {
     return invalidArgument("replica " + std::to_string(replica) + " is not in the job");
   }
-  if (in_flight_ && it->second.stage != Stage::kOut) in_flight_->lost.push_back(replica);
+  // A replica that already took the in-flight version (Ready sent) got it: it counts as ready.
+  if (in_flight_ && it->second.stage == Stage::kReady) {
+    in_flight_->departed_ready.push_back(replica);
+  } else if (in_flight_ && it->second.stage != Stage::kOut) {
+    in_flight_->lost.push_back(replica);
+  }
   for (int32_t r : it->second.ranks) {
     replica_of_.erase(r);
     departed_.insert(r);
@@ -319,11 +324,13 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
   outcome.version = v;
   outcome.lost_replicas = std::move(in_flight_->lost);
   std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
+  outcome.ready_replicas = std::move(in_flight_->departed_ready);
   for (auto& [id, replica] : replicas_) {
     if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
     if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
     replica.stage = Stage::kOut;
   }
+  std::sort(outcome.ready_replicas.begin(), outcome.ready_replicas.end());
   out.messages.push_back(
       {MessageType::kDelivered, trainerRanks(),
        DeliveredMsg{v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas}});

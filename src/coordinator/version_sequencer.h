@@ -23,7 +23,8 @@
 // Membership is keyed by replica id and rollout rank so that replicas can join and leave between
 // or during versions: a replica added while a version is in flight takes part from the next
 // version on; a replica removed while a version is in flight is no longer waited for (the version
-// completes for the others), and later messages from its ranks are ignored. Trainers are fixed:
+// completes for the others; it counts as lost, or as ready when it had been sent Ready already),
+// and later messages from its ranks are ignored. Trainers are fixed:
 // losing one ends the job (the caller's concern).
 #pragma once
 
@@ -82,7 +83,7 @@ struct VersionOutcome {
   uint64_t version = 0;
   std::vector<int32_t> ready_replicas;    // took the version: every rank got Ready
   std::vector<int32_t> skipped_replicas;  // busy past the grace: Go said -1
-  std::vector<int32_t> lost_replicas;     // removed while the version was in flight
+  std::vector<int32_t> lost_replicas;     // removed while the version was in flight, not ready
 };
 
 // What one event asks the caller to do.
@@ -148,7 +149,8 @@ class VersionSequencer {
     bool go_sent = false;
     bool grace_applied = false;  // a call at or after started + skip_grace looked for skips
     std::vector<bool> trainer_sent;
-    std::vector<int32_t> lost;  // replicas removed while in flight
+    std::vector<int32_t> lost;  // replicas removed while in flight, before their Ready
+    std::vector<int32_t> departed_ready;  // removed after their Ready: they took the version
   };
 
   Status checkTrainer(int32_t trainer) const;

@@ -536,5 +536,25 @@ TEST_F(VersionSequencerTest, ReadySlotsOfAddedReplicasAreChecked) {
   EXPECT_FALSE(seq_->hasReplica(3));
 }
 
+// A replica that leaves after it was sent Ready for the version in flight took that version: the
+// outcome lists it as ready, not lost (a reader that read the last version and left at once).
+TEST_F(VersionSequencerTest, ReplicaLeavingAfterItsReadyCountsAsReady) {
+  ok(seq_->onPublish(0, 1, at(0)));
+  for (int32_t r = 0; r < 4; ++r)
+    prepare(r, 1, 0);
+  ok(seq_->onSent(0, 1, at(1)));
+  ok(seq_->onSent(1, 1, at(1)));
+  ok(seq_->onReceived(0, 1, at(1)));
+  SequencerOutput out = ok(seq_->onReceived(1, 1, at(1)));
+  ASSERT_EQ(ofType(out, MessageType::kReady).size(), 1u) << "replica 0 is ready";
+  out = ok(seq_->removeReplica(0, at(2)));
+  EXPECT_FALSE(out.delivered.has_value()) << "replica 1 is still receiving";
+  ok(seq_->onReceived(2, 1, at(3)));
+  out = ok(seq_->onReceived(3, 1, at(3)));
+  ASSERT_TRUE(out.delivered.has_value());
+  EXPECT_EQ(out.delivered->ready_replicas, (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(out.delivered->lost_replicas.empty());
+}
+
 }  // namespace
 }  // namespace wsync

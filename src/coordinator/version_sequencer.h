@@ -149,7 +149,7 @@ class VersionSequencer {
     bool go_sent = false;
     bool grace_applied = false;  // a call at or after started + skip_grace looked for skips
     std::vector<bool> trainer_sent;
-    std::vector<int32_t> lost;  // replicas removed while in flight, before their Ready
+    std::vector<int32_t> lost;            // replicas removed while in flight, before their Ready
     std::vector<int32_t> departed_ready;  // removed after their Ready: they took the version
   };
 

@@ -26,10 +26,11 @@
 //   coord -> ReplicaDropped(replica, ranks) to every trainer: write to those ranks no more
 //   a replica joining a running job (Hello with replica_size > 0) registers as above; the
 //   coordinator plans it alone (one-sided writes) and sends each trainer PlanExtension (its writes
-//   to the new ranks and their peers); trainer -> ExtensionDone(replica); once every trainer and
-//   every new rank is done, CommitOk to the new ranks: the replica takes part from the next
-//   version.
-// Peer cold start (protocol version 5): when a replica finished joining and a running replica S
+//   to the new ranks and their peers); trainer -> ExtensionDone(replica). Once every new rank
+//   sent CommitDone: CommitOk to the new ranks (protocol 5: without waiting for the trainers) and
+//   its peer cold start below; once that ended and every trainer is done, the replica takes part
+//   from the next version.
+// Peer cold start (protocol version 5): when the joiner's ranks committed and a running replica S
 // holds a ready version v, the coordinator fills the joiner with v from S's ranks before it takes
 // part in versions:
 //   coord -> Prepare(v, slot) to the joiner's ranks -> Prepared(v, slot)   (as for any version)
@@ -37,7 +38,7 @@
 //            to each rank of S that has writes; the rank takes a lease on v (or answers failure
 //            at once when it no longer holds v), writes from its slot into the joiner's, flushes
 //            -> ColdFillDone(fill id, status, bytes)
-//   coord -> Ready(v, slot) to the joiner's ranks -> Readied(v); then the replica takes part
+//   coord -> Ready(v, slot) to the joiner's ranks -> Readied(v); the replica then takes part
 //            from the next version (the sequencer counts v as its ready one).
 //   A fill that fails (v no longer held, a source rank lost) is retried with the newest ready
 //   version, or given up: the joiner's ranks get Go(v, slot -1) (give the slot back) and the

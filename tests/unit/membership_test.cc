@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -157,6 +158,13 @@ void readVersions(wsync_config_t cfg, wsync_dtype_t dtype, uint64_t last_version
     if (seen) *seen = v;
     if (first != nullptr && !*has_first) {
       ASSERT_EQ(wsync_version_stats(ctx, first), WSYNC_SUCCESS);
+      // A caller compiled against the first layout (it ends with `lag`) gets only its fields.
+      wsync_version_stats_t first_layout = WSYNC_VERSION_STATS_INITIALIZER;
+      first_layout.size = offsetof(wsync_version_stats_t, lag) + sizeof(first_layout.lag);
+      first_layout.first_version = 777;
+      ASSERT_EQ(wsync_version_stats(ctx, &first_layout), WSYNC_SUCCESS);
+      EXPECT_GE(first_layout.version, first->version);
+      EXPECT_EQ(first_layout.first_version, 777u) << "a field past the caller's layout was written";
       *has_first = true;
     }
   }
@@ -375,6 +383,36 @@ TEST(Membership, JoinerNoPeerCanFillGetsItsFirstVersionFromTheTrainers) {
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
   EXPECT_TRUE(job.logged("replica 1: no cold start (replica 0: WSYNC_ERR_UNSUPPORTED"));
   EXPECT_TRUE(job.logged("the source replica holds it as bfloat16"));
+}
+
+// A replica that joins before any version exists has no peer to be filled from: the coordinator
+// says so, and its first version is the trainer's first one.
+TEST(Membership, JoinerBeforeTheFirstVersionGetsItFromTheTrainers) {
+  LoggedJob job;
+  startLogged(job);
+  constexpr uint64_t kLast = 5;
+  std::atomic<bool> first_done{false}, joiner_has_first{false};
+  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
+                    nullptr, &first_done);
+  std::thread joiner;
+  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    joiner = std::thread(runJoiner, std::cref(job), WSYNC_DTYPE_BFLOAT16, kLast, &joined,
+                         &joiner_has_first);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!job.logged("replica 1 joined") && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(job.logged("replica 1: no cold start (no running replica holds a version yet)"));
+    for (uint64_t v = 1; v <= kLast; ++v)
+      EXPECT_EQ(trainer.publish(v).ready, (std::vector<int>{0, 1})) << "version " << v;
+  }
+  first.join();
+  joiner.join();
+  EXPECT_EQ(joined.first_version, 1u);
+  EXPECT_EQ(joined.first_version_from_peer, 0);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 
 TEST(Membership, RequestReplicasRejectsBadArguments) {

@@ -319,68 +319,72 @@ void runJoiner(const Job& job, wsync_dtype_t dtype, uint64_t last, wsync_version
   readVersions(cfg, dtype, last, End::kDestroy, nullptr, &done, first, has_first);
 }
 
+// A logged job of one trainer, a running replica 0 and a joining replica 1, each reading until
+// version `last`: the threads and the joiner's first stats.
+struct JoinJob : LoggedJob {
+  explicit JoinJob(uint64_t last) : last_version(last) {
+    startLogged(*this);
+    first = std::thread(runRollout, config(*this, WSYNC_ROLE_ROLLOUT, 0, 1, 0), last, End::kDestroy,
+                        nullptr, &first_done);
+  }
+  void startJoiner(wsync_dtype_t dtype) {
+    joiner =
+        std::thread(runJoiner, std::cref(*this), dtype, last_version, &joined, &joiner_has_first);
+  }
+  // Joins both readers (after the trainer is gone) and checks the job ended well.
+  void finish() {
+    first.join();
+    if (joiner.joinable()) joiner.join();
+    EXPECT_TRUE(coordinator->wait(std::chrono::seconds(20)).isOk());
+  }
+  const uint64_t last_version;
+  std::atomic<bool> first_done{false}, joiner_has_first{false};
+  std::thread first, joiner;
+  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+};
+
 // Peer cold start: a replica that joins while the trainer is idle (it published versions 1..3 and
 // waits) can only get version 3 from the running replica's slots; the coordinator says so, the
 // joiner's stats say so, the bytes are exact, and the joiner then follows the new versions.
 TEST(Membership, JoinerIsFilledFromAPeerWhileTheTrainerPauses) {
-  LoggedJob job;
-  startLogged(job);
   constexpr uint64_t kPaused = 3, kLast = 12;
-  std::atomic<bool> first_done{false}, joiner_has_first{false};
-  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
-                    nullptr, &first_done);
-  std::thread joiner;
-  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+  JoinJob job(kLast);
   {
     Trainer trainer(job, 1);
     ASSERT_TRUE(trainer.commit());
     for (uint64_t v = 1; v <= kPaused; ++v)
       EXPECT_EQ(trainer.publish(v).ready, std::vector<int>{0});
-    joiner = std::thread(runJoiner, std::cref(job), WSYNC_DTYPE_BFLOAT16, kLast, &joined,
-                         &joiner_has_first);
-    waitFor(joiner_has_first);
+    job.startJoiner(WSYNC_DTYPE_BFLOAT16);
+    waitFor(job.joiner_has_first);
     Trainer::Outcome o;
     for (uint64_t v = kPaused + 1; v <= kLast; ++v)
       o = trainer.publish(v);
     EXPECT_EQ(o.ready, (std::vector<int>{0, 1})) << "the joiner follows the trainer's versions";
   }
-  first.join();
-  joiner.join();
-  EXPECT_EQ(joined.first_version, kPaused) << "the trainer was idle: only a peer had a version";
-  EXPECT_EQ(joined.first_version_from_peer, 1);
-  EXPECT_GT(joined.first_version_seconds, 0.0);
-  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+  job.finish();
+  EXPECT_EQ(job.joined.first_version, kPaused) << "the trainer was idle: only a peer had a version";
+  EXPECT_EQ(job.joined.first_version_from_peer, 1);
+  EXPECT_GT(job.joined.first_version_seconds, 0.0);
   EXPECT_TRUE(job.logged("replica 1 cold-started from replica 0 with version 3"));
 }
 
 // A joiner that wants another dtype than the running replica holds cannot be filled by copying
 // bytes: the coordinator says why, and its first version comes from the trainers, converted.
 TEST(Membership, JoinerNoPeerCanFillGetsItsFirstVersionFromTheTrainers) {
-  LoggedJob job;
-  startLogged(job);
   constexpr uint64_t kLast = 400;
-  std::atomic<bool> first_done{false}, joiner_has_first{false};
-  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
-                    nullptr, &first_done);
-  std::thread joiner;
-  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+  JoinJob job(kLast);
   {
     Trainer trainer(job, 1);
     ASSERT_TRUE(trainer.commit());
     for (uint64_t v = 1; v <= kLast; ++v) {
-      if (v == 3) {
-        joiner = std::thread(runJoiner, std::cref(job), WSYNC_DTYPE_FLOAT32, kLast, &joined,
-                             &joiner_has_first);
-      }
+      if (v == 3) job.startJoiner(WSYNC_DTYPE_FLOAT32);
       trainer.publish(v);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  first.join();
-  joiner.join();
-  EXPECT_GT(joined.first_version, 3u);
-  EXPECT_EQ(joined.first_version_from_peer, 0);
-  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+  job.finish();
+  EXPECT_GT(job.joined.first_version, 3u);
+  EXPECT_EQ(job.joined.first_version_from_peer, 0);
   EXPECT_TRUE(job.logged("replica 1: no cold start (replica 0: WSYNC_ERR_UNSUPPORTED"));
   EXPECT_TRUE(job.logged("the source replica holds it as bfloat16"));
 }
@@ -388,19 +392,12 @@ TEST(Membership, JoinerNoPeerCanFillGetsItsFirstVersionFromTheTrainers) {
 // A replica that joins before any version exists has no peer to be filled from: the coordinator
 // says so, and its first version is the trainer's first one.
 TEST(Membership, JoinerBeforeTheFirstVersionGetsItFromTheTrainers) {
-  LoggedJob job;
-  startLogged(job);
   constexpr uint64_t kLast = 5;
-  std::atomic<bool> first_done{false}, joiner_has_first{false};
-  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
-                    nullptr, &first_done);
-  std::thread joiner;
-  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+  JoinJob job(kLast);
   {
     Trainer trainer(job, 1);
     ASSERT_TRUE(trainer.commit());
-    joiner = std::thread(runJoiner, std::cref(job), WSYNC_DTYPE_BFLOAT16, kLast, &joined,
-                         &joiner_has_first);
+    job.startJoiner(WSYNC_DTYPE_BFLOAT16);
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while (!job.logged("replica 1 joined") && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -408,11 +405,9 @@ TEST(Membership, JoinerBeforeTheFirstVersionGetsItFromTheTrainers) {
     for (uint64_t v = 1; v <= kLast; ++v)
       EXPECT_EQ(trainer.publish(v).ready, (std::vector<int>{0, 1})) << "version " << v;
   }
-  first.join();
-  joiner.join();
-  EXPECT_EQ(joined.first_version, 1u);
-  EXPECT_EQ(joined.first_version_from_peer, 0);
-  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+  job.finish();
+  EXPECT_EQ(job.joined.first_version, 1u);
+  EXPECT_EQ(job.joined.first_version_from_peer, 0);
 }
 
 TEST(Membership, RequestReplicasRejectsBadArguments) {

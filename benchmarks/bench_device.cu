@@ -188,6 +188,11 @@ bool copyToHost(void* dst, const void* src, size_t bytes, std::string* error) {
                error);
 }
 
+bool copyToDevice(void* dst, const void* src, size_t bytes, std::string* error) {
+  return check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device",
+               error);
+}
+
 bool copyOnDevice(void* dst, const void* src, size_t bytes, std::string* error) {
   // A device-to-device cudaMemcpy may return before the copy is done: wait for it.
   return check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy device to device",

@@ -27,6 +27,8 @@ bool deviceMemoryInfo(size_t* free_bytes, size_t* total_bytes, std::string* erro
 
 // cudaMemcpy device to host (synchronous).
 bool copyToHost(void* dst, const void* src, size_t bytes, std::string* error);
+// cudaMemcpy host to device (synchronous; `src` may be pageable or mapped file memory).
+bool copyToDevice(void* dst, const void* src, size_t bytes, std::string* error);
 // cudaMemcpy device to device (synchronous: returns once the bytes are copied).
 bool copyOnDevice(void* dst, const void* src, size_t bytes, std::string* error);
 

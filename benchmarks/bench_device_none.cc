@@ -28,6 +28,10 @@ bool copyToHost(void*, const void*, size_t, std::string* error) {
   return noCuda(error);
 }
 
+bool copyToDevice(void*, const void*, size_t, std::string* error) {
+  return noCuda(error);
+}
+
 bool copyOnDevice(void*, const void*, size_t, std::string* error) {
   return noCuda(error);
 }

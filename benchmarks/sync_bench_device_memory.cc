@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bench_pattern.h"
 #include "sync_bench_memory.h"
 
 namespace wsync_bench {
@@ -16,43 +17,15 @@ namespace {
 
 constexpr size_t kArenaAlignment = 256;  // bytes; every buffer starts aligned in its arena
 
-// The device kernels' view of every piece of `layout`, buffer b at data[b]; buffer_of[i] is the
-// buffer of piece i. Tensors of rank 1 and 2 only (all of the demo policy's).
+// patternPieces (bench_pattern.h), ending the benchmark on a layout it cannot check.
 std::vector<PatternPiece> patternPieces(const std::vector<TensorSpec>& tensors,
                                         const std::vector<BufferSpec>& layout,
                                         const std::vector<void*>& data,
                                         std::vector<size_t>* buffer_of, int world_rank) {
   std::vector<PatternPiece> out;
-  buffer_of->clear();
-  for (size_t b = 0; b < layout.size(); ++b) {
-    for (const PieceSpec& p : layout[b].pieces) {
-      const TensorSpec& t = tensors[static_cast<size_t>(p.tensor)];
-      PatternPiece q;
-      q.data = data[b];
-      q.tensor = p.tensor;
-      q.local_offset = p.local_offset;
-      if (t.shape.size() == 1 && p.strides[0] == 1) {
-        q.rows = 1;
-        q.cols = p.extent[0];
-        q.local_row_stride = q.cols;
-        q.flat_base = p.offset[0];
-        q.global_row_stride = t.shape[0];
-      } else if (t.shape.size() == 2 && p.strides[1] == 1) {
-        q.rows = p.extent[0];
-        q.cols = p.extent[1];
-        q.local_row_stride = p.strides[0];
-        q.flat_base = p.offset[0] * t.shape[1] + p.offset[1];
-        q.global_row_stride = t.shape[1];
-      } else {
-        dieBench(world_rank, "tensor '" + t.name + "' (buffer '" + layout[b].name + "') has rank " +
-                                 std::to_string(t.shape.size()) +
-                                 " or a strided innermost dim: the device check handles row-major "
-                                 "boxes of rank 1 and 2");
-      }
-      out.push_back(q);
-      buffer_of->push_back(b);
-    }
-  }
+  std::string error;
+  if (!wsync_bench::patternPieces(tensors, layout, data, buffer_of, &out, &error))
+    dieBench(world_rank, error);
   return out;
 }
 

@@ -186,9 +186,20 @@ typedef struct {
   /* A rollout replica joining a running job (WSYNC_BOOTSTRAP_EXPLICIT with coordinator_address
      and secret; `rank` and `num_rollouts` are then unused: the coordinator numbers the ranks). The
      replica (config.replica, an id no live replica of the job has) has replica_size ranks, each
-     started with the same replica_size and its own replica_rank; wsync_commit returns once the
-     trainers can write to all of them, and the replica takes part from the next version. Its
-     versions travel by one-sided writes only (never broadcasts). */
+     started with the same replica_size and its own replica_rank; wsync_commit returns once every
+     rank of the replica committed. What it gets first (peer cold start): when a running replica
+     holds a ready version, the newest one is copied into the joiner's slots from that replica's
+     ranks over the data plane (UCX for host memory, CUDA IPC within a node for device memory),
+     not from the trainers nor from disk, while the trainers keep publishing; once every rank of
+     the joiner has it, wsync_acquire returns it there (wsync_version_stats: first_version_from_peer
+     1). Fallbacks, in which the replica's first version is the trainers' next one instead
+     (first_version_from_peer 0): no running replica holds a version yet; no running replica
+     holds every tensor the joiner wants in the dtype it wants (a cold start copies bytes and
+     never converts; the coordinator logs why); or three attempts failed (the source replica
+     overwrote the version meanwhile, or failed). A source replica dropped mid-fill is replaced by
+     another one. A slot a fill was writing never becomes readable unless the fill completed. Its
+     later versions travel by one-sided writes only (never broadcasts), from the first version
+     the trainers start once they can write to it. */
   int replica_size; /**< ranks of the joining replica (> 0); 0 (default): fixed membership */
   int replica_rank; /**< this rank's index in the joining replica, in [0, replica_size) */
 } wsync_config_t;
@@ -293,13 +304,22 @@ typedef struct {
   int64_t age_ms;          /**< milliseconds since `version` became ready here */
   uint64_t newest_started; /**< the newest version the coordinator started */
   uint64_t lag;            /**< newest_started - version (0: `version` is the newest) */
+  /* ---- the end of the first layout; fields below were appended later ---- */
+  /* rollout: this rank's time to its first readable version */
+  uint64_t first_version;       /**< the first version that became readable here */
+  double first_version_seconds; /**< from wsync_context_create to first_version readable here */
+  int first_version_from_peer;  /**< 1: copied from a peer replica (peer cold start); 0: the
+                                     trainers sent it */
 } wsync_version_stats_t;
 
 #define WSYNC_VERSION_STATS_INITIALIZER \
-  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0 }
 
 /** Trainer: the last delivered version and its stats. Rollout: the newest version ready on this
- *  rank, its age and lag. `stats` is written only on success.
+ *  rank, its age and lag, and its time to first readable version (a replica that joined the
+ *  running job: how long from wsync_context_create until it could acquire a version, and whether
+ *  a peer replica filled it). `stats` is written only on success, and only the fields of the
+ *  caller's layout (`size`: the first layout ends with `lag`).
  *  @code
  *  wsync_version_stats_t s = WSYNC_VERSION_STATS_INITIALIZER;
  *  if (wsync_version_stats(ctx, &s) == WSYNC_SUCCESS)

@@ -1,6 +1,7 @@
 // The C API shim: validates arguments, converts C structs into wsync's C++ types, turns Status
 // into wsync_status_t plus the context's last-error string, and never lets an exception cross.
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -195,6 +196,7 @@ void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
   o.debug_no_early_landing = effective.debug_no_early_landing;
   o.debug_no_copy_batch = effective.debug_no_copy_batch;
   o.debug_send_delay_ms = effective.debug_send_delay_ms;
+  o.debug_cold_fill_delay_ms = effective.debug_cold_fill_delay_ms;
   o.heartbeat_timeout_ms = effective.heartbeat_timeout_ms;
   switch (effective.host_copy) {
     case wsync::HostCopy::kMemcpy:
@@ -295,7 +297,10 @@ wsync_status_t wsync_context_info(wsync_context_t ctx, int* rank, int* num_train
 wsync_status_t wsync_version_stats(wsync_context_t ctx, wsync_version_stats_t* stats) {
   if (ctx == nullptr || stats == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   return guarded(ctx, [&]() -> wsync_status_t {
-    if (stats->size != sizeof(wsync_version_stats_t)) {  // the only layout so far
+    // The layouts so far: the first (up to `lag`) and the current one.
+    constexpr size_t kFirstLayoutBytes = offsetof(wsync_version_stats_t, lag) + sizeof(uint64_t);
+    const size_t layout = stats->size;
+    if (layout != sizeof(wsync_version_stats_t) && layout != kFirstLayoutBytes) {
       return record(ctx, invalid("wsync_version_stats: stats.size " + std::to_string(stats->size) +
                                  " is not a known layout (use WSYNC_VERSION_STATS_INITIALIZER)"));
     }
@@ -322,8 +327,12 @@ wsync_status_t wsync_version_stats(wsync_context_t ctx, wsync_version_stats_t* s
                        .count();
       out.newest_started = v.newest_started;
       out.lag = v.lag();
+      out.first_version = v.first_version;
+      out.first_version_seconds = v.first_ready_seconds;
+      out.first_version_from_peer = v.first_from_peer ? 1 : 0;
     }
-    *stats = out;
+    out.size = layout;
+    std::memcpy(stats, &out, layout);  // only the fields of the caller's layout
     return WSYNC_SUCCESS;
   });
 }

@@ -200,9 +200,13 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kPrepared:
     case MessageType::kSent:
     case MessageType::kReceived:
+      if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onVersionMessage(p, type, payload);
     case MessageType::kReadied:
+      if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onReadied(p, payload);
+    case MessageType::kColdFillDone:
+      return onColdFillDone(p, payload);
     case MessageType::kHeartbeat:
       return Status::ok();  // last_heard is all it changes
     case MessageType::kLeave:

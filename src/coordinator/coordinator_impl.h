@@ -61,7 +61,30 @@ struct Participant {
   Clock::time_point last_heard;
 };
 
-// A replica joining the running job, from its first Hello until CommitOk.
+// A joining replica's peer cold start (coordinator_cold_start.cc): one attempt at a time. An
+// attempt prepares a slot of the joiner's ranks for `version`, has the source replica's ranks
+// write it (ColdFill), then makes it ready on the joiner's ranks.
+struct ColdStart {
+  enum class Stage { kPreparing, kFilling, kReadying };
+  uint64_t fill = 0;    // this attempt's id
+  int32_t source = -1;  // the source replica
+  uint64_t version = 0;
+  int32_t slot = -1;  // the joiner's slot
+  Stage stage = Stage::kPreparing;
+  std::set<int32_t> waiting;  // joiner ranks (Prepared, Readied) or source ranks (ColdFillDone)
+  bool source_lost = false;   // the source replica was dropped during this attempt
+  std::string failure;        // why this attempt's fill failed (empty: it did not)
+  int attempts = 0;
+  uint64_t bytes = 0;                 // written by the sources this attempt
+  Plan plan;                          // the attempt's fill plan, until its ColdFills are sent
+  std::vector<int32_t> source_ranks;  // the fill plan's sender i is rollout source_ranks[i]
+  Clock::time_point started;          // the first attempt
+  Clock::time_point attempt_started;  // this one
+};
+
+// A replica joining the running job, from its first Hello until it is in the version sequencer:
+// CommitOk once its ranks committed, then its peer cold start (if any) while the trainers apply
+// its plan extension.
 struct JoiningReplica {
   int32_t id = -1;
   int32_t size = 0;
@@ -74,6 +97,12 @@ struct JoiningReplica {
   int32_t num_slots = 0;
   double plan_ms = 0;
   size_t write_ops = 0;
+  std::vector<Registration> registrations;  // of its ranks, by replica rank (cold start planning)
+  bool committed_ok = false;                // CommitOk sent: its ranks run (and send heartbeats)
+  std::optional<ColdStart> cold;            // being filled from a peer replica
+  bool cold_done = false;                   // the cold start ended (or none was possible)
+  uint64_t ready_version = 0;               // what it ended with (0 / -1: no version)
+  int32_t ready_slot = -1;
 };
 
 }  // namespace coordinator_internal
@@ -85,6 +114,7 @@ class Coordinator::Impl {
   using Participant = coordinator_internal::Participant;
   using Phase = coordinator_internal::Phase;
   using JoiningReplica = coordinator_internal::JoiningReplica;
+  using ColdStart = coordinator_internal::ColdStart;
 
   explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
     if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
@@ -169,6 +199,31 @@ class Coordinator::Impl {
   void abortJoin(int32_t replica, const Status& status);
   void checkJoinDeadlines(Clock::time_point now);
   bool replicaInUse(int32_t replica) const;
+  // The joined replica enters the version sequencer (holding `ready_version` in `ready_slot` after
+  // a cold start; 0 / -1: none) and leaves joining_.
+  void completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot);
+
+  // ---- peer cold start of a joined replica (coordinator_cold_start.cc) ----
+  // Starts filling `g` from the running replica holding the newest ready version; when none can
+  // (no version yet, or none whose layout and dtypes fill it: logged) it finishes at once.
+  void startColdStart(JoiningReplica& g);
+  // The cold start ended holding `version` in `slot` (0 / -1: none); the join completes once the
+  // trainers applied its extension too (maybeCompleteJoin). `g` may be gone on return.
+  void finishColdStart(JoiningReplica& g, uint64_t version, int32_t slot);
+  // A new attempt from the best source; gives the cold start up when there is none.
+  void retryColdStart(JoiningReplica& g);
+  bool sendColdFills(JoiningReplica& g);
+  // Ends the cold start without a version: the joiner's ranks give their prepared slot back (Go
+  // with slot -1) when `prepared`, and the replica gets its first version from the trainers.
+  void giveUpColdStart(JoiningReplica& g, const std::string& why, bool prepared);
+  bool inColdStart(const Participant& p) const;
+  // Prepared / Readied from a rank of a replica in its cold start.
+  Status onColdStartMessage(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
+  Status onColdFillDone(const Participant& p, const std::vector<uint8_t>& payload);
+  // Source replica `replica` was dropped: cold starts reading from it try another source.
+  void onColdStartSourceLost(int32_t replica);
+  // The ranks of running replica `replica` that can serve as cold start sources, by rank.
+  std::vector<int32_t> liveRanksOf(int32_t replica) const;
 
   CoordinatorOptions opt_;
   std::unique_ptr<FrameServer> server_;
@@ -198,6 +253,7 @@ class Coordinator::Impl {
   std::optional<VersionSequencer> sequencer_;        // from planning on
   std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
   std::map<int32_t, JoiningReplica> joining_;        // by replica id
+  uint64_t last_fill_id_ = 0;                        // cold start attempts
 };
 
 }  // namespace wsync

@@ -74,6 +74,7 @@ void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason,
     Status s = apply(sequencer_->removeReplica(id, Clock::now()));
     if (!s.isOk()) fail(s);
   }
+  onColdStartSourceLost(id);
 }
 
 // Leave (finalize): the replica leaves at once; Left follows once no trainer can still be writing
@@ -100,7 +101,8 @@ void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
   if (opt_.heartbeat_timeout.count() <= 0) return;
   for (Participant& p : participants_) {
     if (p.hello.role != Role::kRollout || p.dropped || !p.connected || !p.committed) continue;
-    if (joining_.count(p.hello.replica) != 0) continue;  // heartbeats start at CommitOk
+    auto joining = joining_.find(p.hello.replica);  // heartbeats start at CommitOk
+    if (joining != joining_.end() && !joining->second.committed_ok) continue;
     if (now - p.last_heard < opt_.heartbeat_timeout) continue;
     dropReplicaOf(p,
                   nameOf(p) + " (" + p.hello.host + ") sent no heartbeat for " +
@@ -225,6 +227,7 @@ void Coordinator::Impl::planJoiner(JoiningReplica& g) {
     g.num_slots = slots;
     rollouts.push_back(std::move(reg).value());
   }
+  g.registrations = rollouts;  // a cold start plans against them again
   const auto t0 = Clock::now();
   Result<Plan> plan = makeReplicaPlan(trainer_registrations_, std::move(rollouts), g.ranks[0]);
   g.plan_ms = msSince(t0);
@@ -266,27 +269,42 @@ Status Coordinator::Impl::onExtensionDone(const Participant& p,
   return Status::ok();
 }
 
-// Every trainer applied the extension and every rank of the replica committed: it takes part
-// from the next version on.
+// Every rank of the joining replica committed: its ranks start running (CommitOk) and it is filled
+// from a peer replica that holds a version (peer cold start), while the trainers apply its plan
+// extension. Once both are done it enters the sequencer: holding the cold start's version, or,
+// when no peer could fill it, taking part from the next version.
 void Coordinator::Impl::maybeCompleteJoin(int32_t replica) {
   auto it = joining_.find(replica);
   if (it == joining_.end()) return;
   JoiningReplica& g = it->second;
-  if (static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
   for (int32_t member : g.members) {
     if (!participants_[static_cast<size_t>(member)].committed) return;
   }
-  Status s = sequencer_->addReplica({g.id, g.ranks, g.num_slots});
-  if (!s.isOk()) return abortJoin(g.id, s);
-  const auto now = Clock::now();
-  for (int32_t member : g.members) {
-    Participant& p = participants_[static_cast<size_t>(member)];
-    p.last_heard = now;
-    sendTo(p, MessageType::kCommitOk, {});
+  if (!g.committed_ok) {
+    const auto now = Clock::now();
+    for (int32_t member : g.members) {
+      Participant& p = participants_[static_cast<size_t>(member)];
+      p.last_heard = now;
+      sendTo(p, MessageType::kCommitOk, {});
+    }
+    g.committed_ok = true;
+    return startColdStart(g);  // ends in finishColdStart, which comes back here
   }
+  if (!g.cold_done || static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
+  completeJoin(replica, g.ready_version, g.ready_slot);
+}
+
+void Coordinator::Impl::completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot) {
+  auto it = joining_.find(replica);
+  if (it == joining_.end()) return;
+  JoiningReplica& g = it->second;
+  Status s = sequencer_->addReplica({g.id, g.ranks, g.num_slots, ready_version, ready_slot});
+  if (!s.isOk()) return abortJoin(g.id, s);
   log(replicaName(g.id) + " joined (" + std::to_string(g.size) + " ranks, " +
       std::to_string(g.write_ops) + " write ops): planned in " + std::to_string(g.plan_ms) +
-      " ms, joined in " + std::to_string(msSince(g.started)) + " ms");
+      " ms, joined in " + std::to_string(msSince(g.started)) + " ms" +
+      (ready_version == 0 ? "; its first version comes from the trainers"
+                          : "; it holds version " + std::to_string(ready_version)));
   joining_.erase(it);
 }
 
@@ -313,6 +331,13 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
 void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
   std::vector<std::pair<int32_t, std::string>> late;
   for (const auto& [id, g] : joining_) {
+    if (g.cold) {  // each attempt is bounded; writers may still be busy, so the join ends
+      if (now - g.cold->attempt_started < opt_.timeout) continue;
+      late.emplace_back(id, "its cold start from " + replicaName(g.cold->source) + " (version " +
+                                std::to_string(g.cold->version) + ", attempt " +
+                                std::to_string(g.cold->attempts) + ") did not complete");
+      continue;
+    }
     if (now - g.started < opt_.timeout) continue;
     std::string why;
     if (!g.welcomed) {

@@ -131,6 +131,10 @@ const char* messageTypeName(MessageType t) {
       return "Bye";
     case MessageType::kReadied:
       return "Readied";
+    case MessageType::kColdFill:
+      return "ColdFill";
+    case MessageType::kColdFillDone:
+      return "ColdFillDone";
   }
   return "Unknown";
 }
@@ -429,6 +433,53 @@ Status decode(const std::vector<uint8_t>& bytes, PlanExtensionMsg& m) {
   for (int32_t rank : m.ranks) {
     if (rank < 0) return protocolError("PlanExtension: negative rollout rank");
   }
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode(const ColdFillMsg& m) {
+  ByteWriter w;
+  w.varu(m.fill);
+  w.varu(m.version);
+  w.vari(m.target_slot);
+  putBlob(w, m.rank_plan);
+  putPeers(w, m.peers);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, ColdFillMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.fill) && r.varu(m.version) && getI32(r, m.target_slot) && getBlob(r, m.rank_plan) &&
+      getPeers(r, m.peers);
+  WSYNC_RETURN_IF_ERROR(finish(r, "ColdFill"));
+  if (m.version == 0) return protocolError("ColdFill: version 0");
+  if (m.target_slot < 0 || static_cast<uint64_t>(m.target_slot) >= kMaxSlots) {
+    return protocolError("ColdFill: target slot " + std::to_string(m.target_slot) +
+                         " is outside [0, " + std::to_string(kMaxSlots) + ")");
+  }
+  for (const PeerInfo& p : m.peers) {
+    if (p.rank < 0) return protocolError("ColdFill: negative rollout rank");
+    if (static_cast<size_t>(m.target_slot) >= p.slot_descriptors.size()) {
+      return protocolError("ColdFill: rollout " + std::to_string(p.rank) + " has no slot " +
+                           std::to_string(m.target_slot));
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode(const ColdFillDoneMsg& m) {
+  ByteWriter w;
+  w.varu(m.fill);
+  w.varu(static_cast<uint64_t>(m.code));
+  w.str(m.message);
+  w.varu(m.bytes);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, ColdFillDoneMsg& m) {
+  ByteReader r(bytes);
+  uint64_t code = 0;
+  r.varu(m.fill) && r.varuMax(code, WSYNC_ERR_INTERNAL) && r.str(m.message, kMaxStringBytes) &&
+      r.varu(m.bytes);
+  WSYNC_RETURN_IF_ERROR(finish(r, "ColdFillDone"));
+  m.code = static_cast<wsync_status_t>(code);
   return Status::ok();
 }
 

@@ -26,9 +26,23 @@
 //   coord -> ReplicaDropped(replica, ranks) to every trainer: write to those ranks no more
 //   a replica joining a running job (Hello with replica_size > 0) registers as above; the
 //   coordinator plans it alone (one-sided writes) and sends each trainer PlanExtension (its writes
-//   to the new ranks and their peers); trainer -> ExtensionDone(replica); once every trainer and
-//   every new rank is done, CommitOk to the new ranks: the replica takes part from the next
-//   version.
+//   to the new ranks and their peers); trainer -> ExtensionDone(replica). Once every new rank
+//   sent CommitDone: CommitOk to the new ranks (protocol 5: without waiting for the trainers) and
+//   its peer cold start below; once that ended and every trainer is done, the replica takes part
+//   from the next version.
+// Peer cold start (protocol version 5): when the joiner's ranks committed and a running replica S
+// holds a ready version v, the coordinator fills the joiner with v from S's ranks before it takes
+// part in versions:
+//   coord -> Prepare(v, slot) to the joiner's ranks -> Prepared(v, slot)   (as for any version)
+//   coord -> ColdFill(fill id, v, its writes, the joiner ranks' addresses and slots, target slot)
+//            to each rank of S that has writes; the rank takes a lease on v (or answers failure
+//            at once when it no longer holds v), writes from its slot into the joiner's, flushes
+//            -> ColdFillDone(fill id, status, bytes)
+//   coord -> Ready(v, slot) to the joiner's ranks -> Readied(v); the replica then takes part
+//            from the next version (the sequencer counts v as its ready one).
+//   A fill that fails (v no longer held, a source rank lost) is retried with the newest ready
+//   version, or given up: the joiner's ranks get Go(v, slot -1) (give the slot back) and the
+//   replica gets its first version from the trainers.
 #pragma once
 
 #include <cstdint>
@@ -65,12 +79,14 @@ enum class MessageType : uint16_t {
   kPlanExtension = 21,   // coord -> trainer, PlanExtensionMsg
   kExtensionDone = 22,   // trainer -> coord, ReplicaMsg
   kReadied = 23,         // rollout -> coord, VersionMsg
+  kColdFill = 24,        // coord -> rollout of a source replica, ColdFillMsg
+  kColdFillDone = 25,    // that rollout -> coord, ColdFillDoneMsg
 };
 const char* messageTypeName(MessageType t);
 
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
-// Delivered outcomes) and rollouts confirming Ready with Readied.
-inline constexpr uint32_t kProtocolVersion = 4;
+// Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill).
+inline constexpr uint32_t kProtocolVersion = 5;
 
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
@@ -197,6 +213,26 @@ struct ErrorMsg {
   std::string message;
 };
 
+// ColdFill: one source rank's part of filling a joining replica from the version it holds.
+struct ColdFillMsg {
+  uint64_t fill = 0;         // the attempt's id (ColdFillDone names it)
+  uint64_t version = 0;      // the ready version to copy, > 0
+  int32_t target_slot = -1;  // the joiner's slot to write
+  // encodeRankPlan of the fill plan's view for this rank as the sender (role trainer): its writes,
+  // whose sources are its own buffers (in the slot holding `version`) and whose destinations are
+  // the joiner's ranks. Never converting.
+  std::vector<uint8_t> rank_plan;
+  std::vector<PeerInfo> peers;  // the joiner's ranks this rank writes to
+};
+
+// ColdFillDone: the source rank's answer; SUCCESS once its writes are flushed.
+struct ColdFillDoneMsg {
+  uint64_t fill = 0;
+  wsync_status_t code = WSYNC_SUCCESS;
+  std::string message;  // the error, naming the rank (and tensor) where relevant
+  uint64_t bytes = 0;   // bytes written
+};
+
 std::vector<uint8_t> encode(const HelloMsg& m);
 std::vector<uint8_t> encode(const WelcomeMsg& m);
 std::vector<uint8_t> encode(const RegisterMsg& m);
@@ -208,6 +244,8 @@ std::vector<uint8_t> encode(const DeliveredMsg& m);
 std::vector<uint8_t> encode(const ErrorMsg& m);
 std::vector<uint8_t> encode(const ReplicaMsg& m);
 std::vector<uint8_t> encode(const PlanExtensionMsg& m);
+std::vector<uint8_t> encode(const ColdFillMsg& m);
+std::vector<uint8_t> encode(const ColdFillDoneMsg& m);
 
 Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m);
@@ -220,5 +258,7 @@ Status decode(const std::vector<uint8_t>& bytes, DeliveredMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ErrorMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ReplicaMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, PlanExtensionMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, ColdFillMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, ColdFillDoneMsg& m);
 
 }  // namespace wsync

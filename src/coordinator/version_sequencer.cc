@@ -44,9 +44,25 @@ Status VersionSequencer::addReplica(const ReplicaSpec& spec) {
                              std::to_string(it->second));
     }
   }
+  const bool holds = spec.ready_version != 0 || spec.ready_slot != -1;
+  if (holds &&
+      (spec.ready_version == 0 || spec.ready_slot < 0 || spec.ready_slot >= spec.num_slots)) {
+    return invalidArgument(what + ": ready " + versionName(spec.ready_version) + " in slot " +
+                           std::to_string(spec.ready_slot) + " is not a version in one of its " +
+                           std::to_string(spec.num_slots) + " slots");
+  }
+  if (spec.ready_version > last_started_) {
+    return invalidArgument(what + " holds " + versionName(spec.ready_version) + ", but only " +
+                           versionName(last_started_) + " started");
+  }
   Replica replica;
   replica.ranks = spec.ranks;
   replica.slot_version.assign(static_cast<size_t>(spec.num_slots), 0);
+  if (holds) {
+    replica.ready_version = spec.ready_version;
+    replica.ready_slot = spec.ready_slot;
+    replica.slot_version[static_cast<size_t>(spec.ready_slot)] = spec.ready_version;
+  }
   for (int32_t r : spec.ranks) {
     replica_of_[r] = spec.id;
     departed_.erase(r);
@@ -60,7 +76,12 @@ Result<SequencerOutput> VersionSequencer::removeReplica(int32_t replica, Sequenc
   if (it == replicas_.end()) {
     return invalidArgument("replica " + std::to_string(replica) + " is not in the job");
   }
-  if (in_flight_ && it->second.stage != Stage::kOut) in_flight_->lost.push_back(replica);
+  // A replica that already took the in-flight version (Ready sent) got it: it counts as ready.
+  if (in_flight_ && it->second.stage == Stage::kReady) {
+    in_flight_->departed_ready.push_back(replica);
+  } else if (in_flight_ && it->second.stage != Stage::kOut) {
+    in_flight_->lost.push_back(replica);
+  }
   for (int32_t r : it->second.ranks) {
     replica_of_.erase(r);
     departed_.insert(r);
@@ -303,11 +324,13 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
   outcome.version = v;
   outcome.lost_replicas = std::move(in_flight_->lost);
   std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
+  outcome.ready_replicas = std::move(in_flight_->departed_ready);
   for (auto& [id, replica] : replicas_) {
     if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
     if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
     replica.stage = Stage::kOut;
   }
+  std::sort(outcome.ready_replicas.begin(), outcome.ready_replicas.end());
   out.messages.push_back(
       {MessageType::kDelivered, trainerRanks(),
        DeliveredMsg{v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas}});

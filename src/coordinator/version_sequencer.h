@@ -23,7 +23,8 @@
 // Membership is keyed by replica id and rollout rank so that replicas can join and leave between
 // or during versions: a replica added while a version is in flight takes part from the next
 // version on; a replica removed while a version is in flight is no longer waited for (the version
-// completes for the others), and later messages from its ranks are ignored. Trainers are fixed:
+// completes for the others; it counts as lost, or as ready when it had been sent Ready already),
+// and later messages from its ranks are ignored. Trainers are fixed:
 // losing one ends the job (the caller's concern).
 #pragma once
 
@@ -56,6 +57,10 @@ struct ReplicaSpec {
   int32_t id = -1;             // >= 0, unique
   std::vector<int32_t> ranks;  // rollout ranks (>= 0), in no other replica; not empty
   int32_t num_slots = 0;       // slots on each of its ranks; >= 2
+  // A replica that already holds a version (filled from a peer replica: peer cold start): slot
+  // `ready_slot` of every rank holds `ready_version`, readable. 0 / -1: it holds none.
+  uint64_t ready_version = 0;
+  int32_t ready_slot = -1;
 };
 
 struct RankRef {
@@ -78,7 +83,7 @@ struct VersionOutcome {
   uint64_t version = 0;
   std::vector<int32_t> ready_replicas;    // took the version: every rank got Ready
   std::vector<int32_t> skipped_replicas;  // busy past the grace: Go said -1
-  std::vector<int32_t> lost_replicas;     // removed while the version was in flight
+  std::vector<int32_t> lost_replicas;     // removed while the version was in flight, not ready
 };
 
 // What one event asks the caller to do.
@@ -93,8 +98,10 @@ class VersionSequencer {
   // Trainers are ranks [0, num_trainers), num_trainers >= 1; replicas come through addReplica().
   VersionSequencer(SequencerOptions options, int32_t num_trainers);
 
-  // Adds a replica (INVALID_ARGUMENT on a bad spec, see ReplicaSpec). It takes part from the next
-  // version that starts.
+  // Adds a replica (INVALID_ARGUMENT on a bad spec, see ReplicaSpec; a ready slot outside
+  // [0, num_slots), or a ready version without its slot or above the last started version). It
+  // takes part from the next version that starts. A ready version counts as the replica's newest
+  // ready one: the next version goes to another slot, and skipping and staleness start from it.
   Status addReplica(const ReplicaSpec& spec);
   // Removes a replica (INVALID_ARGUMENT when unknown). The in-flight version stops waiting for it,
   // so this may send Go, Ready and Delivered, and start the next version.
@@ -142,7 +149,8 @@ class VersionSequencer {
     bool go_sent = false;
     bool grace_applied = false;  // a call at or after started + skip_grace looked for skips
     std::vector<bool> trainer_sent;
-    std::vector<int32_t> lost;  // replicas removed while in flight
+    std::vector<int32_t> lost;            // replicas removed while in flight, before their Ready
+    std::vector<int32_t> departed_ready;  // removed after their Ready: they took the version
   };
 
   Status checkTrainer(int32_t trainer) const;

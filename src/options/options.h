@@ -135,7 +135,10 @@ enum class OptionKind : uint8_t {
     "device trainers copy op by op (`cudaMemcpy2DAsync`) instead of one batched kernel (A/B "      \
     "runs)")                                                                                       \
   X(debug_send_delay_ms, int, 0, "WSYNC_DEBUG_SEND_DELAY_MS", kDebug,                              \
-    "milliseconds trainers sleep before sending each version (tests of versioning)")
+    "milliseconds trainers sleep before sending each version (tests of versioning)")               \
+  X(debug_cold_fill_delay_ms, int, 0, "WSYNC_DEBUG_COLD_FILL_DELAY_MS", kDebug,                    \
+    "milliseconds a rollout serving a peer cold start holds its lease before it writes (tests of " \
+    "a source lost mid-fill)")
 // clang-format on
 
 // One id per option, in declaration order.
@@ -153,7 +156,7 @@ inline constexpr size_t kNumOptions = 0
 // Every option's value: a default-constructed Options holds the defaults. One field per
 // WSYNC_OPTION_LIST row, named and typed there: device_transport, cuda_ipc_export,
 // coordinator_host, secret, log, heartbeat_timeout_ms, host_copy, debug_timing,
-// debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms.
+// debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms, debug_cold_fill_delay_ms.
 struct Options {
 #define WSYNC_OPTION_FIELD_(field, type, default_value, env, kind, doc) type field = default_value;
   WSYNC_OPTION_LIST(WSYNC_OPTION_FIELD_)

@@ -25,4 +25,25 @@ Result<Plan> makeReplicaPlan(const std::vector<Registration>& trainers,
   return plan;
 }
 
+Result<Plan> makeColdFillPlan(std::vector<Registration> sources, std::vector<Registration> joiner,
+                              int32_t first_rank) {
+  if (sources.empty()) return invalidArgument("makeColdFillPlan: no source rank");
+  for (size_t i = 0; i < sources.size(); ++i) {  // the source replica's ranks act as the senders
+    sources[i].role = Role::kTrainer;
+    sources[i].rank = static_cast<int32_t>(i);
+    sources[i].replica = -1;
+  }
+  WSYNC_ASSIGN_OR_RETURN(Plan plan, makeReplicaPlan(sources, std::move(joiner), first_rank));
+  for (const WriteOp& op : plan.writes) {
+    if (!op.converts()) continue;
+    return Status(WSYNC_ERR_UNSUPPORTED,
+                  "tensor '" + plan.tensors[static_cast<size_t>(op.tensor)].name +
+                      "': the source replica holds it as " + dtypeName(op.src_dtype) +
+                      " and the joining rollout " + std::to_string(op.dst_rank) + " wants " +
+                      dtypeName(op.dst_dtype) +
+                      " (a cold start copies bytes, it does not convert)");
+  }
+  return plan;
+}
+
 }  // namespace wsync

@@ -59,6 +59,7 @@ struct ContextOptions {
   bool debug_no_early_landing = false;
   bool debug_no_copy_batch = false;
   int debug_send_delay_ms = 0;
+  int debug_cold_fill_delay_ms = 0;  // a peer cold start's source waits before writing
 };
 
 // The error a failed job reports from then on, every time: `failure` itself, except that a

@@ -22,6 +22,7 @@ constexpr std::chrono::milliseconds kLandingPollInterval{1};
 RolloutContext::~RolloutContext() {
   stopHeartbeats();
   stopReceiver();
+  stopColdFills();
 }
 
 Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
@@ -222,6 +223,7 @@ Status RolloutContext::handle(const Frame& frame) {
     case MessageType::kGo: {
       GoMsg go;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
+      go_version_ = go.version;
       const auto replica = static_cast<size_t>(options_.replica);
       const int32_t slot = replica < go.slot_of_replica.size() ? go.slot_of_replica[replica] : -1;
       if (slot < 0) {  // this replica skips the version: give the slot back
@@ -253,7 +255,8 @@ Status RolloutContext::handle(const Frame& frame) {
             slots_[static_cast<size_t>(m.slot)]->land(landing_ranges_, options_.timeout);
         if (!landed.isOk()) return landed.withContext("version " + std::to_string(m.version));
       }
-      staleness_.onReady(m.version, RolloutStaleness::Clock::now());  // before readers see it
+      // Before readers see it. Ready without Go: a peer replica wrote it (peer cold start).
+      staleness_.onReady(m.version, RolloutStaleness::Clock::now(), m.version != go_version_);
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       // Readable here now: the trainers' requests complete once every rank of the replica says so.
@@ -266,6 +269,8 @@ Status RolloutContext::handle(const Frame& frame) {
       stopping_ = true;
       return Status::ok();
     }
+    case MessageType::kColdFill:
+      return startColdFill(frame);
     case MessageType::kLeft: {
       {
         std::lock_guard lock(membership_mu_);
@@ -339,6 +344,7 @@ Status RolloutContext::finalize() {
   const Status left = committed() && !failedOrAborted() ? leaveJob() : Status::ok();
   stopHeartbeats();
   stopReceiver();
+  stopColdFills();
   const Status bye = Context::finalize();
   return left.isOk() ? bye : left;
 }

@@ -5,9 +5,14 @@
 // coordinator this rank is alive (Welcome::heartbeat_interval_ms). finalize() leaves the job
 // first: the coordinator takes the replica out at once and answers Left once no trainer writes
 // into this rank any more, and only then are the slots freed.
+// Peer cold start (rollout_cold_fill.cc): as a source, the receiver takes a lease on the version
+// a ColdFill names and hands the fill to a cold fill thread, which writes this rank's slot into a
+// joining replica's slots and answers ColdFillDone; as a joiner, the first version may arrive from
+// a peer replica (Prepare then Ready, with no Go), and staleness() tells whether it did.
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -61,6 +66,14 @@ class RolloutContext final : public Context {
   void stopReceiver();
   void heartbeatLoop(std::chrono::milliseconds interval);
   void stopHeartbeats();
+
+  // Peer cold start as a source (rollout_cold_fill.cc). Receiver thread: leases the version
+  // (else answers ColdFillDone with NOT_READY at once) and queues the fill.
+  Status startColdFill(const Frame& frame);
+  void coldFillLoop();  // the cold fill thread: one fill at a time, in order
+  // Writes this rank's part of `fill` from the leased slot; returns the bytes written.
+  Result<uint64_t> runColdFill(const ColdFillMsg& fill, const Lease& lease);
+  void stopColdFills();
   // Leave, then wait (bounded by the timeout) for Left or for the receiver to end.
   Status leaveJob();
 
@@ -95,6 +108,20 @@ class RolloutContext final : public Context {
   bool left_ = false;            // the coordinator answered Leave
   bool receiver_ended_ = false;  // the receiver thread returned
   std::thread heartbeat_;
+
+  // Peer cold start: fills queued by the receiver, run by the cold fill thread (started with the
+  // first one). Each holds a lease on its version until its writes are flushed.
+  struct ColdFillJob {
+    ColdFillMsg fill;
+    Lease lease;
+  };
+  std::mutex fill_mu_;
+  std::condition_variable fill_cv_;
+  std::deque<ColdFillJob> fill_queue_;
+  bool fill_stopping_ = false;
+  std::thread cold_filler_;
+  uint64_t go_version_ =
+      0;  // receiver thread: the last Go's version (a Ready without it: a peer's)
 };
 
 }  // namespace wsync

@@ -37,6 +37,11 @@ class RolloutStaleness {
     uint64_t newest_started = 0;  // newest version the coordinator started (0: none)
     uint64_t newest_ready = 0;    // newest version ready on this rank (0: none)
     Clock::time_point ready_at;   // when newest_ready became ready here
+    // The first version that became ready here (0: none yet), how long after this object was
+    // created (the context's creation), and whether a peer replica wrote it (peer cold start).
+    uint64_t first_version = 0;
+    double first_ready_seconds = 0;
+    bool first_from_peer = false;
     // Versions the ready one is behind the newest started one (0 when it is the newest).
     uint64_t lag() const {
       return newest_started > newest_ready ? newest_started - newest_ready : 0;
@@ -47,8 +52,13 @@ class RolloutStaleness {
     std::lock_guard lock(mu_);
     if (version > view_.newest_started) view_.newest_started = version;
   }
-  void onReady(uint64_t version, Clock::time_point now) {
+  void onReady(uint64_t version, Clock::time_point now, bool from_peer = false) {
     std::lock_guard lock(mu_);
+    if (view_.first_version == 0) {
+      view_.first_version = version;
+      view_.first_ready_seconds = std::chrono::duration<double>(now - created_).count();
+      view_.first_from_peer = from_peer;
+    }
     if (version <= view_.newest_ready) return;
     view_.newest_ready = version;
     view_.ready_at = now;
@@ -60,6 +70,7 @@ class RolloutStaleness {
   }
 
  private:
+  const Clock::time_point created_ = Clock::now();
   mutable std::mutex mu_;
   View view_;
 };

@@ -11,10 +11,15 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
               $<TARGET_FILE:wsync-coordinator> $<TARGET_FILE:wsync-fault-rank>)
     set_tests_properties(${name} PROPERTIES LABELS "fault;mp" TIMEOUT 600 PROCESSORS 2)
   endfunction()
-  # kill -9 of a rollout rank during transfers, 10 times: the others stay bit-exact.
+  # kill -9 of a rollout rank during transfers, 10 times: the others stay bit-exact; the killed
+  # rank's replacement rejoins by peer cold start and catches up bit-exact.
   wsync_add_fault_test(wsync_fault_kill_rollout kill 10)
-  # SIGSTOP past the heartbeat timeout, SIGCONT: dropped, then joins again.
+  # SIGSTOP past the heartbeat timeout, SIGCONT: dropped, then joins again by peer cold start.
   wsync_add_fault_test(wsync_fault_stop_rollout stop 2)
-  # A replica joins while versions stream and reads them bit-exact.
+  # A replica joins while versions stream: its first version comes from a peer, bit-exact.
   wsync_add_fault_test(wsync_fault_join_replica join 3)
+  # A replica joins while the trainers hold: it reads their last version, which only a peer has.
+  wsync_add_fault_test(wsync_fault_cold_start coldstart 3)
+  # The cold start's source replica is killed mid-fill: the fill fails over to another replica.
+  wsync_add_fault_test(wsync_fault_cold_start_failover failover 2)
 endif()

@@ -5,12 +5,18 @@
 // Trainer: publishes versions 1..N of the demo policy (a pause between them), and checks each
 // delivered version's outcome (wsync_request_replicas): no replica outside --may-lose is ever lost,
 // and the last version is ready on exactly --final-ready. Prints "trainer T version V ready=..
-// lost=..".
+// lost=..". --hold-after K --resume-file F: after version K it publishes nothing until file F
+// exists (a replica joining then can only be filled by a peer).
 // Rollout: reads the newest version whenever one is ready and checks every element of every
 // buffer (bit-exact), until it has seen version N; prints "rollout R version V ok". --join: the
 // replica joins the running job (config.replica_size); --rejoin: when the job drops this rank (a
-// stop past the heartbeat timeout), it joins again as a new member of the same replica id.
+// stop past the heartbeat timeout), it joins again as a new member of the same replica id. A rank
+// that joined prints "rollout R first version V from peer|trainers in S s" (wsync_version_stats);
+// --expect-peer makes a first version the trainers sent a wrong outcome. --tp T --tp-rank i: the
+// rank is number i of a tensor-parallel replica of T ranks (vLLM-like layout).
 // Exit codes: 0 ok, 2 usage, 3 a wrong outcome, 4 a wrong byte, 5 a wsync error.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +47,11 @@ struct Args {
   int timeout_ms = 20000;
   bool join = false;
   bool rejoin = false;
+  bool expect_peer = false;
+  int tp = 1;       // rollouts: ranks of the replica (tensor parallel)
+  int tp_rank = 0;  // this rank's index in it
+  int hold_after = 0;
+  std::string resume_file;
   std::set<int> may_lose;
   std::string final_ready;  // "0,1"
   wsync_demo::PolicyShape shape;
@@ -74,8 +85,8 @@ wsync_config_t configFor(const Args& a, bool joining) {
   cfg.secret = a.secret.c_str();
   cfg.timeout_ms = a.timeout_ms;
   if (joining) {
-    cfg.replica_size = 1;
-    cfg.replica_rank = 0;
+    cfg.replica_size = a.tp;
+    cfg.replica_rank = a.tp_rank;
   }
   return cfg;
 }
@@ -86,6 +97,35 @@ std::vector<int> replicasOf(wsync_request_t req, wsync_replicas_kind_t kind) {
   std::vector<int> ids(static_cast<size_t>(count));
   wsync_request_replicas(req, kind, count, ids.data(), &count);
   return ids;
+}
+
+bool waitForFile(const std::string& path, int timeout_ms) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  struct stat st {};
+  while (stat(path.c_str(), &st) != 0) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A joined rank's first version: where it came from and how long it took, checked against
+// --expect-peer. Returns the exit code (0 or 3).
+int reportFirstVersion(const Args& a, wsync_context_t ctx) {
+  wsync_version_stats_t stats = WSYNC_VERSION_STATS_INITIALIZER;
+  if (wsync_version_stats(ctx, &stats) != WSYNC_SUCCESS) {
+    std::fprintf(stderr, "rollout %d: version_stats: %s\n", a.rank, wsync_last_error(ctx));
+    return 3;
+  }
+  std::printf("rollout %d first version %llu from %s in %.3f s\n", a.rank,
+              static_cast<unsigned long long>(stats.first_version),
+              stats.first_version_from_peer ? "peer" : "trainers", stats.first_version_seconds);
+  if (a.expect_peer && !stats.first_version_from_peer) {
+    std::fprintf(stderr, "rollout %d: its first version came from the trainers, not a peer\n",
+                 a.rank);
+    return 3;
+  }
+  return 0;
 }
 
 int runTrainer(const Args& a) {
@@ -144,6 +184,11 @@ int runTrainer(const Args& a) {
       rc = 3;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(a.pause_ms));
+    if (static_cast<int>(v) == a.hold_after && !waitForFile(a.resume_file, a.timeout_ms)) {
+      std::fprintf(stderr, "trainer %d: %s did not appear within %d ms\n", a.rank,
+                   a.resume_file.c_str(), a.timeout_ms);
+      rc = 3;
+    }
   }
   if (wsync_context_destroy(ctx) != WSYNC_SUCCESS && rc == 0) {
     std::fprintf(stderr, "trainer %d: destroy: %s\n", a.rank, wsync_last_error(nullptr));
@@ -162,7 +207,8 @@ int readVersions(const Args& a, bool joining, std::string* dropped_error) {
     std::fprintf(stderr, "rollout %d: create: %s\n", a.rank, wsync_last_error(nullptr));
     return 5;
   }
-  const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
+  const auto layout =
+      wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, a.tp, a.tp_rank);
   std::vector<int> indices;
   if (wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices) !=
           WSYNC_SUCCESS ||
@@ -177,6 +223,7 @@ int readVersions(const Args& a, bool joining, std::string* dropped_error) {
   uint64_t newest = 0;
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(a.timeout_ms);
   int rc = 0;
+  bool reported_first = false;
   while (newest < static_cast<uint64_t>(a.versions) && rc == 0) {
     const wsync_status_t s = wsync_wait_version(ctx, newest, 500, &newest);
     if (s == WSYNC_ERR_TIMEOUT) {
@@ -210,6 +257,10 @@ int readVersions(const Args& a, bool joining, std::string* dropped_error) {
     wsync_lease_release(lease);
     if (rc == 0)
       std::printf("rollout %d version %llu ok\n", a.rank, static_cast<unsigned long long>(v));
+    if (rc == 0 && joining && !reported_first) {
+      rc = reportFirstVersion(a, ctx);
+      reported_first = true;
+    }
     std::fflush(stdout);
   }
   const wsync_status_t destroyed = wsync_context_destroy(ctx);
@@ -253,6 +304,12 @@ int main(int argc, char** argv) {
        cxxopts::value<int>()->default_value("20000"))
       ("join", "rollouts: join the running job")
       ("rejoin", "rollouts: join again when dropped")
+      ("expect-peer", "rollouts: a joined rank's first version must come from a peer replica")
+      ("tp", "rollouts: ranks of the replica (tensor parallel)", cxxopts::value<int>()->default_value("1"))
+      ("tp-rank", "rollouts: this rank's index in its replica", cxxopts::value<int>()->default_value("0"))
+      ("hold-after", "trainers: after this version, wait for --resume-file",
+       cxxopts::value<int>()->default_value("0"))
+      ("resume-file", "trainers: the file that ends the hold", cxxopts::value<std::string>()->default_value(""))
       ("may-lose", "trainers: replica ids that may be lost", cxxopts::value<std::string>()->default_value(""))
       ("final-ready", "trainers: the replicas the last version must be ready on (\"0,1\")",
        cxxopts::value<std::string>()->default_value(""))
@@ -273,6 +330,11 @@ int main(int argc, char** argv) {
     a.timeout_ms = parsed["timeout-ms"].as<int>();
     a.join = parsed.count("join") != 0;
     a.rejoin = parsed.count("rejoin") != 0;
+    a.expect_peer = parsed.count("expect-peer") != 0;
+    a.tp = parsed["tp"].as<int>();
+    a.tp_rank = parsed["tp-rank"].as<int>();
+    a.hold_after = parsed["hold-after"].as<int>();
+    a.resume_file = parsed["resume-file"].as<std::string>();
     a.may_lose = parseList(parsed["may-lose"].as<std::string>());
     a.final_ready = parsed["final-ready"].as<std::string>();
     a.shape.layers = 2;

@@ -4,12 +4,22 @@
 #   run_fault.sh <scenario> <iterations> <wsync-coordinator> <wsync-fault-rank>
 # Scenarios (each iteration a fresh job; 2 trainers):
 #   kill  3 one-rank replicas; rollout 2 gets kill -9 after a random version (1..8): trainers go
-#         on, versions deliver to replicas 0 and 1 (bit-exact), the coordinator drops replica 2.
+#         on, versions deliver to replicas 0 and 1 (bit-exact), the coordinator drops replica 2;
+#         then a new process rejoins as replica 2, is filled from a peer replica (peer cold start)
+#         and reads the later versions bit-exact; the last version is ready on all three.
 #   stop  as kill, but SIGSTOP past the heartbeat timeout (1000 ms), then SIGCONT: the stopped
-#         rank finds itself dropped, joins again as replica 2 and reads the last versions
-#         bit-exact. Prints the detection time (SIGSTOP to the coordinator's drop).
-#   join  1 replica; a second one (replica 1) joins while versions stream and reads them
-#         bit-exact; the last version is ready on both.
+#         rank finds itself dropped, joins again as replica 2 (filled from a peer) and reads the
+#         last versions bit-exact. Prints the detection time (SIGSTOP to the coordinator's drop).
+#   join  1 replica; a second one (replica 1) joins while versions stream: its first version comes
+#         from replica 0 (peer cold start), then it reads every later one bit-exact; the last
+#         version is ready on both.
+#   failover  2 replicas; the trainers publish 5 versions and hold; replica 2 joins; its cold
+#         start source, replica 0 (whose fills wait 3 s: WSYNC_DEBUG_COLD_FILL_DELAY_MS), gets
+#         kill -9 mid-fill: the fill fails over to replica 1, the joiner reads version 5 bit-exact
+#         and follows; the last version is ready on replicas 1 and 2.
+#   coldstart  1 replica of 2 ranks (TP 2); the trainers publish 5 versions and hold; replica 1
+#         (2 ranks, TP 2) joins and must read version 5 (only a peer has it) bit-exact on both
+#         ranks; then the trainers go on and it follows.
 # Prints one line per iteration; exits non-zero (with the job's logs) on the first failure.
 set -u
 scenario=${1:?scenario}
@@ -33,6 +43,18 @@ wait_for_line() {
   local deadline=$(($(now_ms) + $3))
   while [ "$(now_ms)" -lt "$deadline" ]; do
     grep -qE "$2" "$1" 2>/dev/null && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# wait_for_version <file> <version> <timeout ms>: 0 once a rank's log says it read that version or
+# a later one (a reader of the newest version may skip some).
+wait_for_version() {
+  local deadline=$(($(now_ms) + $3)) v
+  while [ "$(now_ms)" -lt "$deadline" ]; do
+    v=$(sed -n 's/.* version \([0-9]*\) ok$/\1/p' "$1" 2>/dev/null | tail -n 1)
+    [ -n "$v" ] && [ "$v" -ge "$2" ] && return 0
     sleep 0.01
   done
   return 1
@@ -80,6 +102,14 @@ start_rank() {  # <name> <args...>: runs wsync-fault-rank, output in <name>.log
   pids+=("$last_pid")
 }
 
+start_rank_env() {  # <VAR=value> <name> <args...>: start_rank with one more environment variable
+  local setting=$1 name=$2
+  shift 2
+  env "$setting" "$fault_rank" --address "$address" --secret "$secret" --trainers 2 "$@" >"$work/$name.log" 2>&1 &
+  last_pid=$!
+  pids+=("$last_pid")
+}
+
 expect_exit() {  # <pid> <name> <timeout ms>
   wait_pid "$1" "$3"
   local rc=$?
@@ -87,11 +117,11 @@ expect_exit() {  # <pid> <name> <timeout ms>
 }
 
 run_kill() {
-  local versions=60
+  local versions=100
   start_coordinator 3
-  start_rank trainer0 --role trainer --rank 0 --rollouts 3 --versions $versions --may-lose 2 --final-ready 0,1
+  start_rank trainer0 --role trainer --rank 0 --rollouts 3 --versions $versions --may-lose 2 --final-ready 0,1,2
   local t0=$last_pid
-  start_rank trainer1 --role trainer --rank 1 --rollouts 3 --versions $versions --may-lose 2 --final-ready 0,1
+  start_rank trainer1 --role trainer --rank 1 --rollouts 3 --versions $versions --may-lose 2 --final-ready 0,1,2
   local t1=$last_pid
   local r=()
   for i in 0 1 2; do
@@ -99,16 +129,24 @@ run_kill() {
     r+=("$last_pid")
   done
   local at=$((RANDOM % 8 + 1))
-  wait_for_line "$work/rollout2.log" "version $at ok" 20000 || fail "rollout 2 never read version $at"
+  wait_for_version "$work/rollout2.log" $at 20000 || fail "rollout 2 never read version $at"
   local killed=$(now_ms)
   kill -9 "${r[2]}"
   wait_for_line "$work/coordinator.log" "replica 2 .*dropped" 5000 || fail "the coordinator never dropped replica 2"
   local detected=$(($(now_ms) - killed))
-  for p in "$t0:trainer 0" "$t1:trainer 1" "${r[0]}:rollout 0" "${r[1]}:rollout 1"; do
+  wait "${r[2]}" 2>/dev/null
+  # The killed rank's replacement joins as replica 2 and is filled from a peer.
+  start_rank rejoined --role rollout --replica 2 --join --expect-peer --versions $versions
+  local j=$last_pid
+  for p in "$t0:trainer 0" "$t1:trainer 1" "${r[0]}:rollout 0" "${r[1]}:rollout 1" "$j:rejoined rollout 2"; do
     expect_exit "${p%%:*}" "${p#*:}" 60000
   done
   expect_exit "$coordinator_pid" coordinator 10000
-  echo "kill iteration $iteration: rollout 2 killed after version $at, dropped within ${detected} ms; replicas 0 and 1 read every version bit-exact"
+  grep -qE "replica 2 cold-started from replica [01] with version" "$work/coordinator.log" ||
+    fail "the coordinator did not log replica 2's cold start"
+  local first
+  first=$(sed -n 's/^rollout 0 first version \([0-9]*\) from peer in \([0-9.]*\) s/\1 (\2 s)/p' "$work/rejoined.log")
+  echo "kill iteration $iteration: rollout 2 killed after version $at, dropped within ${detected} ms; replicas 0 and 1 read every version bit-exact; the restarted rank rejoined, cold-started from a peer with version $first, then read every later one bit-exact"
 }
 
 run_stop() {
@@ -120,10 +158,10 @@ run_stop() {
   local t1=$last_pid
   local r=()
   for i in 0 1 2; do
-    start_rank rollout$i --role rollout --rank $i --replica $i --rollouts 3 --versions $versions --rejoin
+    start_rank rollout$i --role rollout --rank $i --replica $i --rollouts 3 --versions $versions --rejoin --expect-peer
     r+=("$last_pid")
   done
-  wait_for_line "$work/rollout2.log" "version 3 ok" 20000 || fail "rollout 2 never read version 3"
+  wait_for_version "$work/rollout2.log" 3 20000 || fail "rollout 2 never read version 3"
   local stopped=$(now_ms)
   kill -STOP "${r[2]}"
   wait_for_line "$work/coordinator.log" "replica 2 .*dropped.*no heartbeat" 5000 || fail "the coordinator never dropped the stopped rank"
@@ -131,11 +169,13 @@ run_stop() {
   kill -CONT "${r[2]}"
   wait_for_line "$work/rollout2.log" "committed as rank .* \(joined\)" 20000 || fail "rollout 2 did not join again"
   wait_for_line "$work/coordinator.log" "replica 2 joined" 5000 || fail "the coordinator did not log the join"
+  wait_for_line "$work/coordinator.log" "replica 2 cold-started from replica [01]" 5000 ||
+    fail "the rejoined replica 2 was not filled from a peer"
   for p in "$t0:trainer 0" "$t1:trainer 1" "${r[0]}:rollout 0" "${r[1]}:rollout 1" "${r[2]}:rollout 2"; do
     expect_exit "${p%%:*}" "${p#*:}" 60000
   done
   expect_exit "$coordinator_pid" coordinator 10000
-  echo "stop iteration $iteration: stopped rank dropped ${detected} ms after SIGSTOP (heartbeat timeout 1000 ms), rejoined, read the last version bit-exact"
+  echo "stop iteration $iteration: stopped rank dropped ${detected} ms after SIGSTOP (heartbeat timeout 1000 ms), rejoined by peer cold start ($(sed -n 's/^rollout 2 first version \([0-9]*\) from peer in \([0-9.]*\) s/version \1 in \2 s/p' "$work/rollout2.log")), read the last version bit-exact"
 }
 
 run_join() {
@@ -147,8 +187,8 @@ run_join() {
   local t1=$last_pid
   start_rank rollout0 --role rollout --rank 0 --replica 0 --rollouts 1 --versions $versions
   local r0=$last_pid
-  wait_for_line "$work/rollout0.log" "version 5 ok" 20000 || fail "rollout 0 never read version 5"
-  start_rank joiner --role rollout --replica 1 --join --versions $versions
+  wait_for_version "$work/rollout0.log" 5 20000 || fail "rollout 0 never read version 5"
+  start_rank joiner --role rollout --replica 1 --join --expect-peer --versions $versions
   local j=$last_pid
   wait_for_line "$work/coordinator.log" "replica 1 joined" 20000 || fail "replica 1 never joined"
   grep -qE "^trainer 0 version 1[0-9]* " "$work/trainer0.log" || true
@@ -156,9 +196,82 @@ run_join() {
     expect_exit "${p%%:*}" "${p#*:}" 60000
   done
   expect_exit "$coordinator_pid" coordinator 10000
+  grep -qE "replica 1 cold-started from replica 0 with version" "$work/coordinator.log" ||
+    fail "the coordinator did not log replica 1's cold start"
   local first
-  first=$(sed -n 's/^rollout 0 version \([0-9]*\) ok/\1/p' "$work/joiner.log" | head -n 1)
-  echo "join iteration $iteration: replica 1 joined while versions streamed ($(grep -o 'planned in [0-9.]* ms' "$work/coordinator.log")), first read version $first, read every later one bit-exact"
+  first=$(sed -n 's/^rollout 0 first version \([0-9]*\) from peer in \([0-9.]*\) s/\1 (\2 s after create)/p' "$work/joiner.log")
+  echo "join iteration $iteration: replica 1 joined while versions streamed ($(grep -o 'planned in [0-9.]* ms' "$work/coordinator.log")), first version $first from a peer, read every later one bit-exact"
+}
+
+# start_holding_trainers <rollouts> <versions> <hold> <resume file> [args]: trainers 0 and 1 (pids
+# in t0, t1) that publish <hold> versions, then wait for the resume file.
+start_holding_trainers() {
+  local rollouts=$1 versions=$2 hold=$3 resume=$4
+  shift 4
+  for t in 0 1; do
+    start_rank trainer$t --role trainer --rank $t --rollouts "$rollouts" --versions "$versions" \
+      --hold-after "$hold" --resume-file "$resume" "$@"
+    eval "t$t=\$last_pid"
+  done
+}
+
+run_coldstart() {
+  local versions=40 hold=5
+  local resume="$work/resume"
+  start_coordinator 2
+  start_holding_trainers 2 $versions $hold "$resume" --final-ready 0,1
+  local pids_of=()
+  for i in 0 1; do
+    start_rank rollout$i --role rollout --rank $i --replica 0 --tp 2 --tp-rank $i --rollouts 2 --versions $versions
+    pids_of+=("$last_pid:rollout $i")
+  done
+  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
+  for i in 0 1; do
+    start_rank joiner$i --role rollout --replica 1 --tp 2 --tp-rank $i --join --expect-peer --versions $versions
+    pids_of+=("$last_pid:joiner rank $i")
+  done
+  # The trainers hold at version $hold: only replica 0 can give the joiner a version.
+  for i in 0 1; do
+    wait_for_line "$work/joiner$i.log" "first version $hold from peer" 20000 ||
+      fail "joiner rank $i did not get version $hold from its peer"
+    grep -q "version $hold ok" "$work/joiner$i.log" || fail "joiner rank $i did not read version $hold bit-exact"
+  done
+  touch "$resume"
+  for p in "$t0:trainer 0" "$t1:trainer 1" "${pids_of[@]}"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  echo "coldstart iteration $iteration: $(grep -o 'replica 1 cold-started.*' "$work/coordinator.log"); both joiner ranks read version $hold, then followed to version $versions bit-exact"
+}
+
+run_failover() {
+  local versions=40 hold=5
+  local resume="$work/resume"
+  start_coordinator 2
+  start_holding_trainers 2 $versions $hold "$resume" --may-lose 0 --final-ready 1,2
+  start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=3000 rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
+  local r0=$last_pid
+  start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions
+  local r1=$last_pid
+  wait_for_version "$work/rollout1.log" $hold 20000 || fail "rollout 1 never read version $hold"
+  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
+  start_rank joiner --role rollout --replica 2 --join --expect-peer --versions $versions
+  local j=$last_pid
+  wait_for_line "$work/coordinator.log" "replica 2 cold start, attempt 1: version $hold from replica 0" 20000 ||
+    fail "the joiner's cold start did not pick replica 0"
+  sleep 0.3  # replica 0 holds its lease, about to write
+  kill -9 "$r0"
+  wait "$r0" 2>/dev/null
+  wait_for_line "$work/joiner.log" "first version $hold from peer" 20000 ||
+    fail "the joiner did not get version $hold after its source died"
+  grep -qE "replica 2 cold-started from replica 1 with version $hold: .*attempt 2" "$work/coordinator.log" ||
+    fail "the cold start did not fail over to replica 1"
+  touch "$resume"
+  for p in "$t0:trainer 0" "$t1:trainer 1" "$r1:rollout 1" "$j:joiner"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  echo "failover iteration $iteration: $(grep -o 'replica 2 cold start, attempt 1 failed.*' "$work/coordinator.log" | head -n 1); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
 }
 
 for iteration in $(seq 1 "$iterations"); do

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -121,22 +124,25 @@ class Trainer {
   bool created_ = false;
 };
 
-// A one-rank replica reading versions until `until()` says stop; checks every byte it reads.
-// `leave`: what to do at the end: destroy (a clean leave) or abort first (the connection drops).
+// A one-rank replica reading versions until it has seen `last_version`; checks every byte it
+// reads (buffers of `dtype`). `end`: what to do at the end: destroy (a clean leave) or abort first
+// (the connection drops). `first` (optional) gets its wsync_version_stats once it read its first
+// version, and then `has_first` is set.
 enum class End { kDestroy, kAbort };
-void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<uint64_t>* seen,
-                std::atomic<bool>* done) {
+void readVersions(wsync_config_t cfg, wsync_dtype_t dtype, uint64_t last_version, End end,
+                  std::atomic<uint64_t>* seen, std::atomic<bool>* done,
+                  wsync_version_stats_t* first = nullptr, std::atomic<bool>* has_first = nullptr) {
   const auto tensors = wsync_demo::policyTensors(smallPolicy());
   wsync_context_t ctx = nullptr;
   ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
   const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
   std::vector<int> indices;
-  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices),
-            WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, dtype, {}, &indices), WSYNC_SUCCESS);
   ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
   uint64_t newest = 0;
   while (newest < last_version) {
-    ASSERT_EQ(wsync_wait_version(ctx, newest, -1, &newest), WSYNC_SUCCESS) << wsync_last_error(ctx);
+    ASSERT_EQ(wsync_wait_version(ctx, newest, 20000, &newest), WSYNC_SUCCESS)
+        << wsync_last_error(ctx);
     wsync_lease_t lease = nullptr;
     ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
     uint64_t v = 0;
@@ -145,17 +151,32 @@ void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<
       void* p = nullptr;
       ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &p), WSYNC_SUCCESS);
       std::string error;
-      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error),
-                0)
-          << error;
+      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], dtype, p, v, &error), 0)
+          << "version " << v << ": " << error;
     }
     wsync_lease_release(lease);
     if (seen) *seen = v;
+    if (first != nullptr && !*has_first) {
+      ASSERT_EQ(wsync_version_stats(ctx, first), WSYNC_SUCCESS);
+      // A caller compiled against the first layout (it ends with `lag`) gets only its fields.
+      wsync_version_stats_t first_layout = WSYNC_VERSION_STATS_INITIALIZER;
+      first_layout.size = offsetof(wsync_version_stats_t, lag) + sizeof(first_layout.lag);
+      first_layout.first_version = 777;
+      ASSERT_EQ(wsync_version_stats(ctx, &first_layout), WSYNC_SUCCESS);
+      EXPECT_GE(first_layout.version, first->version);
+      EXPECT_EQ(first_layout.first_version, 777u) << "a field past the caller's layout was written";
+      *has_first = true;
+    }
   }
   if (end == End::kAbort) wsync_context_abort(ctx);
   const wsync_status_t destroyed = wsync_context_destroy(ctx);
   if (end == End::kDestroy) EXPECT_EQ(destroyed, WSYNC_SUCCESS) << wsync_last_error(nullptr);
   *done = true;
+}
+
+void runRollout(wsync_config_t cfg, uint64_t last_version, End end, std::atomic<uint64_t>* seen,
+                std::atomic<bool>* done) {
+  readVersions(cfg, WSYNC_DTYPE_BFLOAT16, last_version, end, seen, done);
 }
 
 double median(std::vector<double> v) {
@@ -258,6 +279,135 @@ TEST(Membership, ReplicaJoinsWhileVersionsStream) {
   joiner.join();
   EXPECT_EQ(joiner_seen.load(), kLast);
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+// A coordinator whose log lines a test can read.
+struct LoggedJob : Job {
+  std::mutex log_mu;
+  std::vector<std::string> log;
+  bool logged(const std::string& text) {
+    std::lock_guard lock(log_mu);
+    return std::any_of(log.begin(), log.end(), [&](const std::string& line) {
+      return line.find(text) != std::string::npos;
+    });
+  }
+};
+
+void startLogged(LoggedJob& job) {
+  wsync::CoordinatorOptions opt;
+  opt.num_trainers = 1;
+  opt.num_rollouts = 1;
+  opt.control.secret = kSecret;
+  opt.timeout = std::chrono::milliseconds(20000);
+  opt.log = [&job](const std::string& line) {
+    std::lock_guard lock(job.log_mu);
+    job.log.push_back(line);
+  };
+  auto started = wsync::Coordinator::start(std::move(opt));
+  ASSERT_TRUE(started.isOk()) << started.status().toString();
+  job.coordinator = std::move(started).value();
+  job.address = "127.0.0.1:" + std::to_string(job.coordinator->port());
+}
+
+// A one-rank replica (id 1) joining the running job with buffers of `dtype` (readVersions).
+void runJoiner(const Job& job, wsync_dtype_t dtype, uint64_t last, wsync_version_stats_t* first,
+               std::atomic<bool>* has_first) {
+  wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
+  cfg.replica_size = 1;
+  cfg.replica_rank = 0;
+  std::atomic<bool> done{false};
+  readVersions(cfg, dtype, last, End::kDestroy, nullptr, &done, first, has_first);
+}
+
+// A logged job of one trainer, a running replica 0 and a joining replica 1, each reading until
+// version `last`: the threads and the joiner's first stats.
+struct JoinJob : LoggedJob {
+  explicit JoinJob(uint64_t last) : last_version(last) {
+    startLogged(*this);
+    first = std::thread(runRollout, config(*this, WSYNC_ROLE_ROLLOUT, 0, 1, 0), last, End::kDestroy,
+                        nullptr, &first_done);
+  }
+  void startJoiner(wsync_dtype_t dtype) {
+    joiner =
+        std::thread(runJoiner, std::cref(*this), dtype, last_version, &joined, &joiner_has_first);
+  }
+  // Joins both readers (after the trainer is gone) and checks the job ended well.
+  void finish() {
+    first.join();
+    if (joiner.joinable()) joiner.join();
+    EXPECT_TRUE(coordinator->wait(std::chrono::seconds(20)).isOk());
+  }
+  const uint64_t last_version;
+  std::atomic<bool> first_done{false}, joiner_has_first{false};
+  std::thread first, joiner;
+  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+};
+
+// Peer cold start: a replica that joins while the trainer is idle (it published versions 1..3 and
+// waits) can only get version 3 from the running replica's slots; the coordinator says so, the
+// joiner's stats say so, the bytes are exact, and the joiner then follows the new versions.
+TEST(Membership, JoinerIsFilledFromAPeerWhileTheTrainerPauses) {
+  constexpr uint64_t kPaused = 3, kLast = 12;
+  JoinJob job(kLast);
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    for (uint64_t v = 1; v <= kPaused; ++v)
+      EXPECT_EQ(trainer.publish(v).ready, std::vector<int>{0});
+    job.startJoiner(WSYNC_DTYPE_BFLOAT16);
+    waitFor(job.joiner_has_first);
+    Trainer::Outcome o;
+    for (uint64_t v = kPaused + 1; v <= kLast; ++v)
+      o = trainer.publish(v);
+    EXPECT_EQ(o.ready, (std::vector<int>{0, 1})) << "the joiner follows the trainer's versions";
+  }
+  job.finish();
+  EXPECT_EQ(job.joined.first_version, kPaused) << "the trainer was idle: only a peer had a version";
+  EXPECT_EQ(job.joined.first_version_from_peer, 1);
+  EXPECT_GT(job.joined.first_version_seconds, 0.0);
+  EXPECT_TRUE(job.logged("replica 1 cold-started from replica 0 with version 3"));
+}
+
+// A joiner that wants another dtype than the running replica holds cannot be filled by copying
+// bytes: the coordinator says why, and its first version comes from the trainers, converted.
+TEST(Membership, JoinerNoPeerCanFillGetsItsFirstVersionFromTheTrainers) {
+  constexpr uint64_t kLast = 400;
+  JoinJob job(kLast);
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    for (uint64_t v = 1; v <= kLast; ++v) {
+      if (v == 3) job.startJoiner(WSYNC_DTYPE_FLOAT32);
+      trainer.publish(v);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  job.finish();
+  EXPECT_GT(job.joined.first_version, 3u);
+  EXPECT_EQ(job.joined.first_version_from_peer, 0);
+  EXPECT_TRUE(job.logged("replica 1: no cold start (replica 0: WSYNC_ERR_UNSUPPORTED"));
+  EXPECT_TRUE(job.logged("the source replica holds it as bfloat16"));
+}
+
+// A replica that joins before any version exists has no peer to be filled from: the coordinator
+// says so, and its first version is the trainer's first one.
+TEST(Membership, JoinerBeforeTheFirstVersionGetsItFromTheTrainers) {
+  constexpr uint64_t kLast = 5;
+  JoinJob job(kLast);
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    job.startJoiner(WSYNC_DTYPE_BFLOAT16);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!job.logged("replica 1 joined") && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(job.logged("replica 1: no cold start (no running replica holds a version yet)"));
+    for (uint64_t v = 1; v <= kLast; ++v)
+      EXPECT_EQ(trainer.publish(v).ready, (std::vector<int>{0, 1})) << "version " << v;
+  }
+  job.finish();
+  EXPECT_EQ(job.joined.first_version, 1u);
+  EXPECT_EQ(job.joined.first_version_from_peer, 0);
 }
 
 TEST(Membership, RequestReplicasRejectsBadArguments) {

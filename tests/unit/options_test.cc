@@ -70,6 +70,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_DEBUG_NO_EARLY_LANDING", "on"},
       {"WSYNC_DEBUG_NO_COPY_BATCH", "yes"},
       {"WSYNC_DEBUG_SEND_DELAY_MS", "250"},
+      {"WSYNC_DEBUG_COLD_FILL_DELAY_MS", "40"},
   });
   ASSERT_TRUE(options.isOk()) << options.status().toString();
   EXPECT_EQ(options->device_transport, DeviceTransport::kUcxCuda);
@@ -83,6 +84,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_TRUE(options->debug_no_early_landing);
   EXPECT_TRUE(options->debug_no_copy_batch);
   EXPECT_EQ(options->debug_send_delay_ms, 250);
+  EXPECT_EQ(options->debug_cold_fill_delay_ms, 40);
   EXPECT_TRUE(options->from_environment.all());
 }
 

@@ -136,5 +136,68 @@ TEST(Protocol, OversizedNcclUniqueIdIsRejected) {
   EXPECT_EQ(decode(encode(m), d).code(), WSYNC_ERR_PROTOCOL);
 }
 
+ColdFillMsg sampleColdFill() {
+  ColdFillMsg m;
+  m.fill = 7;
+  m.version = 12;
+  m.target_slot = 1;
+  m.rank_plan = {5, 6, 7};
+  m.peers.push_back({4, "ucx", {9, 9}, {{1}, {2}}, {0, 256}});
+  m.peers.push_back({5, "ucx", {8}, {{3}, {4}}, {0, 512}});
+  return m;
+}
+
+TEST(Protocol, ColdFillAndItsAnswerRoundTrip) {
+  const ColdFillMsg m = sampleColdFill();
+  ColdFillMsg d;
+  ASSERT_TRUE(decode(encode(m), d).isOk());
+  EXPECT_EQ(d.fill, 7u);
+  EXPECT_EQ(d.version, 12u);
+  EXPECT_EQ(d.target_slot, 1);
+  EXPECT_EQ(d.rank_plan, m.rank_plan);
+  ASSERT_EQ(d.peers.size(), 2u);
+  EXPECT_EQ(d.peers[1].rank, 5);
+  EXPECT_EQ(d.peers[1].slot_descriptors, m.peers[1].slot_descriptors);
+  EXPECT_EQ(d.peers[1].buffer_byte_offsets, m.peers[1].buffer_byte_offsets);
+  const std::vector<uint8_t> bytes = encode(m);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    ColdFillMsg t;
+    const Status s = decode(std::vector<uint8_t>(bytes.begin(), bytes.begin() + n), t);
+    EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL) << "ColdFill truncated to " << n << " bytes";
+  }
+
+  ColdFillDoneMsg done{7, WSYNC_ERR_NOT_READY, "rollout 0: version 12 is no longer held", 0};
+  ColdFillDoneMsg e;
+  ASSERT_TRUE(decode(encode(done), e).isOk());
+  EXPECT_EQ(e.fill, 7u);
+  EXPECT_EQ(e.code, WSYNC_ERR_NOT_READY);
+  EXPECT_EQ(e.message, done.message);
+  done = {8, WSYNC_SUCCESS, "", 1u << 30};
+  ASSERT_TRUE(decode(encode(done), e).isOk());
+  EXPECT_EQ(e.code, WSYNC_SUCCESS);
+  EXPECT_EQ(e.bytes, 1u << 30);
+  const std::vector<uint8_t> answer = encode(done);
+  for (size_t n = 0; n < answer.size(); ++n) {
+    ColdFillDoneMsg t;
+    EXPECT_EQ(decode(std::vector<uint8_t>(answer.begin(), answer.begin() + n), t).code(),
+              WSYNC_ERR_PROTOCOL);
+  }
+}
+
+TEST(Protocol, ColdFillWithoutAVersionOrTheTargetSlotIsRejected) {
+  ColdFillMsg m = sampleColdFill();
+  m.version = 0;
+  ColdFillMsg d;
+  EXPECT_EQ(decode(encode(m), d).message(), "ColdFill: version 0");
+  m = sampleColdFill();
+  m.target_slot = 2;  // the peers have 2 slots
+  EXPECT_EQ(decode(encode(m), d).message(), "ColdFill: rollout 4 has no slot 2");
+  m.target_slot = -1;
+  EXPECT_EQ(decode(encode(m), d).code(), WSYNC_ERR_PROTOCOL);
+  m = sampleColdFill();
+  m.peers[0].rank = -3;
+  EXPECT_EQ(decode(encode(m), d).message(), "ColdFill: negative rollout rank");
+}
+
 }  // namespace
 }  // namespace wsync

@@ -471,5 +471,90 @@ TEST_F(VersionSequencerTest, ZeroGraceSkipsBusyReplicasAtTheStart) {
   EXPECT_EQ(out.delivered->skipped_replicas, (std::vector<int32_t>{0, 1}));
 }
 
+// Peer cold start: a replica added holding a version in a slot is treated as if that version had
+// been delivered to it: the next version goes to another slot, skipping and staleness count from
+// it, and its version is its ready one.
+TEST_F(VersionSequencerTest, ReplicaAddedWithAReadySlotTakesTheNextVersionInAnotherSlot) {
+  deliver(1, 0);
+  deliver(2, 1);
+  ASSERT_TRUE(seq_->addReplica({3, {4, 5}, 2, 2, 1}).isOk());
+  EXPECT_EQ(seq_->readyVersion(3), 2u);
+  SequencerOutput out = ok(seq_->onPublish(0, 3, at(10)));
+  const std::vector<OutgoingMessage> prepares = ofType(out, MessageType::kPrepare);
+  ASSERT_EQ(prepares.size(), 3u);
+  EXPECT_EQ(prepares[2].to, (std::vector<RankRef>{rollout(4), rollout(5)}));
+  EXPECT_EQ(std::get<SlotMsg>(prepares[2].payload).slot, 0) << "never its ready slot 1";
+  // It already holds a version, so a busy reader there gets it skipped after the grace (a replica
+  // without a version is never skipped).
+  for (int32_t r = 0; r < 4; ++r)
+    prepare(r, 3, 0, 11);
+  out = ok(seq_->advance(at(10 + 200)));
+  ASSERT_EQ(ofType(out, MessageType::kGo).size(), 1u);
+  EXPECT_EQ(std::get<GoMsg>(ofType(out, MessageType::kGo)[0].payload).slot_of_replica,
+            (std::vector<int32_t>{0, 0, -1, -1}));
+  ok(seq_->onSent(0, 3, at(220)));
+  ok(seq_->onSent(1, 3, at(220)));
+  for (int32_t r = 0; r < 4; ++r)
+    out = ok(seq_->onReceived(r, 3, at(221)));
+  ASSERT_TRUE(out.delivered.has_value());
+  EXPECT_EQ(out.delivered->skipped_replicas, (std::vector<int32_t>{3}));
+  EXPECT_EQ(seq_->readyVersion(3), 2u);
+}
+
+TEST_F(VersionSequencerTest, ReplicaAddedWithAReadySlotRespectsTheStalenessBound) {
+  SequencerOptions options;
+  options.max_staleness = 1;
+  build(options);
+  deliver(1, 0);
+  deliver(2, 1);
+  deliver(3, 0);
+  ASSERT_TRUE(seq_->addReplica({3, {4}, 2, 1, 0}).isOk());  // holds version 1: 2 behind
+  ok(seq_->onPublish(0, 4, at(0)));
+  for (int32_t r = 0; r < 4; ++r)
+    prepare(r, 4, 1);
+  EXPECT_TRUE(ok(seq_->advance(at(1000))).messages.empty())
+      << "skipping it would make it lag 3 versions";
+  prepare(4, 4, 1, 1001);
+  EXPECT_EQ(std::get<GoMsg>(last_.messages[0].payload).slot_of_replica,
+            (std::vector<int32_t>{1, 1, -1, 1}));
+}
+
+TEST_F(VersionSequencerTest, ReadySlotsOfAddedReplicasAreChecked) {
+  deliver(1, 0);
+  auto expectInvalid = [this](const ReplicaSpec& spec, const std::string& message) {
+    Status s = seq_->addReplica(spec);
+    EXPECT_EQ(s.code(), WSYNC_ERR_INVALID_ARGUMENT) << s.toString();
+    EXPECT_EQ(s.message(), message);
+  };
+  expectInvalid({3, {4}, 2, 1, 2},
+                "replica 3: ready version 1 in slot 2 is not a version in one of its 2 slots");
+  expectInvalid({3, {4}, 2, 1, -1},
+                "replica 3: ready version 1 in slot -1 is not a version in one of its 2 slots");
+  expectInvalid({3, {4}, 2, 0, 1},
+                "replica 3: ready version 0 in slot 1 is not a version in one of its 2 slots");
+  expectInvalid({3, {4}, 2, 2, 1}, "replica 3 holds version 2, but only version 1 started");
+  EXPECT_FALSE(seq_->hasReplica(3));
+}
+
+// A replica that leaves after it was sent Ready for the version in flight took that version: the
+// outcome lists it as ready, not lost (a reader that read the last version and left at once).
+TEST_F(VersionSequencerTest, ReplicaLeavingAfterItsReadyCountsAsReady) {
+  ok(seq_->onPublish(0, 1, at(0)));
+  for (int32_t r = 0; r < 4; ++r)
+    prepare(r, 1, 0);
+  ok(seq_->onSent(0, 1, at(1)));
+  ok(seq_->onSent(1, 1, at(1)));
+  ok(seq_->onReceived(0, 1, at(1)));
+  SequencerOutput out = ok(seq_->onReceived(1, 1, at(1)));
+  ASSERT_EQ(ofType(out, MessageType::kReady).size(), 1u) << "replica 0 is ready";
+  out = ok(seq_->removeReplica(0, at(2)));
+  EXPECT_FALSE(out.delivered.has_value()) << "replica 1 is still receiving";
+  ok(seq_->onReceived(2, 1, at(3)));
+  out = ok(seq_->onReceived(3, 1, at(3)));
+  ASSERT_TRUE(out.delivered.has_value());
+  EXPECT_EQ(out.delivered->ready_replicas, (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(out.delivered->lost_replicas.empty());
+}
+
 }  // namespace
 }  // namespace wsync

@@ -57,8 +57,8 @@ void FrameServer::acceptNew() {
 
 void FrameServer::refuseAtAccept(Fd fd, const std::string& address, RefusalReason reason,
                                  const std::string& detail) {
+  noteRefusal(reason, address, peerName(fd.get()), detail);  // counted before the peer knows
   sendFinalFrame(fd.get(), control_wire::busyFrame(detail));
-  noteRefusal(reason, address, peerName(fd.get()), detail);
 }
 
 void FrameServer::admit(Fd fd, SteadyClock::time_point now) {

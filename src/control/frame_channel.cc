@@ -325,8 +325,6 @@ Result<Frame> readFrameUntil(int fd, int wake_fd, const std::string& who,
   }
 }
 
-
-
 // Opens a TCP connection to host:port, retrying while it is refused (the server may not be
 // listening yet) until `deadline`.
 Result<Fd> connectUntil(const std::string& host, uint16_t port, const std::string& where,
@@ -420,8 +418,8 @@ Status FrameChannel::handshake(SteadyClock::time_point deadline, bool* retryable
   if (!hello.isOk()) return fail(hello.status());
   if (hello->type == kBusy) {
     *retryable = true;
-    return remoteError(who + " is busy: " +
-                       std::string(hello->payload.begin(), hello->payload.end()));
+    return remoteError(who +
+                       " is busy: " + std::string(hello->payload.begin(), hello->payload.end()));
   }
   ByteReader r(hello->payload);
   uint32_t version = 0;

@@ -151,8 +151,8 @@ void FrameServer::callOnClose(ConnectionId id, const Status& status) {
   try {
     handlers_.on_close(id, status);
   } catch (...) {
-    logLine("control server on port " + std::to_string(port_) + ": on_close(" +
-            std::to_string(id) + ") threw: " + describe(std::current_exception()));
+    logLine("control server on port " + std::to_string(port_) + ": on_close(" + std::to_string(id) +
+            ") threw: " + describe(std::current_exception()));
   }
 }
 

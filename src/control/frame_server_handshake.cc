@@ -65,13 +65,11 @@ void FrameServer::admit(Fd fd, SteadyClock::time_point now) {
   std::string address = peerAddress(fd.get());
   if (std::optional<RefusalReason> refused = limiter_.admit(address)) {
     const bool per_peer = *refused == RefusalReason::kPeerLimit;
-    refuseAtAccept(std::move(fd), address, *refused,
-                   "busy: " +
-                       std::to_string(per_peer ? limiter_.pendingFrom(address)
-                                               : limiter_.pending()) +
-                       " connections already in the handshake" +
-                       (per_peer ? " from " + address + " (max_handshakes_per_peer)"
-                                 : " (max_handshakes)"));
+    refuseAtAccept(
+        std::move(fd), address, *refused,
+        "busy: " + std::to_string(per_peer ? limiter_.pendingFrom(address) : limiter_.pending()) +
+            " connections already in the handshake" +
+            (per_peer ? " from " + address + " (max_handshakes_per_peer)" : " (max_handshakes)"));
     return;
   }
   auto owned = std::make_unique<Connection>();
@@ -124,9 +122,15 @@ void FrameServer::handleAuth(Connection& c, Frame&& frame) {
   uint32_t version = 0;
   Nonce client_nonce{};
   Tag tag{};
-  if (frame.type != kClientAuth || !r.fixed32(version)) {
+  if (frame.type != kClientAuth) {
     refuse(c, RefusalReason::kBadHandshake,
-           "expected a client authentication frame, got type " + std::to_string(frame.type),
+           "expected a client authentication frame, got type " + std::to_string(frame.type), true);
+    return;
+  }
+  if (!r.fixed32(version)) {
+    refuse(c, RefusalReason::kBadHandshake,
+           "malformed client authentication frame (" + std::to_string(frame.payload.size()) +
+               " bytes)",
            true);
     return;
   }

@@ -30,6 +30,10 @@ inline Result<Fd> connectFrom(const std::string& source, uint16_t port, Ms timeo
   Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return systemError(std::string("socket: ") + std::strerror(errno));
   if (!source.empty()) {
+    // The port is chosen at connect(), by the whole 4-tuple: loops of short connections do not
+    // run out of ports bound one by one.
+    const int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     sockaddr_in local{};
     local.sin_family = AF_INET;
     if (::inet_pton(AF_INET, source.c_str(), &local.sin_addr) != 1) {

@@ -10,8 +10,9 @@
 //    max_handshakes_per_peer connections in the handshake, all together at most max_handshakes;
 //    a connection over either limit gets kBusy and is closed at once (clients retry), so a host
 //    that floods the port never locks out the others. A connection in the handshake holds about
-//    1 KiB (see handshake_admission.h); every refusal is counted by reason and logged through
-//    handlers.log, rate-limited.
+//    2 KiB (its state, a 524-byte read stage, two empty queues), so all of them at most ~1 MiB
+//    by default. Every refusal is counted by reason and logged through handlers.log,
+//    rate-limited (see handshake_admission.h).
 //  - after the handshake, a frame over max_frame_bytes or with a bad header closes the connection
 //    (on_close with PROTOCOL); payload memory grows only as bytes arrive.
 //  - a connection that stops mid-frame, or stops reading what is queued for it, for io_timeout is

@@ -10,11 +10,13 @@
 # replicas), the hostile client's own checks passed (memory flat, per-peer limits, counters), and
 # the coordinator logged the refusals rate-limited: some lines, far fewer than the refusals.
 #   run_hostile.sh <wsync-coordinator> <wsync-fault-rank> <wsync-hostile-client> [seconds]
+#                  [bound on the coordinator's VmRSS growth in KiB; negative: not checked]
 set -u
 coordinator=${1:?wsync-coordinator}
 fault_rank=${2:?wsync-fault-rank}
 hostile=${3:?wsync-hostile-client}
 seconds=${4:-12}
+rss_growth_kib=${5:-2048}
 secret=hostile-test-secret-$RANDOM$RANDOM
 work=$(mktemp -d /tmp/wsync-hostile.XXXXXX)
 pids=()
@@ -79,7 +81,7 @@ rollout_pid=$last
 until_line "$work/rollout0.log" "version 3 ok" 30000 || fail "rollout 0 never read version 3"
 
 "$hostile" --port "$port" --pid "$coordinator_pid" --seconds "$seconds" --warmup 4 \
-  --metrics-port "$metrics_port" >"$work/hostile.log" 2>&1 &
+  --rss-growth-kib "$rss_growth_kib" --metrics-port "$metrics_port" >"$work/hostile.log" 2>&1 &
 hostile_pid=$!
 pids+=("$hostile_pid")
 until_line "$work/hostile.log" "attack running" 10000 || fail "the hostile client did not start"

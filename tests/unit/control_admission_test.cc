@@ -190,7 +190,7 @@ uint16_t firstFrameType(const std::string& source, uint16_t port) {
   return first.isOk() ? first->type : 0;
 }
 
-TEST(ControlAdmission, IdleHandshakeIsDroppedLongBeforeTheHandshakeTimeout) {
+TEST(FrameServerAdmission, IdleHandshakeIsDroppedLongBeforeTheHandshakeTimeout) {
   ControlOptions options = serverOptions();
   options.idle_handshake_timeout = 200ms;
   AdmissionServer server(options);
@@ -215,7 +215,7 @@ TEST(ControlAdmission, IdleHandshakeIsDroppedLongBeforeTheHandshakeTimeout) {
   EXPECT_EQ(countContaining(slow_server.lines(), "(handshake_timeout)"), 1u);
 }
 
-TEST(ControlAdmission, AFloodingPeerGetsBusyWhileOtherPeersAreServed) {
+TEST(FrameServerAdmission, AFloodingPeerGetsBusyWhileOtherPeersAreServed) {
   ControlOptions options = serverOptions();
   options.max_handshakes_per_peer = 4;
   options.max_handshakes = 6;
@@ -247,7 +247,7 @@ TEST(ControlAdmission, AFloodingPeerGetsBusyWhileOtherPeersAreServed) {
   EXPECT_NE(countContaining(lines, "4 connections already in the handshake from 127.0.0.2"), 0u);
 }
 
-TEST(ControlAdmission, ClientRetriesABusyServerUntilAnIdleOneIsDropped) {
+TEST(FrameServerAdmission, ClientRetriesABusyServerUntilAnIdleOneIsDropped) {
   ControlOptions options = serverOptions();
   options.max_handshakes_per_peer = 2;
   options.idle_handshake_timeout = 300ms;
@@ -266,7 +266,7 @@ TEST(ControlAdmission, ClientRetriesABusyServerUntilAnIdleOneIsDropped) {
   EXPECT_TRUE(server.waitConnects(1));
 }
 
-TEST(ControlAdmission, ClientThatStaysBusyTimesOutWithinItsTimeout) {
+TEST(FrameServerAdmission, ClientThatStaysBusyTimesOutWithinItsTimeout) {
   ControlOptions options = serverOptions();
   options.max_handshakes_per_peer = 1;
   AdmissionServer server(options);
@@ -286,7 +286,7 @@ TEST(ControlAdmission, ClientThatStaysBusyTimesOutWithinItsTimeout) {
   EXPECT_GE(server.server().refusals()[RefusalReason::kPeerLimit], 2u);  // it did retry
 }
 
-TEST(ControlAdmission, WrongSecretFailsAtOnceAndIsLogged) {
+TEST(FrameServerAdmission, WrongSecretFailsAtOnceAndIsLogged) {
   AdmissionServer server(serverOptions());
   ControlOptions wrong = serverOptions();
   wrong.secret = "not-the-secret";
@@ -304,7 +304,7 @@ TEST(ControlAdmission, WrongSecretFailsAtOnceAndIsLogged) {
   EXPECT_EQ(server.connects(), 0);
 }
 
-TEST(ControlAdmission, GarbageAndUnauthenticatedFramesAreRefusedLoggedRateLimited) {
+TEST(FrameServerAdmission, GarbageAndUnauthenticatedFramesAreRefusedLoggedRateLimited) {
   AdmissionServer server(serverOptions());
   constexpr int kEach = 50;
   for (int i = 0; i < kEach; ++i) {

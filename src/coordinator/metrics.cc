@@ -280,9 +280,9 @@ std::string prometheusText(const MetricsSnapshot& s) {
   header(out, "wsync_control_refusals_total", "counter",
          "Control connections refused before authentication, by reason.");
   for (size_t i = 0; i < kRefusalReasons; ++i) {
-    out += format("wsync_control_refusals_total{reason=\"%s\"} %" PRIu64 "\n",
-                  refusalReasonName(static_cast<RefusalReason>(i)),
-                  s.control_refusals.by_reason[i]);
+    out +=
+        format("wsync_control_refusals_total{reason=\"%s\"} %" PRIu64 "\n",
+               refusalReasonName(static_cast<RefusalReason>(i)), s.control_refusals.by_reason[i]);
   }
   return out;
 }

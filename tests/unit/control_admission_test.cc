@@ -15,6 +15,7 @@
 #include "control/frame_channel.h"
 #include "control/frame_server.h"
 #include "control/handshake_admission.h"
+#include "coordinator/metrics.h"
 #include "support/raw_control_client.h"
 
 namespace wsync {
@@ -110,6 +111,27 @@ TEST(HandshakeLimiter, LimitsEachPeerAndTheTotal) {
   limiter.release("unknown");  // harmless
   EXPECT_EQ(limiter.pending(), 0u);
   EXPECT_EQ(limiter.pendingFrom("a"), 0u);
+}
+
+TEST(RefusalMetrics, EveryReasonIsServedOnMetricsWithItsCount) {
+  CoordinatorMetrics metrics;
+  metrics.onControlRefused(RefusalReason::kWrongSecret);
+  metrics.onControlRefused(RefusalReason::kWrongSecret);
+  metrics.onControlRefused(RefusalReason::kPeerLimit);
+  EXPECT_EQ(metrics.snapshot().control_refusals[RefusalReason::kWrongSecret], 2u);
+  const std::string text = prometheusText(metrics.snapshot());
+  EXPECT_NE(text.find("# TYPE wsync_control_refusals_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("\nwsync_control_refusals_total{reason=\"wrong_secret\"} 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nwsync_control_refusals_total{reason=\"peer_limit\"} 1\n"),
+            std::string::npos);
+  for (size_t i = 0; i < kRefusalReasons; ++i) {
+    const std::string reason = refusalReasonName(static_cast<RefusalReason>(i));
+    EXPECT_NE(text.find("wsync_control_refusals_total{reason=\"" + reason + "\"}"),
+              std::string::npos)
+        << reason;
+  }
 }
 
 // ---- a real FrameServer ---------------------------------------------------------------------

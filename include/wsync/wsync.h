@@ -245,9 +245,15 @@ typedef struct {
 /** Creates a context and joins the job (collective under WSYNC_BOOTSTRAP_MPI).
  *  @param [in] config   settings (WSYNC_CONFIG_INITIALIZER, then fields set)
  *  @param [out] ctx     the new context, written only on success
- *  @return SUCCESS; INVALID_ARGUMENT (null, bad magic/size, bad field: the message names it);
- *          TIMEOUT (the coordinator or a rank did not show up); SYSTEM (MPI, socket or UCX
- *          failure); PROTOCOL; REMOTE.
+ *  Reaching the coordinator is retried with backoff within timeout_ms while it is not listening
+ *  yet or answers busy (too many unauthenticated connections in the handshake, from this host or
+ *  in all: it drops idle ones within seconds). The secret never travels: a challenge-response
+ *  proves it both ways.
+ *  @return SUCCESS; INVALID_ARGUMENT (null, bad magic/size, bad field: the message names it;
+ *          explicit bootstrap without a secret); TIMEOUT (the coordinator or a rank did not show
+ *          up, or the coordinator stayed busy); SYSTEM (MPI, socket or UCX failure); PROTOCOL
+ *          (at once, never retried: the coordinator refused the secret, or does not speak this
+ *          protocol or version); REMOTE.
  *          On failure no context exists; wsync_last_error(NULL) explains it. */
 wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_t* ctx);
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <random>
 #include <thread>
 
 #include "common/wire.h"
@@ -179,6 +180,11 @@ std::vector<uint8_t> refusedFrame(std::string_view reason) {
   return handshakeFrame(kRefused, std::vector<uint8_t>(reason.begin(), reason.end()));
 }
 
+std::vector<uint8_t> busyFrame(std::string_view reason) {
+  reason = reason.substr(0, kMaxRefusedReason);
+  return handshakeFrame(kBusy, std::vector<uint8_t>(reason.begin(), reason.end()));
+}
+
 // ---- FrameReader ------------------------------------------------------------------------------
 
 Status FrameReader::parseHeader(const std::string& who) {
@@ -220,6 +226,8 @@ void FrameReader::ensurePayloadRoom(size_t n) {
 Result<FrameReader::Event> FrameReader::read(int fd, const std::string& who, Frame* out,
                                              size_t budget) {
   size_t received = 0;
+  const size_t stage_bytes = std::min(kStageBytes, kHeaderBytes + max_payload_);
+  if (stage_.size() < stage_bytes) stage_.resize(stage_bytes);
   for (;;) {
     if (!have_header_ && end_ - begin_ >= kHeaderBytes) {
       WSYNC_RETURN_IF_ERROR(parseHeader(who));
@@ -317,6 +325,35 @@ Result<Frame> readFrameUntil(int fd, int wake_fd, const std::string& who,
   }
 }
 
+// Opens a TCP connection to host:port, retrying while it is refused (the server may not be
+// listening yet) until `deadline`.
+Result<Fd> connectUntil(const std::string& host, uint16_t port, const std::string& where,
+                        SteadyClock::time_point deadline, std::chrono::milliseconds timeout) {
+  auto backoff = std::chrono::milliseconds(5);
+  for (;;) {
+    Result<Fd> attempt = tcpConnect(host, port, deadline);
+    if (attempt.isOk()) return attempt;
+    const Status& st = attempt.status();
+    if (st.code() != WSYNC_ERR_TIMEOUT && st.code() != WSYNC_ERR_REMOTE) return st;
+    const auto now = SteadyClock::now();
+    if (st.code() == WSYNC_ERR_TIMEOUT || now >= deadline) {
+      return timeoutError("nobody answered at " + where + " within " +
+                          std::to_string(timeout.count()) + " ms (last attempt: " + st.message() +
+                          ")");
+    }
+    std::this_thread::sleep_for(std::min<SteadyClock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
+}
+
+// The pause before handshake attempt `attempt` (1, 2, ...) against a busy server: exponential
+// from 10 ms up to 1 s, with jitter in [50%, 100%] so that many clients do not retry in step.
+std::chrono::milliseconds busyBackoff(int attempt) {
+  thread_local std::minstd_rand random(std::random_device{}());
+  const int64_t cap = std::min<int64_t>(int64_t{10} << std::min(attempt, 7), 1000);
+  return std::chrono::milliseconds(cap / 2 + static_cast<int64_t>(random() % (cap / 2 + 1)));
+}
+
 }  // namespace
 
 FrameChannel::FrameChannel(Fd fd, WakeFd wake, std::string peer, const ControlOptions& options)
@@ -341,46 +378,49 @@ Result<std::unique_ptr<FrameChannel>> FrameChannel::connect(const std::string& h
                            std::to_string(options.max_frame_bytes) +
                            " exceeds the 32-bit frame length field");
   }
-  const auto deadline = SteadyClock::now() + timeout;
-  auto backoff = std::chrono::milliseconds(5);
-  Fd fd;
-  for (;;) {
-    Result<Fd> attempt = tcpConnect(host, port, deadline);
-    if (attempt.isOk()) {
-      fd = std::move(attempt).value();
-      break;
-    }
-    const Status& st = attempt.status();
-    if (st.code() != WSYNC_ERR_TIMEOUT && st.code() != WSYNC_ERR_REMOTE) return st;
+  const auto start = SteadyClock::now();
+  const auto deadline = start + timeout;
+  for (int attempt = 1;; ++attempt) {
+    WSYNC_ASSIGN_OR_RETURN(Fd fd, connectUntil(host, port, where, deadline, timeout));
+    WSYNC_ASSIGN_OR_RETURN(WakeFd wake, WakeFd::create());
+    std::unique_ptr<FrameChannel> channel(
+        new FrameChannel(std::move(fd), std::move(wake), where, options));
+    bool retryable = false;
+    Status st = channel->handshake(SteadyClock::now() + options.handshake_timeout, &retryable);
+    if (st.isOk()) return channel;
     const auto now = SteadyClock::now();
-    if (st.code() == WSYNC_ERR_TIMEOUT || now >= deadline) {
-      return timeoutError("nobody answered at " + where + " within " +
-                          std::to_string(timeout.count()) + " ms (last attempt: " + st.message() +
-                          ")");
+    if (!retryable) return st;
+    if (now >= deadline) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+      return timeoutError("the server " + where + " did not admit this client within " +
+                          std::to_string(waited.count()) + " ms (" + std::to_string(attempt) +
+                          " attempts; last: " + st.message() + ")");
     }
-    // Refused: the server may not be listening yet. Retry until the deadline.
-    std::this_thread::sleep_for(std::min<SteadyClock::duration>(backoff, deadline - now));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(
+        std::min<SteadyClock::duration>(busyBackoff(attempt), deadline - now));
   }
-  WSYNC_ASSIGN_OR_RETURN(WakeFd wake, WakeFd::create());
-  std::unique_ptr<FrameChannel> channel(
-      new FrameChannel(std::move(fd), std::move(wake), where, options));
-  WSYNC_RETURN_IF_ERROR(channel->handshake(SteadyClock::now() + options.handshake_timeout));
-  return channel;
 }
 
-Status FrameChannel::handshake(SteadyClock::time_point deadline) {
+Status FrameChannel::handshake(SteadyClock::time_point deadline, bool* retryable) {
   using namespace control_wire;
   const std::string who = "the server " + peer_;
+  *retryable = false;
   auto fail = [&](const Status& st) {
     if (st.code() == WSYNC_ERR_TIMEOUT) {
       return timeoutError(who + " did not complete the handshake in time");
     }
+    // Closed or reset before the handshake was done: a busy or restarting server; try again.
+    *retryable = st.code() == WSYNC_ERR_REMOTE;
     return st.withContext("handshake with " + peer_);
   };
   reader_.setLimits(kMaxHandshakePayload, kFlagHandshake);
   Result<Frame> hello = readFrameUntil(fd_.get(), -1, who, reader_, deadline);
   if (!hello.isOk()) return fail(hello.status());
+  if (hello->type == kBusy) {
+    *retryable = true;
+    return remoteError(who +
+                       " is busy: " + std::string(hello->payload.begin(), hello->payload.end()));
+  }
   ByteReader r(hello->payload);
   uint32_t version = 0;
   Nonce server_nonce{};

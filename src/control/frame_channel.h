@@ -13,10 +13,16 @@
 //                                   server nonce, client nonce)
 //   server -> client  kWelcome      tag (16) = MAC(key, "server", server nonce, client nonce)
 //                  or kRefused      reason (text), then the server closes.
+// A server with too many connections in the handshake (from this client's address, or in all)
+// sends kBusy (reason text) instead of kServerHello and closes: the client retries later.
 // key is derived from the shared secret, MAC is keyed SipHash-2-4 (two 64-bit lanes). The secret
-// never travels, tags are compared in constant time, both sides prove they hold the secret, and
-// fresh nonces on both sides defeat replay. (An eavesdropper who sees a handshake can still try to
-// guess a weak secret offline: use a long random secret.)
+// never travels, in clear or otherwise: the only bytes derived from it on the wire are the two
+// 16-byte tags, each a MAC over 32 bytes of fresh nonces. Tags are compared in constant time,
+// both sides prove they hold the secret (the server only after the client did, so a client
+// without the secret learns nothing from the server), and fresh nonces on both sides defeat
+// replay. (An eavesdropper who sees a handshake can still try to guess a weak secret offline:
+// use a long random secret.) Frames after the handshake are neither encrypted nor MACed: run the
+// control plane on a trusted network.
 #pragma once
 
 #include <array>
@@ -43,7 +49,14 @@ struct Frame {
 struct ControlOptions {
   std::string secret;                  // shared secret; both sides must agree; must not be empty
   size_t max_frame_bytes = 256 << 20;  // larger frames are rejected (PROTOCOL) without allocating
+  // A connection must finish the handshake within handshake_timeout (both sides), and (server)
+  // send its first byte within idle_handshake_timeout, or it is dropped.
   std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds idle_handshake_timeout{2000};
+  // Server: connections in the handshake at once, from one peer address and in all. More are
+  // answered kBusy and closed (clients retry).
+  size_t max_handshakes_per_peer = 32;
+  size_t max_handshakes = 512;
   // A frame being sent, or (on the server) a frame partly received, that makes no progress for
   // this long fails the connection with TIMEOUT: bounds the wait on a peer that stopped reading or
   // stopped mid-frame.
@@ -68,6 +81,7 @@ enum HandshakeType : uint16_t {
   kClientAuth = 2,
   kWelcome = 3,
   kRefused = 4,
+  kBusy = 5,  // instead of kServerHello: too many connections in the handshake; retry later
 };
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
@@ -97,6 +111,7 @@ std::vector<uint8_t> serverHelloFrame(const Nonce& server_nonce);
 std::vector<uint8_t> clientAuthFrame(const Nonce& client_nonce, const Tag& tag);
 std::vector<uint8_t> welcomeFrame(const Tag& tag);
 std::vector<uint8_t> refusedFrame(std::string_view reason);
+std::vector<uint8_t> busyFrame(std::string_view reason);
 
 // Reassembles frames from a nonblocking socket. Survives partial reads: a read that stops midway
 // keeps its state, and the next read continues the same frame. Payload memory grows with the bytes
@@ -106,7 +121,8 @@ class FrameReader {
  public:
   enum class Event { kFrame, kAgain, kClosed };
 
-  // Frames must have exactly `required_flags` and at most `max_payload` bytes.
+  // Frames must have exactly `required_flags` and at most `max_payload` bytes. Bytes already
+  // buffered are judged by the new limits.
   void setLimits(size_t max_payload, uint16_t required_flags) {
     max_payload_ = max_payload;
     required_flags_ = required_flags;
@@ -130,7 +146,9 @@ class FrameReader {
   static constexpr size_t kStageBytes = 64 << 10;
   size_t max_payload_ = kMaxHandshakePayload;
   uint16_t required_flags_ = kFlagHandshake;
-  std::vector<uint8_t> stage_ = std::vector<uint8_t>(kStageBytes);
+  // Sized on the first read after setLimits(): kHeaderBytes + max_payload (at most kStageBytes),
+  // so a connection in the handshake holds a few hundred bytes, not kStageBytes.
+  std::vector<uint8_t> stage_;
   size_t begin_ = 0;  // unparsed bytes are stage_[begin_, end_)
   size_t end_ = 0;
   bool have_header_ = false;
@@ -147,10 +165,13 @@ class FrameReader {
 // and every later call too; it is thread-safe.
 class FrameChannel {
  public:
-  // Connects to host:port, retrying until `timeout` (the server may not be listening yet), then
-  // does the handshake (bounded by options.handshake_timeout). TIMEOUT when nobody answers;
-  // PROTOCOL when the secret is refused, the peer does not speak this protocol or its version
-  // differs; INVALID_ARGUMENT for an empty secret.
+  // Connects to host:port and does the handshake (each attempt bounded by
+  // options.handshake_timeout). Retries with backoff until `timeout` while the server is not
+  // listening yet, answers busy (too many connections in the handshake) or closes the connection
+  // before the handshake is done (an attempt begun before `timeout` may finish up to
+  // handshake_timeout after it). TIMEOUT when nobody answered or the server stayed busy;
+  // PROTOCOL at once, never retried, when the server refuses the secret, the peer does not speak
+  // this protocol or its version differs; INVALID_ARGUMENT for an empty secret.
   static Result<std::unique_ptr<FrameChannel>> connect(const std::string& host, uint16_t port,
                                                        const ControlOptions& options,
                                                        std::chrono::milliseconds timeout);
@@ -177,7 +198,8 @@ class FrameChannel {
 
  private:
   FrameChannel(Fd fd, WakeFd wake, std::string peer, const ControlOptions& options);
-  Status handshake(SteadyClock::time_point deadline);
+  // *retryable: the failure says nothing about the secret or the protocol (busy, closed).
+  Status handshake(SteadyClock::time_point deadline, bool* retryable);
   Status aborted() const;
 
   Fd fd_;

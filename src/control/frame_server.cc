@@ -13,15 +13,19 @@
 #include <exception>
 
 #include "common/wire.h"
+#include "control/frame_server_connection.h"
 
 namespace wsync {
+
+using frame_server_internal::describe;
+using frame_server_internal::Phase;
+
 namespace {
 
 constexpr size_t kReadBudgetBytes = 4 << 20;  // per connection per poll round: fairness
 constexpr int kMaxIovecs = 64;
 constexpr auto kLinger = std::chrono::milliseconds(2000);  // longest wait for our FIN's ack
 constexpr auto kDrainPoll = std::chrono::milliseconds(5);  // how often a closing socket is checked
-constexpr auto kAcceptPause = std::chrono::milliseconds(100);  // after EMFILE and the like
 
 // True when the peer has acknowledged every byte we sent (and our FIN): closing now cannot lose
 // data, even if the peer's unread bytes make our close() send a reset.
@@ -30,54 +34,7 @@ bool allAcknowledged(int fd) {
   return ::ioctl(fd, SIOCOUTQ, &unacked) != 0 || unacked <= 0;
 }
 
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
 }  // namespace
-
-struct FrameServer::OutFrame {
-  std::array<uint8_t, control_wire::kHeaderBytes> header{};
-  size_t header_len = 0;  // 0 when `payload` is a whole pre-encoded frame
-  std::vector<uint8_t> payload;
-  size_t offset = 0;  // bytes of header+payload already written
-  size_t size() const { return header_len + payload.size(); }
-};
-
-enum class Phase { kAwaitAuth, kOpen, kDraining };
-
-struct FrameServer::Connection {
-  Fd fd;
-  std::string peer;
-  Phase phase = Phase::kAwaitAuth;
-  ConnectionId id = 0;  // set when the handshake succeeds
-  bool dead = false;
-  control_wire::FrameReader reader;
-  control_wire::Nonce server_nonce{};
-  SteadyClock::time_point deadline{};  // kAwaitAuth: handshake; kDraining: give up
-  bool fin_sent = false;               // kDraining: our side is shut down for writing
-
-  std::deque<OutFrame> out;  // server thread only
-  size_t out_bytes = 0;
-  SteadyClock::time_point last_write_progress{};
-  SteadyClock::time_point last_read_progress{};
-
-  // Guarded by FrameServer::mu_.
-  std::deque<OutFrame> pending;
-  bool dirty = false;
-  bool close_requested = false;
-  std::atomic<bool> close_flag{false};  // close_requested, readable without the lock
-
-  std::string who() const {
-    return id != 0 ? "connection " + std::to_string(id) + " (" + peer + ")" : peer;
-  }
-};
 
 // ---- public API ------------------------------------------------------------------------------
 
@@ -116,7 +73,9 @@ FrameServer::FrameServer(Fd listen_fd, uint16_t port, WakeFd wake, const Control
       wake_(std::move(wake)),
       options_(options),
       key_(control_wire::deriveAuthKey(options.secret)),
-      handlers_(std::move(handlers)) {}
+      handlers_(std::move(handlers)),
+      limiter_(options.max_handshakes_per_peer, options.max_handshakes),
+      refusal_log_(handlers_.log, "control server on port " + std::to_string(port)) {}
 
 FrameServer::~FrameServer() {
   stop();
@@ -192,8 +151,8 @@ void FrameServer::callOnClose(ConnectionId id, const Status& status) {
   try {
     handlers_.on_close(id, status);
   } catch (...) {
-    std::fprintf(stderr, "wsync: control server: on_close(%llu) threw: %s\n",
-                 static_cast<unsigned long long>(id), describe(std::current_exception()).c_str());
+    logLine("control server on port " + std::to_string(port_) + ": on_close(" + std::to_string(id) +
+            ") threw: " + describe(std::current_exception()));
   }
 }
 
@@ -224,7 +183,8 @@ void FrameServer::run() {
     const int timeout = std::min(pollTimeoutMs(nextDeadline()), 1000);
     const int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) {
-      std::fprintf(stderr, "wsync: control server: poll failed: %s\n", std::strerror(errno));
+      logLine("control server on port " + std::to_string(port_) +
+              ": poll failed: " + std::strerror(errno) + "; stopping");
       break;
     }
     if (rc > 0) {
@@ -235,6 +195,7 @@ void FrameServer::run() {
       }
     }
     checkDeadlines(SteadyClock::now());
+    refusal_log_.tick(SteadyClock::now());
     for (auto it = all_.begin(); it != all_.end();) {
       it = it->second->dead ? all_.erase(it) : std::next(it);
     }
@@ -280,39 +241,6 @@ void FrameServer::applyRequests() {
   }
   for (Connection* c : to_close)
     beginDrain(*c);
-}
-
-void FrameServer::acceptNew() {
-  for (int i = 0; i < 64; ++i) {  // bounded per round so connections get served too
-    Result<Fd> accepted = tcpAccept(listen_fd_.get());
-    if (!accepted.isOk()) {
-      std::fprintf(stderr, "wsync: control server on port %u: %s; pausing accepts\n",
-                   static_cast<unsigned>(port_), accepted.status().message().c_str());
-      accept_paused_until_ = SteadyClock::now() + kAcceptPause;
-      return;
-    }
-    if (!accepted->valid()) return;
-    if (handshaking_ >= kMaxPendingHandshakes) continue;  // dropped: too many strangers at once
-
-    auto owned = std::make_unique<Connection>();
-    Connection& c = *owned;
-    c.fd = std::move(accepted).value();
-    c.peer = peerName(c.fd.get());
-    if (!randomBytes(c.server_nonce.data(), c.server_nonce.size()).isOk()) continue;
-    c.reader.setLimits(control_wire::kMaxHandshakePayload, control_wire::kFlagHandshake);
-    const auto now = SteadyClock::now();
-    c.deadline = now + options_.handshake_timeout;
-    c.last_write_progress = now;
-    c.last_read_progress = now;
-    OutFrame hello;
-    hello.payload = control_wire::serverHelloFrame(c.server_nonce);
-    c.out_bytes = hello.size();
-    c.out.push_back(std::move(hello));
-    ++handshaking_;
-    all_.emplace(&c, std::move(owned));
-    Status flushed = flush(c);
-    if (!flushed.isOk()) kill(c, flushed);
-  }
 }
 
 void FrameServer::service(Connection& c, short revents) {
@@ -395,12 +323,24 @@ void FrameServer::readFrames(Connection& c) {
         c.reader.read(c.fd.get(), c.who(), &frame, budget);
     if (c.reader.totalReceived() != start) c.last_read_progress = SteadyClock::now();
     if (!event.isOk()) {
-      kill(c, event.status());
+      if (c.phase == Phase::kAwaitAuth) {
+        // A PROTOCOL error is garbage, a truncated or oversized frame: say so; a reset is the
+        // client giving up.
+        const bool garbage = event.status().code() == WSYNC_ERR_PROTOCOL;
+        refuse(c, garbage ? RefusalReason::kBadHandshake : RefusalReason::kAbandoned,
+               event.status().message(), garbage);
+      } else {
+        kill(c, event.status());
+      }
       return;
     }
     if (*event == control_wire::FrameReader::Event::kAgain) return;
     if (*event == control_wire::FrameReader::Event::kClosed) {
-      kill(c, remoteError(c.who() + " closed the connection"));
+      if (c.phase == Phase::kAwaitAuth) {
+        refuse(c, RefusalReason::kAbandoned, "closed the connection", false);
+      } else {
+        kill(c, remoteError(c.who() + " closed the connection"));
+      }
       return;
     }
     if (c.phase == Phase::kAwaitAuth) {
@@ -417,75 +357,6 @@ void FrameServer::readFrames(Connection& c) {
       return;
     }
   }
-}
-
-void FrameServer::handleAuth(Connection& c, Frame&& frame) {
-  using namespace control_wire;
-  ByteReader r(frame.payload);
-  uint32_t version = 0;
-  Nonce client_nonce{};
-  Tag tag{};
-  if (frame.type != kClientAuth || !r.fixed32(version)) {
-    refuse(c, "expected a client authentication frame");
-    return;
-  }
-  if (version != kProtocolVersion) {
-    refuse(c, "client speaks control protocol version " + std::to_string(version) +
-                  ", this server version " + std::to_string(kProtocolVersion));
-    return;
-  }
-  if (!r.bytes(client_nonce.data(), client_nonce.size()) || !r.bytes(tag.data(), tag.size()) ||
-      !r.atEnd()) {
-    refuse(c, "malformed client authentication frame");
-    return;
-  }
-  const Tag expected = clientTag(key_, c.server_nonce, client_nonce);
-  if (!equalConstantTime(tag.data(), expected.data(), kTagBytes)) {
-    refuse(c, "authentication failed (wrong shared secret)");
-    return;
-  }
-  OutFrame welcome;
-  welcome.payload = welcomeFrame(serverTag(key_, c.server_nonce, client_nonce));
-  if (c.out.empty()) c.last_write_progress = SteadyClock::now();
-  c.out_bytes += welcome.size();
-  c.out.push_back(std::move(welcome));
-  c.reader.setLimits(options_.max_frame_bytes, 0);
-  c.phase = Phase::kOpen;
-  c.id = next_id_++;
-  --handshaking_;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_.emplace(c.id, &c);
-    issued_ = c.id;
-  }
-  Status flushed = flush(c);
-  if (!flushed.isOk()) {
-    // Never announced: drop quietly.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      open_.erase(c.id);
-    }
-    c.dead = true;
-    c.fd.reset();
-    return;
-  }
-  if (handlers_.on_connect) {
-    try {
-      handlers_.on_connect(c.id);
-    } catch (...) {
-      kill(c, internalError("the on_connect handler threw for " + c.who() + ": " +
-                            describe(std::current_exception())));
-    }
-  }
-}
-
-void FrameServer::refuse(Connection& c, const std::string& reason) {
-  // One best-effort write (the frame is tiny), then close; the connection never reaches handlers.
-  std::vector<uint8_t> frame = control_wire::refusedFrame(reason);
-  iovec iov{frame.data(), frame.size()};
-  (void)sendSome(c.fd.get(), &iov, 1);
-  ::shutdown(c.fd.get(), SHUT_WR);
-  kill(c, protocolError(c.who() + ": handshake refused: " + reason));
 }
 
 void FrameServer::beginDrain(Connection& c) {
@@ -506,7 +377,14 @@ void FrameServer::beginDrain(Connection& c) {
 void FrameServer::kill(Connection& c, const Status& status) {
   if (c.dead) return;
   c.dead = true;
-  if (c.phase == Phase::kAwaitAuth) --handshaking_;
+  if (c.phase == Phase::kAwaitAuth) {
+    limiter_.release(c.address);
+    // Ended by the peer (closed, reset) unless refused, or by stop().
+    if (!c.refused && status.code() != WSYNC_ERR_ABORTED) {
+      c.refused = true;
+      noteRefusal(RefusalReason::kAbandoned, c.address, c.peer, status.message());
+    }
+  }
   const bool announce = c.phase == Phase::kOpen;
   if (announce) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -520,10 +398,12 @@ void FrameServer::kill(Connection& c, const Status& status) {
 SteadyClock::time_point FrameServer::nextDeadline() const {
   auto next = SteadyClock::now() + std::chrono::hours(1);
   if (SteadyClock::now() < accept_paused_until_) next = std::min(next, accept_paused_until_);
+  if (auto summary = refusal_log_.nextDue()) next = std::min(next, *summary);
   for (const auto& [ptr, owned] : all_) {
     const Connection& c = *ptr;
     if (c.dead) continue;
-    if (c.phase != Phase::kOpen) next = std::min(next, c.deadline);
+    if (c.phase == Phase::kAwaitAuth) next = std::min(next, handshakeDeadline(c));
+    if (c.phase == Phase::kDraining) next = std::min(next, c.deadline);
     if (c.phase == Phase::kDraining && c.fin_sent)
       next = std::min(next, SteadyClock::now() + kDrainPoll);
     if (!c.out.empty()) next = std::min(next, c.last_write_progress + options_.io_timeout);
@@ -539,8 +419,8 @@ void FrameServer::checkDeadlines(SteadyClock::time_point now) {
     Connection& c = *ptr;
     if (c.dead) continue;
     const auto io_ms = std::to_string(options_.io_timeout.count());
-    if (c.phase == Phase::kAwaitAuth && now >= c.deadline) {
-      kill(c, timeoutError(c.who() + " did not finish the handshake in time"));
+    if (c.phase == Phase::kAwaitAuth) {
+      checkHandshakeDeadline(c, now);
     } else if (c.phase == Phase::kDraining &&
                (now >= c.deadline || (c.fin_sent && allAcknowledged(c.fd.get())))) {
       kill(c, Status::ok());

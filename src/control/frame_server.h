@@ -4,9 +4,15 @@
 // is writable, so a slow or stuck peer (or a frame of hundreds of MB) never stalls the others.
 //
 // Robustness against hostile or broken peers:
-//  - a connection must finish the handshake within handshake_timeout, with frames of at most
-//    control_wire::kMaxHandshakePayload bytes; otherwise it is dropped and never reaches handlers.
-//    At most kMaxPendingHandshakes connections may be in the handshake at once; more are dropped.
+//  - a connection must send its first byte within idle_handshake_timeout and finish the handshake
+//    within handshake_timeout, with frames of at most control_wire::kMaxHandshakePayload bytes;
+//    otherwise it is dropped and never reaches handlers. One peer address may have at most
+//    max_handshakes_per_peer connections in the handshake, all together at most max_handshakes;
+//    a connection over either limit gets kBusy and is closed at once (clients retry), so a host
+//    that floods the port never locks out the others. A connection in the handshake holds about
+//    2 KiB (its state, a 524-byte read stage, two empty queues), so all of them at most ~1 MiB
+//    by default. Every refusal is counted by reason and logged through handlers.log,
+//    rate-limited (see handshake_admission.h).
 //  - after the handshake, a frame over max_frame_bytes or with a bad header closes the connection
 //    (on_close with PROTOCOL); payload memory grows only as bytes arrive.
 //  - a connection that stops mid-frame, or stops reading what is queued for it, for io_timeout is
@@ -27,6 +33,7 @@
 
 #include "common/status.h"
 #include "control/frame_channel.h"
+#include "control/handshake_admission.h"
 #include "control/socket.h"
 
 namespace wsync {
@@ -39,6 +46,12 @@ struct FrameServerHandlers {
   // Called exactly once per connection that reached on_connect: REMOTE (peer closed or reset),
   // PROTOCOL (malformed frame), TIMEOUT (stalled), ABORTED (close() or stop()), SYSTEM.
   std::function<void(ConnectionId, const Status&)> on_close;
+  // Refused connections (never announced to the handlers above), on the server thread:
+  // on_refused for every one (counters), `log` for a rate-limited few plus periodic summaries
+  // (RefusalLog), and for the server's own troubles (accept failing). Either may be empty; with
+  // no `log`, nothing is printed.
+  std::function<void(RefusalReason)> on_refused;
+  std::function<void(const std::string&)> log;
 };
 
 // Listens and serves many connections from ONE internal thread (poll over all sockets). Handlers
@@ -48,8 +61,6 @@ struct FrameServerHandlers {
 // closes its connection (INTERNAL); the server keeps serving.
 class FrameServer {
  public:
-  static constexpr size_t kMaxPendingHandshakes = 128;
-
   // Binds bind_host:port (port 0: ephemeral; see port()) and starts the thread. INVALID_ARGUMENT
   // for an empty secret; SYSTEM when the address cannot be bound.
   static Result<std::unique_ptr<FrameServer>> start(const std::string& bind_host, uint16_t port,
@@ -60,6 +71,8 @@ class FrameServer {
   FrameServer& operator=(const FrameServer&) = delete;
 
   uint16_t port() const { return port_; }
+  // Connections refused so far, by reason. Thread-safe.
+  RefusalCounts refusals() const { return refusal_log_.counts(); }
 
   // Queues one frame for connection `id` and returns at once (the server thread writes it).
   // Frames to one connection go out in the order of send() calls. INVALID_ARGUMENT for an unknown
@@ -92,8 +105,20 @@ class FrameServer {
   void service(Connection& c, short revents);
   void readFrames(Connection& c);
   Status flush(Connection& c);
+  // The handshake (frame_server_handshake.cc).
+  void admit(Fd fd, SteadyClock::time_point now);
+  void refuseAtAccept(Fd fd, const std::string& address, RefusalReason reason,
+                      const std::string& detail);
   void handleAuth(Connection& c, Frame&& frame);
-  void refuse(Connection& c, const std::string& reason);
+  // Ends a connection in the handshake: counts and logs the refusal, tells the peer `detail`
+  // (a kRefused frame) when `tell_peer`, and closes it.
+  void refuse(Connection& c, RefusalReason reason, const std::string& detail, bool tell_peer);
+  // Counts (on_refused, refusals()) and maybe logs one refused connection.
+  void noteRefusal(RefusalReason reason, const std::string& address, const std::string& peer,
+                   const std::string& detail);
+  void checkHandshakeDeadline(Connection& c, SteadyClock::time_point now);
+  SteadyClock::time_point handshakeDeadline(const Connection& c) const;
+  void logLine(const std::string& line);
   void beginDrain(Connection& c);
   void kill(Connection& c, const Status& status);
   void checkDeadlines(SteadyClock::time_point now);
@@ -110,7 +135,9 @@ class FrameServer {
 
   // Server-thread only.
   std::unordered_map<Connection*, std::unique_ptr<Connection>> all_;
-  size_t handshaking_ = 0;
+  HandshakeLimiter limiter_;
+  RefusalLog refusal_log_;  // counts() from any thread
+  SteadyClock::time_point accept_error_logged_{};
   ConnectionId next_id_ = 1;
   SteadyClock::time_point accept_paused_until_{};
 

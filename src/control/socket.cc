@@ -130,22 +130,46 @@ Result<uint16_t> localPort(int fd) {
   return systemError("getsockname: unexpected address family " + std::to_string(ss.ss_family));
 }
 
-std::string peerName(int fd) {
+namespace {
+
+// The peer's address (without port) and port; false when unknown.
+bool peerEndpoint(int fd, std::string* address, uint16_t* port, bool* v6) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "<unknown peer>";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
   char text[INET6_ADDRSTRLEN] = {};
   if (ss.ss_family == AF_INET) {
     const auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
     inet_ntop(AF_INET, &sin->sin_addr, text, sizeof(text));
-    return std::string(text) + ":" + std::to_string(ntohs(sin->sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
+    *port = ntohs(sin->sin_port);
+    *v6 = false;
+  } else if (ss.ss_family == AF_INET6) {
     const auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
     inet_ntop(AF_INET6, &sin6->sin6_addr, text, sizeof(text));
-    return "[" + std::string(text) + "]:" + std::to_string(ntohs(sin6->sin6_port));
+    *port = ntohs(sin6->sin6_port);
+    *v6 = true;
+  } else {
+    return false;
   }
-  return "<unknown peer>";
+  *address = text;
+  return true;
+}
+
+}  // namespace
+
+std::string peerName(int fd) {
+  std::string address;
+  uint16_t port = 0;
+  bool v6 = false;
+  if (!peerEndpoint(fd, &address, &port, &v6)) return "<unknown peer>";
+  return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+}
+
+std::string peerAddress(int fd) {
+  std::string address;
+  uint16_t port = 0;
+  bool v6 = false;
+  return peerEndpoint(fd, &address, &port, &v6) ? address : "<unknown peer>";
 }
 
 Result<Fd> tcpConnect(const std::string& host, uint16_t port, SteadyClock::time_point deadline) {

@@ -70,6 +70,9 @@ Result<uint16_t> localPort(int fd);
 
 // "address:port" of the socket's peer, or "<unknown peer>"; for error messages.
 std::string peerName(int fd);
+// The socket peer's address alone ("10.0.0.7", "::1"), or "<unknown peer>": the unit per-peer
+// limits count by.
+std::string peerAddress(int fd);
 
 // One connection attempt to host:port that gives up at `deadline`. The socket comes back
 // nonblocking with TCP_NODELAY. REMOTE when refused or unreachable (worth retrying), TIMEOUT at the

@@ -30,6 +30,9 @@ Status Coordinator::Impl::start() {
   handlers.on_close = [this](ConnectionId id, const Status& s) {
     push({Event::kClose, id, {}, s});
   };
+  // Refused connections (the server thread): counted, and logged rate-limited.
+  handlers.on_refused = [metrics = opt_.metrics](RefusalReason r) { metrics->onControlRefused(r); };
+  if (opt_.log) handlers.log = [this](const std::string& line) { log(line); };
   WSYNC_ASSIGN_OR_RETURN(
       server_, FrameServer::start(opt_.bind_host, opt_.port, opt_.control, std::move(handlers)));
   phase_deadline_ = Clock::now() + opt_.timeout;

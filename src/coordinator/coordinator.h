@@ -53,7 +53,9 @@ struct CoordinatorOptions {
   // this) for this long is dropped like one whose connection closed. 0: heartbeats are not
   // watched.
   std::chrono::milliseconds heartbeat_timeout{0};
-  std::function<void(const std::string&)> log;  // progress lines; may be empty
+  // Progress lines, and refused control connections (rate-limited): called from the event thread
+  // and the control server's thread, so it must be thread-safe. May be empty.
+  std::function<void(const std::string&)> log;
   // Fed with every version's outcome (readers: metrics->snapshot()); null: a private one.
   std::shared_ptr<CoordinatorMetrics> metrics;
 };

@@ -136,6 +136,11 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   return v;
 }
 
+void CoordinatorMetrics::onControlRefused(RefusalReason reason) {
+  std::lock_guard lock(mu_);
+  ++totals_.control_refusals.by_reason[static_cast<size_t>(reason)];
+}
+
 MetricsSnapshot CoordinatorMetrics::snapshot() const {
   std::lock_guard lock(mu_);
   MetricsSnapshot s = totals_;
@@ -271,6 +276,13 @@ std::string prometheusText(const MetricsSnapshot& s) {
     header(out, m.name, m.type, m.help);
     for (const ReplicaCounters& r : s.replicas)
       replicaSample(out, m.name, r.replica, m.value(r));
+  }
+  header(out, "wsync_control_refusals_total", "counter",
+         "Control connections refused before authentication, by reason.");
+  for (size_t i = 0; i < kRefusalReasons; ++i) {
+    out +=
+        format("wsync_control_refusals_total{reason=\"%s\"} %" PRIu64 "\n",
+               refusalReasonName(static_cast<RefusalReason>(i)), s.control_refusals.by_reason[i]);
   }
   return out;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "control/handshake_admission.h"
 #include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
 #include "plan/plan.h"
@@ -78,6 +79,9 @@ struct MetricsSnapshot {
   uint64_t checksum_failures = 0;
   std::vector<VersionStats> recent;       // the last delivered versions, oldest first
   std::vector<ReplicaCounters> replicas;  // by replica id
+  // Control connections refused before authentication, by reason (wrong secret, garbage, limits,
+  // ...): see control/handshake_admission.h.
+  RefusalCounts control_refusals;
 };
 
 class CoordinatorMetrics {
@@ -98,6 +102,9 @@ class CoordinatorMetrics {
   void onStarted(uint64_t version, SequencerTime now);
   void onReplicaReady(int32_t replica, uint64_t version, SequencerTime now);
   VersionStats onDelivered(const VersionOutcome& outcome, SequencerTime now);
+
+  // One control connection refused (the control server's thread).
+  void onControlRefused(RefusalReason reason);
 
   MetricsSnapshot snapshot() const;  // thread-safe
 

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "bootstrap/mpi_bootstrap.h"
@@ -90,8 +91,11 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
     if (secret.empty()) return invalidArgument("explicit bootstrap needs a secret (config.secret)");
   }
   WSYNC_ASSIGN_OR_RETURN(auto host_port, splitAddress(address));
+  // Connecting retries (with backoff, within the timeout) while the coordinator is not listening
+  // yet or answers busy (too many connections in the handshake); a refused secret fails at once.
   ControlOptions control;
   control.secret = secret;
+  control.handshake_timeout = std::min(control.handshake_timeout, options.timeout);
   WSYNC_ASSIGN_OR_RETURN(job.channel, FrameChannel::connect(host_port.first, host_port.second,
                                                             control, options.timeout));
   WSYNC_RETURN_IF_ERROR(

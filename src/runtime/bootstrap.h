@@ -46,7 +46,9 @@ struct JobConnection {
 };
 
 // Joins the job and returns once the coordinator has welcomed this rank (every rank of the job
-// has joined). TIMEOUT names what did not arrive.
+// has joined). A coordinator that is not listening yet or is busy (too many connections in the
+// handshake) is retried with backoff within options.timeout. TIMEOUT names what did not arrive
+// (or that the coordinator stayed busy); PROTOCOL, at once, when it refuses the secret.
 Result<JobConnection> joinJob(const BootstrapOptions& options);
 
 // Replies the coordinator itself bounds by the job's timeout are awaited this much longer, so its

@@ -153,6 +153,11 @@ void writeFrameSeeds(SeedWriter& out, const Bytes& registration) {
   // Mode byte: bit 0 handshake limits, bits 1-7 the write size minus one.
   out.writeTagged("frame_reader", "handshake-whole", 1 | (127 << 1), handshake);
   out.writeTagged("frame_reader", "handshake-by-5", 1 | (4 << 1), handshake);
+  // A busy server: kBusy instead of the hello, then a refusal.
+  Bytes busy = cw::busyFrame("busy: 32 connections already in the handshake from 10.0.0.7");
+  const Bytes refused = cw::refusedFrame("did not finish the handshake within 10000 ms");
+  busy.insert(busy.end(), refused.begin(), refused.end());
+  out.writeTagged("frame_reader", "handshake-busy", 1 | (127 << 1), busy);
   Bytes app;
   const Bytes go = encode(GoMsg{7, {0, 1}});
   for (const auto& [type, payload] :

@@ -1,2 +1,5 @@
 wsync_add_unit_test(wsync_control_test
   ${CMAKE_CURRENT_LIST_DIR}/control_test.cc)
+# Admission: per-peer and total handshake limits, idle handshakes, retries, refusal logging.
+wsync_add_unit_test(wsync_control_admission_test
+  ${CMAKE_CURRENT_LIST_DIR}/control_admission_test.cc)

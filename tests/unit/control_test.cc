@@ -16,12 +16,17 @@
 #include "control/frame_channel.h"
 #include "control/frame_server.h"
 #include "control/socket.h"
+#include "support/raw_control_client.h"
 
 namespace wsync {
 namespace {
 
 using namespace std::chrono_literals;
 using Ms = std::chrono::milliseconds;
+using raw_control::closedByPeer;
+using raw_control::rawHandshake;
+using raw_control::readRawFrame;
+using raw_control::writeAll;
 
 constexpr char kHost[] = "127.0.0.1";
 
@@ -131,76 +136,6 @@ Fd rawConnect(uint16_t port) {
   Result<Fd> fd = tcpConnect(kHost, port, SteadyClock::now() + 2s);
   EXPECT_TRUE(fd.isOk()) << fd.status().toString();
   return fd.isOk() ? std::move(fd).value() : Fd();
-}
-
-Status writeAll(int fd, const std::vector<uint8_t>& bytes) {
-  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  return sendAll(fd, &iov, 1, 2000ms, -1, nullptr);
-}
-
-Status readExact(int fd, uint8_t* out, size_t n, Ms timeout = 2000ms) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (n > 0) {
-    WSYNC_RETURN_IF_ERROR(waitFd(fd, POLLIN, deadline, -1));
-    const ssize_t got = ::recv(fd, out, n, MSG_DONTWAIT);
-    if (got == 0) return remoteError("eof");
-    if (got < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return remoteError(std::strerror(errno));
-    }
-    out += got;
-    n -= static_cast<size_t>(got);
-  }
-  return Status::ok();
-}
-
-Result<Frame> readRawFrame(int fd) {
-  uint8_t h[control_wire::kHeaderBytes];
-  WSYNC_RETURN_IF_ERROR(readExact(fd, h, sizeof(h)));
-  const control_wire::Header header = control_wire::decodeHeader(h);
-  if (header.magic != control_wire::kMagic || header.length > (1u << 20)) {
-    return protocolError("bad raw frame");
-  }
-  Frame f;
-  f.type = header.type;
-  f.payload.resize(header.length);
-  WSYNC_RETURN_IF_ERROR(readExact(fd, f.payload.data(), f.payload.size()));
-  return f;
-}
-
-// True when the peer closes the connection (EOF or reset) within `timeout`; data is discarded.
-bool closedByPeer(int fd, Ms timeout = 3000ms) {
-  const auto deadline = SteadyClock::now() + timeout;
-  uint8_t buf[4096];
-  for (;;) {
-    if (!waitFd(fd, POLLIN, deadline, -1).isOk()) return false;
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EINTR) return true;  // reset
-  }
-}
-
-// The client side of the handshake on a raw socket.
-Status rawHandshake(int fd, const std::string& secret) {
-  using namespace control_wire;
-  WSYNC_ASSIGN_OR_RETURN(Frame hello, readRawFrame(fd));
-  if (hello.type != kServerHello || hello.payload.size() != 4 + kNonceBytes) {
-    return protocolError("unexpected hello");
-  }
-  Nonce server_nonce{};
-  std::memcpy(server_nonce.data(), hello.payload.data() + 4, kNonceBytes);
-  Nonce client_nonce{};
-  client_nonce.fill(7);
-  const AuthKey key = deriveAuthKey(secret);
-  WSYNC_RETURN_IF_ERROR(
-      writeAll(fd, clientAuthFrame(client_nonce, clientTag(key, server_nonce, client_nonce))));
-  WSYNC_ASSIGN_OR_RETURN(Frame welcome, readRawFrame(fd));
-  const Tag expected = serverTag(key, server_nonce, client_nonce);
-  if (welcome.type != kWelcome || welcome.payload.size() != kTagBytes ||
-      std::memcmp(welcome.payload.data(), expected.data(), kTagBytes) != 0) {
-    return protocolError("not welcomed");
-  }
-  return Status::ok();
 }
 
 // A one-connection fake server speaking the handshake by hand; `script` runs on the accepted

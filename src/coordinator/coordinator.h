@@ -52,6 +52,11 @@ struct CoordinatorOptions {
   // this) for this long is dropped like one whose connection closed. 0: heartbeats are not
   // watched.
   std::chrono::milliseconds heartbeat_timeout{0};
+  // Versions are checksummed (docs/checksums.md): trainers send checksums, rollouts verify before
+  // a version becomes ready; a replica whose check fails gets the version again, at most
+  // checksum_retries times (>= 0), then skips it.
+  bool checksums = false;
+  int checksum_retries = 3;
   std::function<void(const std::string&)> log;  // progress lines; may be empty
   // Fed with every version's outcome (readers: metrics->snapshot()); null: a private one.
   std::shared_ptr<CoordinatorMetrics> metrics;

@@ -29,6 +29,15 @@
 //   to the new ranks and their peers); trainer -> ExtensionDone(replica); once every trainer and
 //   every new rank is done, CommitOk to the new ranks: the replica takes part from the next
 //   version.
+// Checksums (protocol version 5; Welcome::checksums, docs/checksums.md): each trainer sends
+//   SentChecksums(v, per rollout rank the checksum of what it sent there) instead of Sent(v);
+//   once a replica's data landed, the coordinator sends each of its ranks Verify(v, slot, per
+//   trainer the expected checksum) instead of Ready; the rank sums its slot's regions per trainer
+//   and answers Verified(v) or ChecksumFailed(v, the trainers whose bytes differ). Every rank
+//   verified: Ready(v, slot) as above. A rank failed: the replica's version is re-sent (a Go(v)
+//   giving only that replica a slot, to the trainers and its ranks, which write and receive
+//   again and answer SentChecksums / Received again), up to a bounded number of retries; then
+//   the replica skips the version (Go(v, -1) to its ranks: they give the slot back).
 #pragma once
 
 #include <cstdint>
@@ -65,12 +74,17 @@ enum class MessageType : uint16_t {
   kPlanExtension = 21,   // coord -> trainer, PlanExtensionMsg
   kExtensionDone = 22,   // trainer -> coord, ReplicaMsg
   kReadied = 23,         // rollout -> coord, VersionMsg
+  kSentChecksums = 26,   // trainer -> coord, SentChecksumsMsg (Sent with checksums)
+  kVerify = 27,          // coord -> rollout, VerifyMsg
+  kVerified = 28,        // rollout -> coord, VersionMsg
+  kChecksumFailed = 29,  // rollout -> coord, ChecksumFailedMsg
 };
 const char* messageTypeName(MessageType t);
 
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
-// Delivered outcomes) and rollouts confirming Ready with Readied.
-inline constexpr uint32_t kProtocolVersion = 4;
+// Delivered outcomes) and rollouts confirming Ready with Readied; 5: checksums (SentChecksums,
+// Verify, Verified, ChecksumFailed; Welcome::checksums).
+inline constexpr uint32_t kProtocolVersion = 5;
 
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
@@ -93,6 +107,8 @@ struct WelcomeMsg {
   std::vector<int32_t> rollout_world_ranks;
   // Rollouts send Heartbeat this often (ms); 0: the coordinator watches no heartbeats.
   int32_t heartbeat_interval_ms = 0;
+  // Versions are checksummed (SentChecksums, Verify): the coordinator's choice, for every rank.
+  bool checksums = false;
 };
 
 struct RegisterMsg {
@@ -197,6 +213,36 @@ struct ErrorMsg {
   std::string message;
 };
 
+// One rank's checksum of a version's bytes (checksum/checksum.h): a rollout rank's (what a trainer
+// sent it) or a trainer rank's (what a rollout rank received from it).
+struct RankChecksum {
+  int32_t rank = -1;
+  uint64_t sum = 0;
+  bool operator==(const RankChecksum&) const = default;
+};
+
+// SentChecksums: Sent(version), with the checksum of what this trainer sent to each rollout rank
+// it wrote to or broadcast to for this Go (ranks increasing, each once).
+struct SentChecksumsMsg {
+  uint64_t version = 0;
+  std::vector<RankChecksum> sums;
+};
+
+// Verify: `slot` of the receiving rank holds `version` once its checksum from each trainer (by
+// trainer rank, increasing; a trainer not listed sent it nothing) matches `sums`.
+struct VerifyMsg {
+  uint64_t version = 0;
+  int32_t slot = -1;
+  std::vector<RankChecksum> sums;
+};
+
+// ChecksumFailed: the rank's bytes of `version` from `trainers` do not match their checksums.
+struct ChecksumFailedMsg {
+  uint64_t version = 0;
+  std::vector<int32_t> trainers;  // increasing, not empty
+  std::string detail;             // names the rank, the trainers and their tensors
+};
+
 std::vector<uint8_t> encode(const HelloMsg& m);
 std::vector<uint8_t> encode(const WelcomeMsg& m);
 std::vector<uint8_t> encode(const RegisterMsg& m);
@@ -208,6 +254,9 @@ std::vector<uint8_t> encode(const DeliveredMsg& m);
 std::vector<uint8_t> encode(const ErrorMsg& m);
 std::vector<uint8_t> encode(const ReplicaMsg& m);
 std::vector<uint8_t> encode(const PlanExtensionMsg& m);
+std::vector<uint8_t> encode(const SentChecksumsMsg& m);
+std::vector<uint8_t> encode(const VerifyMsg& m);
+std::vector<uint8_t> encode(const ChecksumFailedMsg& m);
 
 Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m);
@@ -220,5 +269,8 @@ Status decode(const std::vector<uint8_t>& bytes, DeliveredMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ErrorMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ReplicaMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, PlanExtensionMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, SentChecksumsMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, VerifyMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, ChecksumFailedMsg& m);
 
 }  // namespace wsync

@@ -6,26 +6,12 @@
 
 #include "common/cuda_check.h"
 #include "kernels/batched_copy.h"
+#include "kernels/tile_owner.cuh"
 
 namespace wsync {
 namespace {
 
 constexpr int kThreads = 256;
-
-// The task whose tiles include `tile`: the last task with first_tile <= tile (binary search).
-__device__ int64_t taskOf(const CopyTask* tasks, int64_t num_tasks, uint64_t tile) {
-  int64_t lo = 0;
-  int64_t hi = num_tasks - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tasks[mid].first_tile <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
 
 // How a task splits into tiles: rows shorter than a tile are grouped (rows_per_tile of them),
 // rows longer than a tile are cut into `segments` pieces.
@@ -124,7 +110,7 @@ __device__ void copyTile(const uint8_t* __restrict__ src, uint64_t src_pitch,
 __global__ void __launch_bounds__(kThreads, 8)
     batchedCopyKernel(const CopyTask* __restrict__ tasks, int64_t num_tasks, uint64_t total_tiles) {
   for (uint64_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
-    const CopyTask& t = tasks[taskOf(tasks, num_tasks, tile)];
+    const CopyTask& t = tasks[kernels::tileOwner(tasks, num_tasks, tile)];
     const TileShape shape = tileShape(t);
     const uint64_t local = tile - t.first_tile;
     const uint64_t per_plane = shape.row_tiles * shape.segments;

@@ -58,6 +58,11 @@ std::optional<DeliveredMsg> CoordinatorMetrics::observe(const SequencerOutput& o
         if (id) onReplicaReady(*id, std::get<SlotMsg>(m.payload).version, now);
         break;
       }
+      case MessageType::kVerify: {
+        std::lock_guard lock(mu_);
+        ++totals_.checksum_verifications;
+        break;
+      }
       case MessageType::kDelivered:
         if (out.delivered) delivered = deliveredMessage(onDelivered(*out.delivered, now));
         break;
@@ -253,6 +258,9 @@ std::string prometheusText(const MetricsSnapshot& s) {
   job("wsync_checksum_failures_total", "counter",
       "Failed checksum verifications (one per replica and attempt).",
       static_cast<double>(s.checksum_failures));
+  job("wsync_checksum_verifications_total", "counter",
+      "Checksum verifications asked of rollout ranks (one per rank and attempt).",
+      static_cast<double>(s.checksum_verifications));
 
   struct PerReplica {
     const char* name;

@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
   cxxopts::Options options("wsync-checksum-bench", "Host throughput of wsync's shard checksum");
   options.add_options()("mib", "MiB summed", cxxopts::value<uint64_t>()->default_value("256"))(
       "row-bytes", "bytes per run in the many-runs layout",
-      cxxopts::value<uint64_t>()->default_value("4096"))(
-      "repeats", "timed repeats (best kept)", cxxopts::value<int>()->default_value("5"))(
+      cxxopts::value<uint64_t>()->default_value("4096"))("repeats", "timed repeats (best kept)",
+                                                         cxxopts::value<int>()->default_value("5"))(
       "h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -51,16 +51,16 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> target(bytes);
   volatile uint64_t sink = 0;
 
-  const double copy_s = bestSeconds(repeats, [&] { std::memcpy(target.data(), data.data(), bytes); });
+  const double copy_s =
+      bestSeconds(repeats, [&] { std::memcpy(target.data(), data.data(), bytes); });
   std::printf("%-28s %12llu bytes %9.4f s %8.2f GB/s\n", "memcpy", (unsigned long long)bytes,
               copy_s, static_cast<double>(bytes) / copy_s / 1e9);
   const wsync::ChecksumKind kinds[] = {wsync::ChecksumKind::kScalar, wsync::ChecksumKind::kAvx2,
                                        wsync::ChecksumKind::kAvx512};
   for (wsync::ChecksumKind kind : kinds) {
     if (kind != wsync::ChecksumKind::kScalar && kind > wsync::checksumKind()) continue;
-    const double s = bestSeconds(repeats, [&] {
-      sink = sink + wsync::checksumRunWith(kind, data.data(), bytes, 0, 0);
-    });
+    const double s = bestSeconds(
+        repeats, [&] { sink = sink + wsync::checksumRunWith(kind, data.data(), bytes, 0, 0); });
     char what[64];
     std::snprintf(what, sizeof what, "checksum %s, one run", wsync::checksumKindName(kind));
     std::printf("%-28s %12llu bytes %9.4f s %8.2f GB/s\n", what, (unsigned long long)bytes, s,
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   span.rows = bytes / (2 * row);
   span.src_pitch = 2 * row;
   span.dst_pitch = row;
-  const double s = bestSeconds(repeats, [&] { sink = sink + wsync::checksumSpan(data.data(), span); });
+  const double s =
+      bestSeconds(repeats, [&] { sink = sink + wsync::checksumSpan(data.data(), span); });
   const uint64_t summed = span.rows * row;
   char what[64];
   std::snprintf(what, sizeof what, "checksum %s, %llu-byte runs",

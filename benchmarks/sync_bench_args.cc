@@ -45,9 +45,8 @@ void addFlags(cxxopts::Options& options) {
       "no-reader", "no lease reader thread on the rollout ranks")(
       "checksums",
       "host memory: run the wsync phase a second time with checksums on (config.checksums) and "
-      "report the cost")(
-      "reader-sleep-us", "sleep between two leases of the reader thread",
-      cxxopts::value<int>()->default_value("50"))(
+      "report the cost")("reader-sleep-us", "sleep between two leases of the reader thread",
+                         cxxopts::value<int>()->default_value("50"))(
       "timeout-ms", "wsync timeout", cxxopts::value<int>()->default_value("120000"))("h,help",
                                                                                      "this help");
 }

@@ -204,8 +204,7 @@ void printHostReport(const Options& opt, const Roles& roles,
       sync.acquire_us.size());
   const double cs = checked != nullptr ? median(checked->seconds) : 0.0;
   if (checked != nullptr) {
-    std::printf("[bench] checksums: wsync %.4f s without, %.4f s with (%.3f x)\n", ws, cs,
-                cs / ws);
+    std::printf("[bench] checksums: wsync %.4f s without, %.4f s with (%.3f x)\n", ws, cs, cs / ws);
   }
   JsonObject j;
   j.text("memory", "host").text("model", opt.model);

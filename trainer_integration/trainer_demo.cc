@@ -138,7 +138,8 @@ bool checksumsAsExpected(int expected, const ChecksumTally& tally, int versions)
   if (tally.failures == static_cast<uint64_t>(expected) &&
       tally.retries == static_cast<uint64_t>(expected))
     return true;
-  std::fprintf(stderr, "[trainer] --expect-checksum-failures %d: got %llu failures, %llu re-sends\n",
+  std::fprintf(stderr,
+               "[trainer] --expect-checksum-failures %d: got %llu failures, %llu re-sends\n",
                expected, static_cast<unsigned long long>(tally.failures),
                static_cast<unsigned long long>(tally.retries));
   return false;

@@ -34,9 +34,14 @@ uint64_t wordsScalar(const uint8_t* p, uint64_t words, uint64_t key) {
 }
 
 #if defined(__x86_64__)
+// A 64-bit lane value as the intrinsics take it (same bits).
+inline long long lane(uint64_t x) {
+  return static_cast<long long>(x);
+}
+
 // mix() of 8 lanes.
 __attribute__((target("avx512f,avx512dq"))) inline __m512i mixAvx512(__m512i x, __m512i mul1,
-                                                                      __m512i mul2) {
+                                                                     __m512i mul2) {
   x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_maskz_srli_epi64(0xFF, x, 30)), mul1);
   x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_maskz_srli_epi64(0xFF, x, 27)), mul2);
   return _mm512_xor_si512(x, _mm512_maskz_srli_epi64(0xFF, x, 31));
@@ -44,15 +49,15 @@ __attribute__((target("avx512f,avx512dq"))) inline __m512i mixAvx512(__m512i x, 
 
 // 8 words per vector, two vectors per iteration (independent multiply chains), the rest scalar.
 __attribute__((target("avx512f,avx512dq"))) uint64_t wordsAvx512(const uint8_t* p, uint64_t words,
-                                                                  uint64_t key) {
+                                                                 uint64_t key) {
   const uint64_t step = cm::keyStep();
-  const __m512i mul1 = _mm512_set1_epi64(static_cast<long long>(cm::kMixMul1));
-  const __m512i mul2 = _mm512_set1_epi64(static_cast<long long>(cm::kMixMul2));
+  const __m512i mul1 = _mm512_set1_epi64(lane(cm::kMixMul1));
+  const __m512i mul2 = _mm512_set1_epi64(lane(cm::kMixMul2));
   const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-  __m512i keys = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(key)),
+  __m512i keys = _mm512_add_epi64(_mm512_set1_epi64(lane(key)),
                                   _mm512_mullo_epi64(lanes, _mm512_set1_epi64(step)));
-  const __m512i step8 = _mm512_set1_epi64(static_cast<long long>(8 * step));
-  const __m512i step16 = _mm512_set1_epi64(static_cast<long long>(16 * step));
+  const __m512i step8 = _mm512_set1_epi64(lane(8 * step));
+  const __m512i step16 = _mm512_set1_epi64(lane(16 * step));
   __m512i acc0 = _mm512_setzero_si512();
   __m512i acc1 = _mm512_setzero_si512();
   uint64_t i = 0;
@@ -96,21 +101,20 @@ __attribute__((target("avx2"))) inline __m256i mixAvx2(__m256i x, __m256i mul1, 
 // 4 words per vector, two vectors per iteration, the rest scalar.
 __attribute__((target("avx2"))) uint64_t wordsAvx2(const uint8_t* p, uint64_t words, uint64_t key) {
   const uint64_t step = cm::keyStep();
-  const __m256i mul1 = _mm256_set1_epi64x(static_cast<long long>(cm::kMixMul1));
-  const __m256i mul1_high = _mm256_set1_epi64x(static_cast<long long>(cm::kMixMul1 >> 32));
-  const __m256i mul2 = _mm256_set1_epi64x(static_cast<long long>(cm::kMixMul2));
-  const __m256i mul2_high = _mm256_set1_epi64x(static_cast<long long>(cm::kMixMul2 >> 32));
-  __m256i keys = _mm256_set_epi64x(static_cast<long long>(key + 3 * step),
-                                   static_cast<long long>(key + 2 * step),
-                                   static_cast<long long>(key + step), static_cast<long long>(key));
-  const __m256i step4 = _mm256_set1_epi64x(static_cast<long long>(4 * step));
-  const __m256i step8 = _mm256_set1_epi64x(static_cast<long long>(8 * step));
+  const __m256i mul1 = _mm256_set1_epi64x(lane(cm::kMixMul1));
+  const __m256i mul1_high = _mm256_set1_epi64x(lane(cm::kMixMul1 >> 32));
+  const __m256i mul2 = _mm256_set1_epi64x(lane(cm::kMixMul2));
+  const __m256i mul2_high = _mm256_set1_epi64x(lane(cm::kMixMul2 >> 32));
+  __m256i keys =
+      _mm256_set_epi64x(lane(key + 3 * step), lane(key + 2 * step), lane(key + step), lane(key));
+  const __m256i step4 = _mm256_set1_epi64x(lane(4 * step));
+  const __m256i step8 = _mm256_set1_epi64x(lane(8 * step));
   __m256i acc0 = _mm256_setzero_si256();
   __m256i acc1 = _mm256_setzero_si256();
   uint64_t i = 0;
   for (; i + 8 <= words; i += 8) {
-    const __m256i a = _mm256_xor_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * i)), keys);
+    const __m256i a =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * i)), keys);
     const __m256i b =
         _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * i + 32)),
                          _mm256_add_epi64(keys, step4));
@@ -203,8 +207,8 @@ uint64_t checksumSpan(const uint8_t* base, const ChecksumSpan& span) {
   for (uint64_t plane = 0; plane < span.planes; ++plane) {
     for (uint64_t row = 0; row < span.rows; ++row) {
       sum += run(kind, src + plane * span.src_plane_pitch + row * span.src_pitch, span.row_bytes,
-                 span.dst_buffer, span.dst_offset + plane * span.dst_plane_pitch +
-                                      row * span.dst_pitch);
+                 span.dst_buffer,
+                 span.dst_offset + plane * span.dst_plane_pitch + row * span.dst_pitch);
     }
   }
   return sum;

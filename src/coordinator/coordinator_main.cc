@@ -115,8 +115,9 @@ int run(int argc, char** argv) {
       "drop a rollout rank silent this long (0: never; default: $WSYNC_HEARTBEAT_TIMEOUT_MS or "
       "10000)",
       cxxopts::value<int>()->default_value("-1"))(
-      "checksums", "checksum versions: rollouts verify before a version is ready (default: "
-                   "$WSYNC_CHECKSUMS)")(
+      "checksums",
+      "checksum versions: rollouts verify before a version is ready (default: "
+      "$WSYNC_CHECKSUMS)")(
       "checksum-retries",
       "re-sends of a version whose checksum failed on a replica (default: $WSYNC_CHECKSUM_RETRIES "
       "or 3)",

@@ -133,8 +133,8 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   for (int32_t id : outcome.ready_replicas)
     add(id, ReplicaOutcome::kReady);
   for (int32_t id : outcome.skipped_replicas) {
-    const bool rejected = std::binary_search(outcome.rejected_replicas.begin(),
-                                             outcome.rejected_replicas.end(), id);
+    const bool rejected =
+        std::binary_search(outcome.rejected_replicas.begin(), outcome.rejected_replicas.end(), id);
     add(id, rejected ? ReplicaOutcome::kRejected : ReplicaOutcome::kSkipped);
   }
   for (int32_t id : outcome.lost_replicas)
@@ -307,10 +307,11 @@ std::string prometheusText(const MetricsSnapshot& s) {
 std::string versionLine(const VersionStats& v) {
   const int32_t total = v.replicas_ready + v.replicas_skipped + v.replicas_lost;
   const double gbps = v.seconds > 0 ? static_cast<double>(v.bytes) / v.seconds / 1e9 : 0.0;
-  std::string line = format("version %" PRIu64 ": %d/%d replicas ready, %d skipped, %d lost, %" PRId64
-                            " bytes in %.4f s (%.2f GB/s)",
-                            v.version, v.replicas_ready, total, v.replicas_skipped, v.replicas_lost,
-                            v.bytes, v.seconds, gbps);
+  std::string line =
+      format("version %" PRIu64 ": %d/%d replicas ready, %d skipped, %d lost, %" PRId64
+             " bytes in %.4f s (%.2f GB/s)",
+             v.version, v.replicas_ready, total, v.replicas_skipped, v.replicas_lost, v.bytes,
+             v.seconds, gbps);
   if (v.checksum_failures > 0 || v.retries > 0) {
     line += format("; %u checksum failures, %u retries", v.checksum_failures, v.retries);
     for (const ReplicaVersionStats& r : v.replicas) {

@@ -80,7 +80,7 @@ struct MetricsSnapshot {
   uint64_t lost = 0;     // replicas lost while a version was in flight
   uint64_t retries = 0;
   uint64_t checksum_failures = 0;
-  uint64_t checksum_verifications = 0;  // Verify messages sent (one per rollout rank and attempt)
+  uint64_t checksum_verifications = 0;    // Verify messages sent (one per rollout rank and attempt)
   std::vector<VersionStats> recent;       // the last delivered versions, oldest first
   std::vector<ReplicaCounters> replicas;  // by replica id
 };

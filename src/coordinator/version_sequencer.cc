@@ -199,8 +199,7 @@ Result<SequencerOutput> VersionSequencer::onReceived(int32_t rollout, uint64_t v
   return out;
 }
 
-Result<VersionSequencer::Replica*> VersionSequencer::verifyAnswer(int32_t rollout,
-                                                                  uint64_t version,
+Result<VersionSequencer::Replica*> VersionSequencer::verifyAnswer(int32_t rollout, uint64_t version,
                                                                   const char* what) {
   WSYNC_ASSIGN_OR_RETURN(Replica * replica, replicaForMessage(rollout));
   if (replica == nullptr) return replica;
@@ -369,7 +368,8 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
   }
   out.messages.push_back(
       {MessageType::kDelivered, trainerRanks(),
-       DeliveredMsg{v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas}});
+       DeliveredMsg{
+           v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas, false, {}}});
   out.delivered = std::move(outcome);
   in_flight_.reset();
   startNext(now, out);
@@ -453,8 +453,7 @@ std::string VersionSequencer::lateReport() const {
   for (const auto& [id, replica] : replicas_) {
     const bool waiting =
         in_flight_->go_sent
-            ? (replica.stage == Stage::kTaking &&
-               replica.received.size() < replica.ranks.size()) ||
+            ? (replica.stage == Stage::kTaking && replica.received.size() < replica.ranks.size()) ||
                   replica.stage == Stage::kVerifying
             : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
     if (!waiting) continue;
@@ -470,9 +469,8 @@ std::string VersionSequencer::lateReport() const {
   if (in_flight_->go_sent) {
     const size_t gos = in_flight_->go_batches.size();
     const auto& sent = in_flight_->trainer_sent;
-    report += "; trainers done: " +
-              std::to_string(std::count(sent.begin(), sent.end(), gos)) + " of " +
-              std::to_string(num_trainers_);
+    report += "; trainers done: " + std::to_string(std::count(sent.begin(), sent.end(), gos)) +
+              " of " + std::to_string(num_trainers_);
   }
   return report;
 }

@@ -73,10 +73,11 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t first_row = row_tile * shape.rows_per_tile;
     const auto rows = static_cast<uint32_t>(min(shape.rows_per_tile, s.rows - first_row));
     const auto words = static_cast<uint32_t>(min(kChecksumTileWords, shape.run_words - first_word));
-    const uint8_t* src = (base == nullptr ? reinterpret_cast<const uint8_t*>(s.src) : base + s.src) +
-                         plane * s.src_plane_pitch + first_row * s.src_pitch + 8 * first_word;
-    const uint64_t dst = s.dst_offset + plane * s.dst_plane_pitch + first_row * s.dst_pitch +
-                         8 * first_word;
+    const uint8_t* src =
+        (base == nullptr ? reinterpret_cast<const uint8_t*>(s.src) : base + s.src) +
+        plane * s.src_plane_pitch + first_row * s.src_pitch + 8 * first_word;
+    const uint64_t dst =
+        s.dst_offset + plane * s.dst_plane_pitch + first_row * s.dst_pitch + 8 * first_word;
     const uint64_t run_left = s.row_bytes - 8 * first_word;  // bytes of each run from first_word
     unsigned long long sum = 0;
     for (uint32_t u = threadIdx.x; u < words * rows; u += kThreads) {

@@ -64,8 +64,8 @@ std::string RolloutContext::tensorsFrom(int32_t trainer) const {
 }
 
 Status RolloutContext::verifyVersion(const VerifyMsg& verify) {
-  const std::string what = "rollout " + std::to_string(rank()) + ", version " +
-                           std::to_string(verify.version);
+  const std::string what =
+      "rollout " + std::to_string(rank()) + ", version " + std::to_string(verify.version);
   if (verify.slot != prepared_slot_ || verify.version != prepared_version_ || draining_) {
     return protocolError("Verify for version " + std::to_string(verify.version) + " slot " +
                          std::to_string(verify.slot) + " but slot " +
@@ -88,9 +88,8 @@ Status RolloutContext::verifyVersion(const VerifyMsg& verify) {
   for (const RankChecksum& c : verify.sums)
     expected[c.rank] = c.sum;
   ChecksumFailedMsg failed{verify.version, {}, what + ":"};
-  const int32_t trainers =
-      std::max<int32_t>(static_cast<int32_t>(sums.size()),
-                        verify.sums.empty() ? 0 : verify.sums.back().rank + 1);
+  const int32_t trainers = std::max<int32_t>(static_cast<int32_t>(sums.size()),
+                                             verify.sums.empty() ? 0 : verify.sums.back().rank + 1);
   for (int32_t t = 0; t < trainers; ++t) {
     const uint64_t got = static_cast<size_t>(t) < sums.size() ? sums[static_cast<size_t>(t)] : 0;
     const auto it = expected.find(t);

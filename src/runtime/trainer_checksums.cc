@@ -41,15 +41,15 @@ Status TrainerContext::buildChecksums() {
   std::vector<ChecksumSpan> spans;
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
-    spans.push_back(sentSpan(plan_, op, op.converts() ? stagingAt(write_staging_offsets_[i])
-                                                      : nullptr));
+    spans.push_back(
+        sentSpan(plan_, op, op.converts() ? stagingAt(write_staging_offsets_[i]) : nullptr));
   }
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
-    const uint8_t* data = g.src_dtype != g.dst_dtype
-                              ? stagingAt(group_staging_offsets_[i])
-                              : sourceOf(g.src.buffer) +
-                                    static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
+    const uint8_t* data =
+        g.src_dtype != g.dst_dtype
+            ? stagingAt(group_staging_offsets_[i])
+            : sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
     for (const BufferSpan& d : g.dst) {
       Region run;  // the group's elements, one contiguous run at the receiver's span
       run.count[0] = g.num_elements;
@@ -68,9 +68,8 @@ Status TrainerContext::buildChecksums() {
   uint32_t outputs = 0;
   for (const ChecksumSpan& s : spans)
     outputs = std::max(outputs, s.output + 1);
-  WSYNC_ASSIGN_OR_RETURN(checksums_,
-                         VersionChecksums::create(std::move(spans), outputs, memory_,
-                                                  options_.cuda_device));
+  WSYNC_ASSIGN_OR_RETURN(checksums_, VersionChecksums::create(std::move(spans), outputs, memory_,
+                                                              options_.cuda_device));
   checksum_extensions_ = extensions_.size();
   return Status::ok();
 }
@@ -99,14 +98,15 @@ Status TrainerContext::sendSent(const GoMsg& go) {
 Result<DeliveredMsg> TrainerContext::awaitDelivered(uint64_t version) {
   const std::string what = "version " + std::to_string(version);
   while (true) {
-    WSYNC_ASSIGN_OR_RETURN(Frame frame,
-                           nextFrame(MessageType::kDelivered,
-                                     options_.timeout + kCoordinatorReplyGrace, MessageType::kGo));
+    WSYNC_ASSIGN_OR_RETURN(
+        Frame frame, nextFrame(MessageType::kDelivered, options_.timeout + kCoordinatorReplyGrace,
+                               MessageType::kGo));
     if (static_cast<MessageType>(frame.type) == MessageType::kDelivered) {
       DeliveredMsg d;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, d));
       if (d.version != version)
-        return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
+        return protocolError("delivered " + std::to_string(d.version) + " while waiting for " +
+                             what);
       return d;
     }
     GoMsg go;
@@ -154,8 +154,10 @@ Status TrainerContext::corruptOneWrite(const GoMsg& go) {
     } else {
       corrupt_byte_[0] = byte;
     }
-    const Peer& peer = peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
-    const uint64_t at = peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] + sent.dst_offset;
+    const Peer& peer =
+        peers_[static_cast<size_t>(peer_of_rollout_[static_cast<size_t>(op.dst_rank)])];
+    const uint64_t at =
+        peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] + sent.dst_offset;
     const uint8_t* from = onDevice() ? device_corrupt_byte_.data() : corrupt_byte_.data();
     WSYNC_RETURN_IF_ERROR(peer.transport->write3d(peer.slot_memory[static_cast<size_t>(slot)], at,
                                                   1, 1, from, 1, 1, 1, 1, 1));

@@ -13,8 +13,8 @@
 // within 5% on every rank, and (through /metrics, scraped by trainer 0) on the coordinator, whose
 // counters must match the versions and bytes published. Checksums are on: every version's
 // checksums must be equal on every rollout (wsync_version_stats: no failure, no re-send in any
-// version; /metrics: 0 failures and one verification per rollout and version). Every rank's numbers go to trainer 0,
-// which prints one table; the exit code is non-zero when any rank failed.
+// version; /metrics: 0 failures and one verification per rollout and version). Every rank's numbers
+// go to trainer 0, which prints one table; the exit code is non-zero when any rank failed.
 #include <mpi.h>
 
 #include <chrono>
@@ -148,9 +148,8 @@ void runTrainer(wsync_context_t ctx, int rank, const Args& a, Report& r, long lo
     wsync_version_stats_t delivered = WSYNC_VERSION_STATS_INITIALIZER;
     if (!ok(r, ctx, wsync_version_stats(ctx, &delivered), "version_stats")) return;
     if (delivered.checksum_failures != 0 || delivered.retries != 0) {
-      fail(r, "version " + std::to_string(v) + ": " +
-                  std::to_string(delivered.checksum_failures) + " checksum failures, " +
-                  std::to_string(delivered.retries) + " re-sends");
+      fail(r, "version " + std::to_string(v) + ": " + std::to_string(delivered.checksum_failures) +
+                  " checksum failures, " + std::to_string(delivered.retries) + " re-sends");
       return;
     }
     if (v == 1 && rank == 0) {  // the rollouts hold a lease on version 1 before version 2 starts

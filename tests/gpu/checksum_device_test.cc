@@ -29,9 +29,9 @@ TEST(ChecksumTiles, TilesCoverEveryRunSegment) {
   spans[0].row_bytes = 100;  // 13 words: many runs per tile; 3 runs x 2 planes -> 2 tiles
   spans[0].rows = 3;
   spans[0].planes = 2;
-  spans[1].row_bytes = 0;                           // empty: no tiles
+  spans[1].row_bytes = 0;                               // empty: no tiles
   spans[2].row_bytes = kChecksumTileWords * 8 * 2 + 1;  // 3 tiles per run
-  spans[3].row_bytes = kChecksumTileWords * 8;      // exactly one
+  spans[3].row_bytes = kChecksumTileWords * 8;          // exactly one
   EXPECT_EQ(planChecksumTiles(spans), 2u + 0u + 3u + 1u);
   EXPECT_EQ(spans[2].first_tile, 2u);
   EXPECT_EQ(spans[3].first_tile, 5u);
@@ -52,8 +52,8 @@ std::vector<ChecksumSpan> randomSpans(std::mt19937_64& rng, uint64_t bytes, uint
     s.planes = shape == 3 ? 1 + rng() % 3 : 1;
     s.src_pitch = s.row_bytes + rng() % 17;
     s.src_plane_pitch = s.src_pitch * s.rows + rng() % 33;
-    const uint64_t extent = (s.planes - 1) * s.src_plane_pitch + (s.rows - 1) * s.src_pitch +
-                            s.row_bytes;
+    const uint64_t extent =
+        (s.planes - 1) * s.src_plane_pitch + (s.rows - 1) * s.src_pitch + s.row_bytes;
     if (extent >= bytes) continue;
     s.src = rng() % (bytes - extent);  // any alignment
     s.dst_buffer = rng() % 1000;
@@ -84,7 +84,8 @@ TEST(ChecksumDevice, RandomSpansMatchTheHost) {
     std::vector<uint64_t> want(kOutputs, 0);
     accumulateChecksums(host.data(), spans, active, want);
     // Through the runtime's wrapper (its own stream, bounded wait) with a base pointer...
-    Result<VersionChecksums> sums = VersionChecksums::create(spans, kOutputs, MemoryKind::kDevice, 0);
+    Result<VersionChecksums> sums =
+        VersionChecksums::create(spans, kOutputs, MemoryKind::kDevice, 0);
     ASSERT_TRUE(sums.isOk()) << sums.status().toString();
     Result<std::vector<uint64_t>> got =
         sums->compute(device.bytes(), active, nullptr, std::chrono::milliseconds(60000));
@@ -137,7 +138,8 @@ TEST(ChecksumDevice, ThroughputOfOneLargeSpan) {
   double best = 1e30;
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(sums->compute(device.bytes(), {1}, nullptr, std::chrono::milliseconds(60000)).isOk());
+    ASSERT_TRUE(
+        sums->compute(device.bytes(), {1}, nullptr, std::chrono::milliseconds(60000)).isOk());
     best = std::min(best,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }

@@ -97,8 +97,9 @@ TEST_F(ChecksumMetricsTest, FailuresAndResendsAreCountedPerVersionAndReplica) {
   EXPECT_NE(text.find("wsync_replica_checksum_failures_total{replica=\"0\"} 3\n"),
             std::string::npos);
   EXPECT_NE(text.find("wsync_replica_retries_total{replica=\"1\"} 0\n"), std::string::npos);
-  EXPECT_NE(versionLine(s.recent[1]).find("2 checksum failures, 1 retries (replica 0: 2 failed, "
-                                          "1 re-sent, rejected)"),
+  EXPECT_NE(versionLine(s.recent[1])
+                .find("2 checksum failures, 1 retries (replica 0: 2 failed, "
+                      "1 re-sent, rejected)"),
             std::string::npos)
       << versionLine(s.recent[1]);
 }

@@ -111,7 +111,8 @@ TEST(Checksum, AStridedSourceAndAPackedDestinationAgree) {
   uint64_t by_runs = 0;
   for (uint64_t p = 0; p < planes; ++p)
     for (uint64_t r = 0; r < rows; ++r)
-      by_runs += referenceRun(dest.data() + (p * rows + r) * row, row, 2, 100 + (p * rows + r) * row);
+      by_runs +=
+          referenceRun(dest.data() + (p * rows + r) * row, row, 2, 100 + (p * rows + r) * row);
   EXPECT_EQ(by_runs, sent);
   // An absolute address (null base) reads the same bytes.
   ChecksumSpan absolute = receiver;

@@ -54,6 +54,7 @@ cxxopts::Options trainerOptions() {
       "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
       "skips (exit 77) when the job has more ranks than the node has GPUs")(
       "expect-broadcast", "fail unless this rank sends broadcast groups")(
+      "checksums", "config.checksums = 1: versions are checksummed (trainer 0's config decides)")(
       "expect-checksum-failures",
       "trainer 0 fails unless the versions' checksum failures and retries (wsync_version_stats) "
       "each sum to N (-1: not checked)",
@@ -234,6 +235,7 @@ int run(int argc, char** argv) {
   cfg.cuda_device = memory.cuda_device;
   cfg.snapshot = args.count("snapshot") > 0 ? 1 : 0;
   cfg.timeout_ms = args["timeout-ms"].as<int>();
+  cfg.checksums = args.count("checksums") > 0 ? 1 : 0;
   wsync_context_t ctx = nullptr;
   wsync_status_t s = wsync_context_create(&cfg, &ctx);
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_create", s);

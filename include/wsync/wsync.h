@@ -406,7 +406,9 @@ wsync_status_t wsync_request_free(wsync_request_t request);
 /** Which replicas a delivered version reached (wsync_request_replicas). */
 typedef enum {
   WSYNC_REPLICAS_READY = 0,   /**< took the version: it is ready on every rank of theirs */
-  WSYNC_REPLICAS_SKIPPED = 1, /**< busy past the skip grace: they keep an older version */
+  WSYNC_REPLICAS_SKIPPED = 1, /**< busy past the skip grace, or (config.checksums) their bytes
+                                   still failed the checksum after the last re-send: they keep
+                                   an older version; this one never becomes readable there */
   WSYNC_REPLICAS_LOST = 2,    /**< dropped (a rank died, or sent no heartbeat for
                                    WSYNC_HEARTBEAT_TIMEOUT_MS) or left while the version was in
                                    flight; it never becomes readable there */

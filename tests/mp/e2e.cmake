@@ -107,9 +107,9 @@ if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
     -- --replicas 2 --versions 60 --layout mixed ${small_policy})
   set_tests_properties(wsync_e2e_checksums_corrupted PROPERTIES
     ENVIRONMENT "WSYNC_CHECKSUMS=1;WSYNC_DEBUG_CORRUPT_EVERY=7")
-  # The same with nothing corrupted (writes only, float16 on the rollouts): 0 failures.
+  # The same with nothing corrupted (writes only, float16 on the rollouts), checksums turned on by
+  # trainer 0's config.checksums: 0 failures.
   wsync_add_e2e_test(wsync_e2e_checksums_clean 2 4
-    --versions 40 --quiet --expect-checksum-failures 0 ${small_policy}
+    --versions 40 --quiet --checksums --expect-checksum-failures 0 ${small_policy}
     -- --replicas 2 --versions 40 --layout differ --dtype float16 ${small_policy})
-  set_tests_properties(wsync_e2e_checksums_clean PROPERTIES ENVIRONMENT "WSYNC_CHECKSUMS=1")
 endif()

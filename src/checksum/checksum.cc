@@ -1,6 +1,8 @@
 #include "checksum/checksum.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "checksum/checksum_math.h"
 
@@ -212,6 +214,53 @@ uint64_t checksumSpan(const uint8_t* base, const ChecksumSpan& span) {
     }
   }
   return sum;
+}
+
+HostChecksumPlan::HostChecksumPlan(std::vector<ChecksumSpan> spans) : spans_(std::move(spans)) {
+  std::stable_sort(spans_.begin(), spans_.end(),
+                   [](const ChecksumSpan& a, const ChecksumSpan& b) { return a.src < b.src; });
+  auto sideBySide = [](const ChecksumSpan& first, const ChecksumSpan& s) {
+    return first.rows * first.planes > 1 && s.rows == first.rows && s.planes == first.planes &&
+           s.src_pitch == first.src_pitch && s.src_plane_pitch == first.src_plane_pitch &&
+           s.src - first.src < first.src_pitch;
+  };
+  for (size_t i = 0; i < spans_.size();) {
+    size_t end = i + 1;
+    while (end < spans_.size() && sideBySide(spans_[i], spans_[end]))
+      ++end;
+    group_ends_.push_back(end);
+    i = end;
+  }
+}
+
+void HostChecksumPlan::accumulate(const uint8_t* base, const std::vector<uint8_t>& active,
+                                  std::vector<uint64_t>& sums) const {
+  const ChecksumKind kind = checksumKind();
+  auto on = [&](const ChecksumSpan& s) { return s.output < active.size() && active[s.output]; };
+  size_t begin = 0;
+  for (const size_t end : group_ends_) {
+    const ChecksumSpan& first = spans_[begin];
+    if (end - begin == 1) {
+      if (on(first)) sums[first.output] += checksumSpan(base, first);
+      begin = end;
+      continue;
+    }
+    for (uint64_t plane = 0; plane < first.planes; ++plane) {
+      for (uint64_t row = 0; row < first.rows; ++row) {
+        for (size_t i = begin; i < end; ++i) {
+          const ChecksumSpan& s = spans_[i];
+          if (!on(s)) continue;
+          const uint64_t at = s.src + plane * s.src_plane_pitch + row * s.src_pitch;
+          const uint8_t* src = base == nullptr
+                                   ? reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(at))
+                                   : base + at;
+          sums[s.output] += run(kind, src, s.row_bytes, s.dst_buffer,
+                                s.dst_offset + plane * s.dst_plane_pitch + row * s.dst_pitch);
+        }
+      }
+    }
+    begin = end;
+  }
 }
 
 void accumulateChecksums(const uint8_t* base, const std::vector<ChecksumSpan>& spans,

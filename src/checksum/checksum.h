@@ -68,4 +68,22 @@ uint64_t checksumSpan(const uint8_t* base, const ChecksumSpan& span);
 void accumulateChecksums(const uint8_t* base, const std::vector<ChecksumSpan>& spans,
                          const std::vector<uint8_t>& active, std::vector<uint64_t>& sums);
 
+// accumulateChecksums() for spans summed every version: the order is planned once so that memory
+// is read in address order. Spans are sorted by source; spans whose runs lie side by side (the
+// same rows, planes and pitches, each starting within the first one's first pitch: the column
+// blocks of one row-major region that go to different ranks) are summed run by run across the
+// group, so that region is read once, front to back, instead of once per block with gaps.
+class HostChecksumPlan {
+ public:
+  HostChecksumPlan() = default;
+  explicit HostChecksumPlan(std::vector<ChecksumSpan> spans);
+  void accumulate(const uint8_t* base, const std::vector<uint8_t>& active,
+                  std::vector<uint64_t>& sums) const;
+  const std::vector<ChecksumSpan>& spans() const { return spans_; }
+
+ private:
+  std::vector<ChecksumSpan> spans_;  // by source address
+  std::vector<size_t> group_ends_;   // spans_[previous end, end) are one group
+};
+
 }  // namespace wsync

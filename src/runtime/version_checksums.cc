@@ -40,8 +40,12 @@ Result<VersionChecksums> VersionChecksums::create(std::vector<ChecksumSpan> span
   }
   c.memory_ = memory;
   c.device_ = device;
+  if (memory != MemoryKind::kDevice) {
+    c.host_ = HostChecksumPlan(std::move(spans));
+    return c;
+  }
   c.spans_ = std::move(spans);
-  if (memory != MemoryKind::kDevice || c.spans_.empty()) return c;
+  if (c.spans_.empty()) return c;
 #ifdef WSYNC_HAVE_CUDA
   c.total_tiles_ = planChecksumTiles(c.spans_);
   WSYNC_ASSIGN_OR_RETURN(c.stream_, DeviceStream::create(device));
@@ -72,7 +76,7 @@ Result<std::vector<uint64_t>> VersionChecksums::compute(const uint8_t* base,
   if (memory_ == MemoryKind::kDevice && !spans_.empty())
     return computeOnDevice(base, after, timeout);
   std::vector<uint64_t> sums(num_outputs_, 0);
-  accumulateChecksums(base, spans_, active_, sums);
+  host_.accumulate(base, active_, sums);
   return sums;
 }
 

@@ -48,7 +48,8 @@ class VersionChecksums {
   Result<std::vector<uint64_t>> computeOnDevice(const uint8_t* base, CudaStreamHandle after,
                                                 std::chrono::milliseconds timeout);
 
-  std::vector<ChecksumSpan> spans_;
+  HostChecksumPlan host_;            // host memory
+  std::vector<ChecksumSpan> spans_;  // device memory
   uint32_t num_outputs_ = 0;
   std::vector<uint8_t> has_spans_;
   MemoryKind memory_ = MemoryKind::kHost;

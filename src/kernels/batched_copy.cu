@@ -6,7 +6,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/batched_copy.h"
-#include "kernels/tile_owner.cuh"
+#include "kernels/batched_tiles.cuh"
 
 namespace wsync {
 namespace {
@@ -136,12 +136,7 @@ uint64_t tilesOf(const CopyTask& task) {
 }
 
 uint64_t planBatchedCopy(std::vector<CopyTask>& tasks) {
-  uint64_t total = 0;
-  for (CopyTask& t : tasks) {
-    t.first_tile = total;
-    total += tilesOf(t);
-  }
-  return total;
+  return kernels::numberTiles(tasks, [](const CopyTask& t) { return tilesOf(t); });
 }
 
 Status launchBatchedCopy(const CopyTask* device_tasks, int64_t num_tasks, uint64_t total_tiles,
@@ -150,20 +145,10 @@ Status launchBatchedCopy(const CopyTask* device_tasks, int64_t num_tasks, uint64
   if (device_tasks == nullptr || num_tasks < 0) {
     return invalidArgument("batched copy: null task array or negative task count");
   }
-  int device = 0;
-  int sms = 0;
-  int resident = 0;  // blocks per multiprocessor at once: the grid is one full wave
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "batched copy: cudaGetDevice");
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                             "batched copy: cudaDeviceGetAttribute");
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, batchedCopyKernel, kThreads, 0),
-      "batched copy: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  const uint64_t blocks =
-      std::min<uint64_t>(total_tiles, static_cast<uint64_t>(std::max(sms, 1)) *
-                                          static_cast<uint64_t>(std::max(resident, 1)));
-  batchedCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(device_tasks, num_tasks,
-                                                                            total_tiles);
+  WSYNC_ASSIGN_OR_RETURN(
+      const unsigned blocks,
+      kernels::oneWaveBlocks(batchedCopyKernel, kThreads, total_tiles, "batched copy"));
+  batchedCopyKernel<<<blocks, kThreads, 0, stream>>>(device_tasks, num_tasks, total_tiles);
   return cudaCheck(cudaGetLastError(),
                    "batched copy: kernel launch of " + std::to_string(num_tasks) + " regions");
 }

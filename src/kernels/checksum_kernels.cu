@@ -7,8 +7,8 @@
 
 #include "checksum/checksum_math.h"
 #include "common/cuda_check.h"
+#include "kernels/batched_tiles.cuh"
 #include "kernels/checksum_kernels.h"
-#include "kernels/tile_owner.cuh"
 
 namespace wsync {
 namespace {
@@ -103,12 +103,7 @@ uint64_t checksumTilesOf(const ChecksumSpan& span) {
 }
 
 uint64_t planChecksumTiles(std::vector<ChecksumSpan>& spans) {
-  uint64_t total = 0;
-  for (ChecksumSpan& s : spans) {
-    s.first_tile = total;
-    total += checksumTilesOf(s);
-  }
-  return total;
+  return kernels::numberTiles(spans, [](const ChecksumSpan& s) { return checksumTilesOf(s); });
 }
 
 Status launchChecksums(const ChecksumSpan* device_spans, int64_t num_spans, uint64_t total_tiles,
@@ -119,20 +114,11 @@ Status launchChecksums(const ChecksumSpan* device_spans, int64_t num_spans, uint
       num_spans < 0) {
     return invalidArgument("checksum kernel: null span, active or sum array");
   }
-  int device = 0;
-  int sms = 0;
-  int resident = 0;  // blocks per multiprocessor at once: the grid is one full wave
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "checksum kernel: cudaGetDevice");
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                             "checksum kernel: cudaDeviceGetAttribute");
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, checksumKernel, kThreads, 0),
-      "checksum kernel: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  const uint64_t blocks =
-      std::min<uint64_t>(total_tiles, static_cast<uint64_t>(std::max(sms, 1)) *
-                                          static_cast<uint64_t>(std::max(resident, 1)));
+  WSYNC_ASSIGN_OR_RETURN(
+      const unsigned blocks,
+      kernels::oneWaveBlocks(checksumKernel, kThreads, total_tiles, "checksum kernel"));
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit atomics");
-  checksumKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  checksumKernel<<<blocks, kThreads, 0, stream>>>(
       device_spans, num_spans, total_tiles, base, device_active,
       reinterpret_cast<unsigned long long*>(device_sums));
   return cudaCheck(cudaGetLastError(),

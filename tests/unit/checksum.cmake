@@ -7,10 +7,3 @@ wsync_add_unit_test(wsync_checksum_sequencer_test ${CMAKE_CURRENT_LIST_DIR}/chec
 wsync_add_unit_test(wsync_checksum_protocol_test ${CMAKE_CURRENT_LIST_DIR}/checksum_protocol_test.cc)
 # The coordinator's metrics of checksummed versions (failures, re-sends, rejected replicas).
 wsync_add_unit_test(wsync_checksum_metrics_test ${CMAKE_CURRENT_LIST_DIR}/checksum_metrics_test.cc)
-# config.checksums / checksum_retries through libwsync.so alone: ranges, the previous layout.
-if(TARGET wsync)
-  add_executable(wsync_checksum_config_test ${CMAKE_CURRENT_LIST_DIR}/checksum_config_test.cc)
-  target_link_libraries(wsync_checksum_config_test PRIVATE wsync GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(wsync_checksum_config_test DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS unit TIMEOUT 120)
-endif()

@@ -6,31 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "coordinator/version_sequencer.h"
+#include "support/sequencer_events.h"
 
 namespace wsync {
 namespace {
 
-const SequencerTime kT0{};
-
-RankRef trainer(int32_t r) {
-  return {Role::kTrainer, r};
-}
-RankRef rollout(int32_t r) {
-  return {Role::kRollout, r};
-}
-
-std::vector<OutgoingMessage> ofType(const SequencerOutput& out, MessageType type) {
-  std::vector<OutgoingMessage> found;
-  for (const OutgoingMessage& m : out.messages) {
-    if (m.type == type) found.push_back(m);
-  }
-  return found;
-}
-
-SequencerOutput ok(Result<SequencerOutput> r) {
-  EXPECT_TRUE(r.isOk()) << r.status().toString();
-  return r.isOk() ? std::move(r).value() : SequencerOutput{};
-}
+using namespace sequencer_events;  // NOLINT(google-build-using-namespace): test helpers
 
 // What trainer t sends rollout rank r in attempt a: distinct per (t, r, a).
 uint64_t sumOf(int32_t t, int32_t r, int a = 0) {

@@ -125,6 +125,18 @@ Result<DeliveredMsg> TrainerContext::awaitDelivered(uint64_t version) {
   }
 }
 
+// WSYNC_DEBUG_CORRUPT_EVERY, trainer 0: the memory the flipped byte is written from (registered
+// with every transport like the other sources).
+Status TrainerContext::allocateCorruptByte() {
+  if (options_.debug_corrupt_every <= 0 || rank() != 0) return Status::ok();
+  if (onDevice()) {
+    WSYNC_ASSIGN_OR_RETURN(device_corrupt_byte_, DeviceBuffer::allocate(8, options_.cuda_device));
+  } else {
+    corrupt_byte_.assign(8, 0);
+  }
+  return Status::ok();
+}
+
 // WSYNC_DEBUG_CORRUPT_EVERY: on trainer 0, in the first send of every N-th version, after its
 // writes were flushed, overwrites the first byte of its first write to a taking replica with the
 // byte flipped (the checksums, computed from the source, then disagree with the slot).

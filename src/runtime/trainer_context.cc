@@ -97,14 +97,7 @@ Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
   } else if (options_.snapshot) {
     snapshot_.resize(std::max<size_t>(total, 1));
   }
-  if (options_.debug_corrupt_every > 0 && rank() == 0) {
-    if (onDevice()) {
-      WSYNC_ASSIGN_OR_RETURN(device_corrupt_byte_, DeviceBuffer::allocate(8, options_.cuda_device));
-    } else {
-      corrupt_byte_.assign(8, 0);
-    }
-  }
-  return Status::ok();
+  return allocateCorruptByte();
 }
 
 uint8_t* TrainerContext::stagingAt(size_t offset) const {

@@ -133,6 +133,7 @@ class TrainerContext final : public Context {
   Status sendSent(const GoMsg& go);
   Result<DeliveredMsg> awaitDelivered(uint64_t version);
   Status corruptOneWrite(const GoMsg& go);  // WSYNC_DEBUG_CORRUPT_EVERY
+  Status allocateCorruptByte();             // its source, before the transports exist
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;

@@ -42,6 +42,12 @@ int runHost(const Options& opt, const Roles& roles, const Comms& comms,
   HostMemory memory(opt, roles, comms, tensors);
   PhaseClock phases(comms.bench, process_start);
   const SyncResult sync = runSync(opt, roles, comms, tensors, memory, phases);
+  SyncResult checked;  // --checksums: the same phase with checksums on
+  if (opt.checksums_ab) {
+    Options with = opt;
+    with.checksums = true;
+    checked = runSync(with, roles, comms, tensors, memory, phases);
+  }
   BaselineResult baseline;
   if (opt.baseline) {
     // The trainers' buffers still hold the verified version.
@@ -52,8 +58,9 @@ int runHost(const Options& opt, const Roles& roles, const Comms& comms,
     }
   }
   if (roles.world_rank == 0)
-    printHostReport(opt, roles, tensors, sync, memory.limits(), baseline, load_start);
-  return (sync.mismatches == 0 && baseline.mismatches == 0) ? 0 : 1;
+    printHostReport(opt, roles, tensors, sync, memory.limits(), baseline, load_start,
+                    opt.checksums_ab ? &checked : nullptr);
+  return (sync.mismatches == 0 && checked.mismatches == 0 && baseline.mismatches == 0) ? 0 : 1;
 }
 
 // Returns kNoDevice (every rank alike) without a usable GPU: nothing measured.

@@ -43,8 +43,10 @@ void addFlags(cxxopts::Options& options) {
       "baseline-iters", "timed baseline versions (-1: --iters)",
       cxxopts::value<int>()->default_value("-1"))("no-baseline", "skip the baseline")(
       "no-reader", "no lease reader thread on the rollout ranks")(
-      "reader-sleep-us", "sleep between two leases of the reader thread",
-      cxxopts::value<int>()->default_value("50"))(
+      "checksums",
+      "host memory: run the wsync phase a second time with checksums on (config.checksums) and "
+      "report the cost")("reader-sleep-us", "sleep between two leases of the reader thread",
+                         cxxopts::value<int>()->default_value("50"))(
       "timeout-ms", "wsync timeout", cxxopts::value<int>()->default_value("120000"))("h,help",
                                                                                      "this help");
 }
@@ -68,6 +70,7 @@ void readFlags(const cxxopts::ParseResult& args, Options* opt) {
   opt->baseline_iters = args["baseline-iters"].as<int>();
   opt->baseline = args.count("no-baseline") == 0;
   opt->reader = args.count("no-reader") == 0;
+  opt->checksums_ab = args.count("checksums") > 0;
   opt->reader_sleep_us = args["reader-sleep-us"].as<int>();
   opt->timeout_ms = args["timeout-ms"].as<int>();
 }

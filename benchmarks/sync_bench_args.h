@@ -35,6 +35,10 @@ struct Options {
   int timeout_ms = 120000;
   bool baseline = true;
   bool reader = true;
+  // --checksums (host memory): after the wsync phase, the same phase again with config.checksums
+  // = 1, and the ratio of the two medians. `checksums`: the phase being run checksums.
+  bool checksums_ab = false;
+  bool checksums = false;
 };
 
 // Where this process sits in the job.

@@ -63,6 +63,7 @@ wsync_context_t createContext(const Options& opt, const Roles& roles, const Memo
   cfg.replica = roles.trainer ? -1 : roles.replica;
   cfg.num_slots = 2;
   cfg.timeout_ms = opt.timeout_ms;
+  cfg.checksums = opt.checksums ? 1 : 0;
   memory.configure(&cfg);
   wsync_context_t ctx = nullptr;
   const wsync_status_t s = wsync_context_create(&cfg, &ctx);

@@ -190,7 +190,7 @@ JsonObject& JsonObject::object(const char* key, const JsonObject& value) {
 void printHostReport(const Options& opt, const Roles& roles,
                      const std::vector<wsync_demo::TensorSpec>& tensors, const SyncResult& sync,
                      const HostLimits& limits, const BaselineResult& baseline,
-                     const std::string& load_start) {
+                     const std::string& load_start, const SyncResult* checked) {
   const double ws = median(sync.seconds);
   const double wgbps = static_cast<double>(sync.plan.bytes_per_version) / ws / 1e9;
   const double bs = median(baseline.seconds);
@@ -202,6 +202,10 @@ void printHostReport(const Options& opt, const Roles& roles,
       "acquire p99 %.1f us over %zu leases\n",
       ws, wgbps, wgbps / limits.best(), limits.best(), baseline_s.c_str(), speedup.c_str(), p99,
       sync.acquire_us.size());
+  const double cs = checked != nullptr ? median(checked->seconds) : 0.0;
+  if (checked != nullptr) {
+    std::printf("[bench] checksums: wsync %.4f s without, %.4f s with (%.3f x)\n", ws, cs, cs / ws);
+  }
   JsonObject j;
   j.text("memory", "host").text("model", opt.model);
   j.integer("bytes", wsync_demo::totalElements(tensors) * 4);
@@ -225,6 +229,10 @@ void printHostReport(const Options& opt, const Roles& roles,
       .integer("acquire_failures", sync.acquire_failures)
       .boolean("verified", sync.mismatches == 0)
       .booleanOrNull("baseline_verified", opt.baseline, baseline.mismatches == 0)
+      .numberOrNull("checksums_wsync_seconds", checked != nullptr, cs, 6)
+      .numberOrNull("checksums_ratio", checked != nullptr, cs / ws, 3)
+      .booleanOrNull("checksums_verified", checked != nullptr,
+                     checked != nullptr && checked->mismatches == 0)
       .text("loadavg_start", load_start)
       .text("loadavg_end", loadAverage());
   std::printf("%s\n", j.str().c_str());

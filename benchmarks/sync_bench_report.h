@@ -38,10 +38,11 @@ class JsonObject {
 
 // Host memory: wsync against the memcpy limit and the baseline (`baseline` unused when
 // !opt.baseline). `load_start`: the load averages when the run started.
+// `checked`: the wsync phase run again with checksums on (--checksums), or null.
 void printHostReport(const Options& opt, const Roles& roles,
                      const std::vector<wsync_demo::TensorSpec>& tensors, const SyncResult& sync,
                      const HostLimits& limits, const BaselineResult& baseline,
-                     const std::string& load_start);
+                     const std::string& load_start, const SyncResult* checked);
 
 // Device memory: wsync against the device copies, with the targets and the phase times.
 void printDeviceReport(const Options& opt, const Roles& roles,

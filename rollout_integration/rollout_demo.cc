@@ -63,8 +63,9 @@ cxxopts::Options rolloutOptions() {
       "skips (exit 77) when the job has more ranks than the node has GPUs")(
       "expect-broadcast", "fail unless this rank receives broadcast groups")("h,help", "this help");
   // The trainer program's own flags, accepted so that one argument list serves the whole job.
-  options.add_options("trainer (ignored here)")("snapshot", "")("step-ms", "",
-                                                                cxxopts::value<int>());
+  options.add_options("trainer (ignored here)")("snapshot", "")(
+      "step-ms", "", cxxopts::value<int>())("expect-checksum-failures", "", cxxopts::value<int>())(
+      "checksums", "");
   return options;
 }
 

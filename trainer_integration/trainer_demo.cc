@@ -53,7 +53,12 @@ cxxopts::Options trainerOptions() {
       "one-gpu-per-rank",
       "device memory on the GPU numbered by the MPI world rank, so that NCCL can broadcast; "
       "skips (exit 77) when the job has more ranks than the node has GPUs")(
-      "expect-broadcast", "fail unless this rank sends broadcast groups")("h,help", "this help");
+      "expect-broadcast", "fail unless this rank sends broadcast groups")(
+      "checksums", "config.checksums = 1: versions are checksummed (trainer 0's config decides)")(
+      "expect-checksum-failures",
+      "trainer 0 fails unless the versions' checksum failures and retries (wsync_version_stats) "
+      "each sum to N (-1: not checked)",
+      cxxopts::value<int>()->default_value("-1"))("h,help", "this help");
   // The rollout program's own flags, accepted so that one argument list serves the whole job.
   options.add_options("rollout (ignored here)")("replicas", "", cxxopts::value<int>())(
       "layout", "", cxxopts::value<std::string>())("dtype", "", cxxopts::value<std::string>())(
@@ -103,6 +108,12 @@ struct Trainer {
   bool reporter;  // trainer rank 0: prints, times, and reports
 };
 
+// The checksum failures and re-sends of the versions so far (wsync_version_stats).
+struct ChecksumTally {
+  uint64_t failures = 0;
+  uint64_t retries = 0;
+};
+
 // Sets every parameter to version v (the "training step") and uploads it on device memory.
 bool trainStep(const Trainer& t, uint64_t v) {
   for (size_t b = 0; b < t.layout.size(); ++b) {
@@ -119,8 +130,24 @@ bool trainStep(const Trainer& t, uint64_t v) {
 
 // Publishes versions 1..N, each timed from publish until it is ready on every replica; appends
 // each version's window and sync time.
+// --expect-checksum-failures: every version's failures and re-sends add up to `expected`.
+bool checksumsAsExpected(int expected, const ChecksumTally& tally, int versions) {
+  if (expected < 0) return true;
+  std::printf("[trainer] checksums: %llu failed verifications, %llu re-sends in %d versions\n",
+              static_cast<unsigned long long>(tally.failures),
+              static_cast<unsigned long long>(tally.retries), versions);
+  if (tally.failures == static_cast<uint64_t>(expected) &&
+      tally.retries == static_cast<uint64_t>(expected))
+    return true;
+  std::fprintf(stderr,
+               "[trainer] --expect-checksum-failures %d: got %llu failures, %llu re-sends\n",
+               expected, static_cast<unsigned long long>(tally.failures),
+               static_cast<unsigned long long>(tally.retries));
+  return false;
+}
+
 int publishVersions(const Trainer& t, wsync_demo::DemoSummary* summary,
-                    std::vector<wsync_demo::Interval>* windows) {
+                    std::vector<wsync_demo::Interval>* windows, ChecksumTally* checksums) {
   for (int v = 1; v <= summary->versions; ++v) {
     if (!trainStep(t, static_cast<uint64_t>(v))) return fail(t.ctx, "cudaMemcpy", WSYNC_ERR_SYSTEM);
     if (t.job.paced() && v > 1) t.job.barrier();  // the rollouts have verified version v - 1
@@ -135,6 +162,11 @@ int publishVersions(const Trainer& t, wsync_demo::DemoSummary* summary,
     wsync_request_free(request);
     if (s != WSYNC_SUCCESS) return fail(t.ctx, "wsync_request_wait", s);
     windows->push_back({t0, wsync_demo::steadySeconds()});
+    wsync_version_stats_t stats = WSYNC_VERSION_STATS_INITIALIZER;
+    s = wsync_version_stats(t.ctx, &stats);
+    if (s != WSYNC_SUCCESS) return fail(t.ctx, "wsync_version_stats", s);
+    checksums->failures += stats.checksum_failures;
+    checksums->retries += stats.retries;
     const double sync_s = windows->back().end_s - t0;
     summary->sync_s.push_back(sync_s);
     if (t.reporter && !t.quiet) {
@@ -203,6 +235,7 @@ int run(int argc, char** argv) {
   cfg.cuda_device = memory.cuda_device;
   cfg.snapshot = args.count("snapshot") > 0 ? 1 : 0;
   cfg.timeout_ms = args["timeout-ms"].as<int>();
+  cfg.checksums = args.count("checksums") > 0 ? 1 : 0;
   wsync_context_t ctx = nullptr;
   wsync_status_t s = wsync_context_create(&cfg, &ctx);
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_create", s);
@@ -237,8 +270,10 @@ int run(int argc, char** argv) {
     if (!trainer.quiet) printStart(summary, plan, tensors.size(), job);
   }
   std::vector<wsync_demo::Interval> windows;
-  const int published = publishVersions(trainer, &summary, &windows);
+  ChecksumTally checksums;
+  const int published = publishVersions(trainer, &summary, &windows, &checksums);
   if (published != 0) return published;
+
   s = wsync_context_destroy(ctx);
   if (s != WSYNC_SUCCESS) return fail(nullptr, "wsync_context_destroy", s);
 
@@ -249,7 +284,11 @@ int run(int argc, char** argv) {
   summary.processes_on_node = job.active() ? job.processesOnNode() : num_trainers + num_rollouts;
   summary.cores_on_node = static_cast<int>(std::thread::hardware_concurrency());
   printSummary(summary);
-  return summary.rollouts.empty() || summary.readsOk() ? 0 : 1;
+  const bool reads_ok = summary.rollouts.empty() || summary.readsOk();
+  return reads_ok && checksumsAsExpected(args["expect-checksum-failures"].as<int>(), checksums,
+                                         versions)
+             ? 0
+             : 1;
 }
 
 }  // namespace

@@ -202,6 +202,19 @@ typedef struct {
      the trainers start once they can write to it. */
   int replica_size; /**< ranks of the joining replica (> 0); 0 (default): fixed membership */
   int replica_rank; /**< this rank's index in the joining replica, in [0, replica_size) */
+  /* ---- the end of the joining layout; fields below were appended later ---- */
+  /** 1: versions are checksummed (docs/checksums.md): trainers send a checksum of what they write
+      to each rollout rank, every rollout rank verifies its bytes before the version becomes
+      readable, and a replica whose bytes differ gets the version again (WSYNC_CHECKSUM_RETRIES
+      times, then it skips that version and keeps serving its previous one: a version is never
+      readable corrupt). Read by the coordinator: under WSYNC_BOOTSTRAP_MPI trainer rank 0's
+      config (WSYNC_CHECKSUMS overrides it); a standalone wsync-coordinator takes --checksums or
+      WSYNC_CHECKSUMS instead. 0 (default): off. */
+  int checksums;
+  /** With checksums: how many times a version whose checksum failed on a replica is re-sent to
+      it; 0 (default): 3; -1: never (the replica skips the version at once). Read like
+      `checksums`; WSYNC_CHECKSUM_RETRIES overrides it. */
+  int checksum_retries;
 } wsync_config_t;
 
 /* clang-format off */
@@ -219,7 +232,8 @@ typedef struct {
     -1,                                 /* cuda_device */                                          \
     WSYNC_DEVICE_TRANSPORT_DEFAULT,     /* device_transport */                                     \
     WSYNC_CUDA_IPC_EXPORT_DEFAULT,      /* cuda_ipc_export */                                      \
-    0, 0                                /* replica_size, replica_rank */                           \
+    0, 0,                               /* replica_size, replica_rank */                           \
+    0, 0                                /* checksums, checksum_retries */                          \
   }
 /* clang-format on */
 
@@ -304,8 +318,8 @@ typedef struct {
   int replicas_ready;         /**< replicas that took it */
   int replicas_skipped;       /**< replicas busy past the grace that skipped it */
   int replicas_lost;          /**< replicas that left while it was in flight */
-  uint32_t retries;           /**< data-plane retries (0 until wsync retries) */
-  uint32_t checksum_failures; /**< failed checksums (0 until versions are checksummed) */
+  uint32_t retries;           /**< re-sends to replicas whose checksum failed (config.checksums) */
+  uint32_t checksum_failures; /**< failed checksum verifications, one per replica and attempt */
   /* rollout: how stale this rank is */
   int64_t age_ms;          /**< milliseconds since `version` became ready here */
   uint64_t newest_started; /**< the newest version the coordinator started */
@@ -418,7 +432,9 @@ wsync_status_t wsync_request_free(wsync_request_t request);
 /** Which replicas a delivered version reached (wsync_request_replicas). */
 typedef enum {
   WSYNC_REPLICAS_READY = 0,   /**< took the version: it is ready on every rank of theirs */
-  WSYNC_REPLICAS_SKIPPED = 1, /**< busy past the skip grace: they keep an older version */
+  WSYNC_REPLICAS_SKIPPED = 1, /**< busy past the skip grace, or (config.checksums) their bytes
+                                   still failed the checksum after the last re-send: they keep
+                                   an older version; this one never becomes readable there */
   WSYNC_REPLICAS_LOST = 2,    /**< dropped (a rank died, or sent no heartbeat for
                                    WSYNC_HEARTBEAT_TIMEOUT_MS) or left while the version was in
                                    flight; it never becomes readable there */

@@ -1,5 +1,6 @@
 #include "capi_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -60,6 +61,17 @@ constexpr size_t roundUpToConfigAlignment(size_t bytes) {
 }
 static_assert(roundUpToConfigAlignment(std::end(kConfigLayoutEnds)[-1]) == sizeof(wsync_config_t),
               "wsync_config_t grew: append the new layout's end to kConfigLayoutEnds");
+// `size` tells the layouts apart only when each one's sizeof differs from the previous one's: a
+// field that fits in the old tail padding needs a companion field (or a wider type).
+constexpr bool layoutSizesIncrease() {
+  for (size_t i = 1; i < std::size(kConfigLayoutEnds); ++i) {
+    if (roundUpToConfigAlignment(kConfigLayoutEnds[i]) <=
+        roundUpToConfigAlignment(kConfigLayoutEnds[i - 1]))
+      return false;
+  }
+  return true;
+}
+static_assert(layoutSizesIncrease(), "two wsync_config_t layouts have the same sizeof");
 
 // The caller's config with the fields its layout lacks set to their defaults. Only the bytes of
 // the caller's fields are read: the tail padding of an older layout may hold garbage where a newer
@@ -115,6 +127,14 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config) {
   o.cuda_device = c.cuda_device;
   o.replica_size = c.replica_size;
   o.replica_rank = c.replica_rank;
+  if (c.checksums != 0 && c.checksums != 1)
+    return invalidArgument("config.checksums is " + std::to_string(c.checksums) + ": not 0 or 1");
+  o.checksums = c.checksums == 1;
+  if (c.checksum_retries < -1) {
+    return invalidArgument("config.checksum_retries is " + std::to_string(c.checksum_retries) +
+                           ": -1 (never), 0 (default: 3) or a count");
+  }
+  o.checksum_retries = c.checksum_retries == 0 ? 3 : std::max(0, c.checksum_retries);
   return o;
 }
 

@@ -17,6 +17,7 @@ inline constexpr size_t kConfigLayoutEnds[] = {
     offsetof(wsync_config_t, cuda_device) + sizeof(int),                          // 0.1.0
     offsetof(wsync_config_t, cuda_ipc_export) + sizeof(wsync_cuda_ipc_export_t),  // data plane
     offsetof(wsync_config_t, replica_rank) + sizeof(int),                         // joining
+    offsetof(wsync_config_t, checksum_retries) + sizeof(int),                     // checksums
 };
 
 // Reads the fields of the caller's layout (told by config.size; later fields keep

@@ -198,6 +198,10 @@ void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
   o.debug_send_delay_ms = effective.debug_send_delay_ms;
   o.debug_cold_fill_delay_ms = effective.debug_cold_fill_delay_ms;
   o.heartbeat_timeout_ms = effective.heartbeat_timeout_ms;
+  if (effective.fromEnvironment(wsync::OptionId::checksums)) o.checksums = effective.checksums;
+  if (effective.fromEnvironment(wsync::OptionId::checksum_retries))
+    o.checksum_retries = effective.checksum_retries;
+  o.debug_corrupt_every = effective.debug_corrupt_every;
   switch (effective.host_copy) {
     case wsync::HostCopy::kMemcpy:
       wsync::preferHostCopy(wsync::HostCopyKind::kMemcpy);

@@ -53,6 +53,11 @@ struct CoordinatorOptions {
   // this) for this long is dropped like one whose connection closed. 0: heartbeats are not
   // watched.
   std::chrono::milliseconds heartbeat_timeout{0};
+  // Versions are checksummed (docs/checksums.md): trainers send checksums, rollouts verify before
+  // a version becomes ready; a replica whose check fails gets the version again, at most
+  // checksum_retries times (>= 0), then skips it.
+  bool checksums = false;
+  int checksum_retries = 3;
   // Progress lines, and refused control connections (rate-limited): called from the event thread
   // and the control server's thread, so it must be thread-safe. May be empty.
   std::function<void(const std::string&)> log;

@@ -115,6 +115,13 @@ int run(int argc, char** argv) {
       "drop a rollout rank silent this long (0: never; default: $WSYNC_HEARTBEAT_TIMEOUT_MS or "
       "10000)",
       cxxopts::value<int>()->default_value("-1"))(
+      "checksums",
+      "checksum versions: rollouts verify before a version is ready (default: "
+      "$WSYNC_CHECKSUMS)")(
+      "checksum-retries",
+      "re-sends of a version whose checksum failed on a replica (default: $WSYNC_CHECKSUM_RETRIES "
+      "or 3)",
+      cxxopts::value<int>()->default_value("-1"))(
       "metrics-port", "serve Prometheus metrics at http://<metrics-bind>:PORT/metrics (0: off)",
       cxxopts::value<int>()->default_value("0"))(
       "metrics-bind", "address the metrics server listens on",
@@ -139,6 +146,9 @@ int run(int argc, char** argv) {
   const int heartbeat_ms = args["heartbeat-timeout-ms"].as<int>();
   opt.heartbeat_timeout = std::chrono::milliseconds(
       heartbeat_ms >= 0 ? heartbeat_ms : environment->heartbeat_timeout_ms);
+  opt.checksums = args.count("checksums") > 0 || environment->checksums;
+  const int retries = args["checksum-retries"].as<int>();
+  opt.checksum_retries = retries >= 0 ? retries : environment->checksum_retries;
   const bool quiet = args.count("quiet") > 0;
   if (!quiet) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const auto metrics = std::make_shared<wsync::CoordinatorMetrics>();

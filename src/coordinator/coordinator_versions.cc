@@ -14,7 +14,8 @@ Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType typ
   if (phase_ != Phase::kRunning) {
     return invalidUsage(std::string(messageTypeName(type)) + " before commit completed");
   }
-  const bool trainer_message = type == MessageType::kPublish || type == MessageType::kSent;
+  const bool trainer_message = type == MessageType::kPublish || type == MessageType::kSent ||
+                               type == MessageType::kSentChecksums;
   if ((p.hello.role == Role::kTrainer) != trainer_message) {
     return protocolError(std::string("unexpected message ") + messageTypeName(type) + " from a " +
                          roleName(p.hello.role) + " rank");
@@ -25,11 +26,23 @@ Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType typ
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
     return apply(sequencer_->onPrepared(p.role_rank, m, now));
   }
+  if (type == MessageType::kSentChecksums) {
+    SentChecksumsMsg m;
+    WSYNC_RETURN_IF_ERROR(decode(payload, m));
+    return apply(sequencer_->onSent(p.role_rank, m.version, now, m.sums));
+  }
+  if (type == MessageType::kChecksumFailed) {
+    ChecksumFailedMsg m;
+    WSYNC_RETURN_IF_ERROR(decode(payload, m));
+    return apply(sequencer_->onChecksumFailed(p.role_rank, m, now));
+  }
   VersionMsg m;
   WSYNC_RETURN_IF_ERROR(decode(payload, m));
   if (type == MessageType::kPublish)
     return apply(sequencer_->onPublish(p.role_rank, m.version, now));
   if (type == MessageType::kSent) return apply(sequencer_->onSent(p.role_rank, m.version, now));
+  if (type == MessageType::kVerified)
+    return apply(sequencer_->onVerified(p.role_rank, m.version, now));
   return apply(sequencer_->onReceived(p.role_rank, m.version, now));
 }
 

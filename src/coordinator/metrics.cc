@@ -18,6 +18,8 @@ const char* replicaOutcomeName(ReplicaOutcome outcome) {
       return "skipped";
     case ReplicaOutcome::kLost:
       return "lost";
+    case ReplicaOutcome::kRejected:
+      return "rejected";
   }
   return "?";
 }
@@ -56,6 +58,11 @@ std::optional<DeliveredMsg> CoordinatorMetrics::observe(const SequencerOutput& o
         if (id) onReplicaReady(*id, std::get<SlotMsg>(m.payload).version, now);
         break;
       }
+      case MessageType::kVerify: {
+        std::lock_guard lock(mu_);
+        ++totals_.checksum_verifications;
+        break;
+      }
       case MessageType::kDelivered:
         if (out.delivered) delivered = deliveredMessage(onDelivered(*out.delivered, now));
         break;
@@ -89,9 +96,19 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   v.version = outcome.version;
   const bool known = outcome.version == in_flight_;
   v.seconds = known ? std::chrono::duration<double>(now - in_flight_started_).count() : 0.0;
+  auto count = [](const std::map<int32_t, uint32_t>& per_replica, int32_t id) {
+    auto it = per_replica.find(id);
+    return it == per_replica.end() ? 0u : it->second;
+  };
   auto add = [&](int32_t id, ReplicaOutcome what) {
     ReplicaVersionStats r{id, what, 0, 0.0};
     ReplicaCounters& c = replica(id);
+    r.retries = count(outcome.retries, id);
+    r.checksum_failures = count(outcome.checksum_failures, id);
+    c.retries += r.retries;
+    c.checksum_failures += r.checksum_failures;
+    v.retries += r.retries;
+    v.checksum_failures += r.checksum_failures;
     if (what == ReplicaOutcome::kReady) {
       auto bytes = bytes_per_replica_.find(id);
       r.bytes = bytes == bytes_per_replica_.end() ? 0 : bytes->second;
@@ -104,7 +121,7 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
       c.ready_version = outcome.version;
       v.bytes += r.bytes;
       ++v.replicas_ready;
-    } else if (what == ReplicaOutcome::kSkipped) {
+    } else if (what == ReplicaOutcome::kSkipped || what == ReplicaOutcome::kRejected) {
       ++c.versions_skipped;
       ++v.replicas_skipped;
     } else {
@@ -115,8 +132,11 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   };
   for (int32_t id : outcome.ready_replicas)
     add(id, ReplicaOutcome::kReady);
-  for (int32_t id : outcome.skipped_replicas)
-    add(id, ReplicaOutcome::kSkipped);
+  for (int32_t id : outcome.skipped_replicas) {
+    const bool rejected =
+        std::binary_search(outcome.rejected_replicas.begin(), outcome.rejected_replicas.end(), id);
+    add(id, rejected ? ReplicaOutcome::kRejected : ReplicaOutcome::kSkipped);
+  }
   for (int32_t id : outcome.lost_replicas)
     add(id, ReplicaOutcome::kLost);
   std::sort(v.replicas.begin(), v.replicas.end(),
@@ -130,6 +150,8 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   totals_.seconds += v.seconds;
   totals_.skipped += static_cast<uint64_t>(v.replicas_skipped);
   totals_.lost += static_cast<uint64_t>(v.replicas_lost);
+  totals_.retries += v.retries;
+  totals_.checksum_failures += v.checksum_failures;
   recent_.push_back(v);
   while (recent_.size() > keep_versions_)
     recent_.pop_front();
@@ -235,9 +257,15 @@ std::string prometheusText(const MetricsSnapshot& s) {
       static_cast<double>(s.skipped));
   job("wsync_lost_replicas_total", "counter", "Replicas lost while a version was in flight.",
       static_cast<double>(s.lost));
-  job("wsync_retries_total", "counter", "Data-plane retries.", static_cast<double>(s.retries));
-  job("wsync_checksum_failures_total", "counter", "Versions that failed their checksum.",
+  job("wsync_retries_total", "counter",
+      "Versions re-sent to a replica after a failed checksum verification.",
+      static_cast<double>(s.retries));
+  job("wsync_checksum_failures_total", "counter",
+      "Failed checksum verifications (one per replica and attempt).",
       static_cast<double>(s.checksum_failures));
+  job("wsync_checksum_verifications_total", "counter",
+      "Checksum verifications asked of rollout ranks (one per rank and attempt).",
+      static_cast<double>(s.checksum_verifications));
 
   struct PerReplica {
     const char* name;
@@ -266,10 +294,11 @@ std::string prometheusText(const MetricsSnapshot& s) {
        [](const ReplicaCounters& r) { return static_cast<double>(r.lag_versions); }},
       {"wsync_replica_lost", "gauge", "1 when the replica left while a version was in flight.",
        [](const ReplicaCounters& r) { return r.lost ? 1.0 : 0.0; }},
-      {"wsync_replica_retries_total", "counter", "Data-plane retries towards the replica.",
+      {"wsync_replica_retries_total", "counter",
+       "Versions re-sent to the replica after a failed checksum verification.",
        [](const ReplicaCounters& r) { return static_cast<double>(r.retries); }},
       {"wsync_replica_checksum_failures_total", "counter",
-       "Versions that failed their checksum on the replica.",
+       "Failed checksum verifications on the replica (one per attempt).",
        [](const ReplicaCounters& r) { return static_cast<double>(r.checksum_failures); }},
   };
   for (const PerReplica& m : kPerReplica) {
@@ -290,10 +319,20 @@ std::string prometheusText(const MetricsSnapshot& s) {
 std::string versionLine(const VersionStats& v) {
   const int32_t total = v.replicas_ready + v.replicas_skipped + v.replicas_lost;
   const double gbps = v.seconds > 0 ? static_cast<double>(v.bytes) / v.seconds / 1e9 : 0.0;
-  return format("version %" PRIu64 ": %d/%d replicas ready, %d skipped, %d lost, %" PRId64
-                " bytes in %.4f s (%.2f GB/s)",
-                v.version, v.replicas_ready, total, v.replicas_skipped, v.replicas_lost, v.bytes,
-                v.seconds, gbps);
+  std::string line =
+      format("version %" PRIu64 ": %d/%d replicas ready, %d skipped, %d lost, %" PRId64
+             " bytes in %.4f s (%.2f GB/s)",
+             v.version, v.replicas_ready, total, v.replicas_skipped, v.replicas_lost, v.bytes,
+             v.seconds, gbps);
+  if (v.checksum_failures > 0 || v.retries > 0) {
+    line += format("; %u checksum failures, %u retries", v.checksum_failures, v.retries);
+    for (const ReplicaVersionStats& r : v.replicas) {
+      if (r.checksum_failures == 0 && r.retries == 0) continue;
+      line += format(" (replica %d: %u failed, %u re-sent, %s)", r.replica, r.checksum_failures,
+                     r.retries, replicaOutcomeName(r.outcome));
+    }
+  }
+  return line;
 }
 
 std::string summaryLine(const MetricsSnapshot& s) {

@@ -10,8 +10,8 @@
 //   bytes: what the plan delivers to a replica's ranks per version (destination dtype), counted
 //   for the replicas that took the version;
 //   lag: versions a replica's newest ready version is behind the newest delivered version;
-//   retries and checksum failures: 0 until the data plane retries and checksums (the fields exist
-//   so that dashboards and the wire format do not change when they do).
+//   checksum failures: a replica's verifications of a version that failed (one per attempt), and
+//   retries: the re-sends they caused (checksummed jobs; 0 otherwise).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,9 @@
 
 namespace wsync {
 
-enum class ReplicaOutcome : uint8_t { kReady, kSkipped, kLost };
+// kRejected: its checksums failed past the last re-send, so it skipped the version (counted with
+// the skipped ones in totals and Delivered).
+enum class ReplicaOutcome : uint8_t { kReady, kSkipped, kLost, kRejected };
 const char* replicaOutcomeName(ReplicaOutcome outcome);
 
 struct ReplicaVersionStats {
@@ -37,6 +39,8 @@ struct ReplicaVersionStats {
   ReplicaOutcome outcome = ReplicaOutcome::kReady;
   int64_t bytes = 0;     // delivered to it (0 unless kReady)
   double seconds = 0.0;  // start to Ready (0 unless kReady)
+  uint32_t retries = 0;
+  uint32_t checksum_failures = 0;
 };
 
 struct VersionStats {
@@ -77,6 +81,7 @@ struct MetricsSnapshot {
   uint64_t lost = 0;     // replicas lost while a version was in flight
   uint64_t retries = 0;
   uint64_t checksum_failures = 0;
+  uint64_t checksum_verifications = 0;    // Verify messages sent (one per rollout rank and attempt)
   std::vector<VersionStats> recent;       // the last delivered versions, oldest first
   std::vector<ReplicaCounters> replicas;  // by replica id
   // Control connections refused before authentication, by reason (wrong secret, garbage, limits,

@@ -135,6 +135,14 @@ const char* messageTypeName(MessageType t) {
       return "ColdFill";
     case MessageType::kColdFillDone:
       return "ColdFillDone";
+    case MessageType::kSentChecksums:
+      return "SentChecksums";
+    case MessageType::kVerify:
+      return "Verify";
+    case MessageType::kVerified:
+      return "Verified";
+    case MessageType::kChecksumFailed:
+      return "ChecksumFailed";
   }
   return "Unknown";
 }
@@ -177,14 +185,19 @@ std::vector<uint8_t> encode(const WelcomeMsg& m) {
   putInts(w, m.trainer_world_ranks);
   putInts(w, m.rollout_world_ranks);
   w.vari(m.heartbeat_interval_ms);
+  w.u8(m.checksums ? 1 : 0);
   return w.take();
 }
 Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m) {
   ByteReader r(bytes);
+  uint8_t checksums = 0;
   getI32(r, m.role_rank) && getI32(r, m.num_trainers) && getI32(r, m.num_rollouts) &&
       getInts(r, m.trainer_world_ranks) && getInts(r, m.rollout_world_ranks) &&
-      getI32(r, m.heartbeat_interval_ms);
-  return finish(r, "Welcome");
+      getI32(r, m.heartbeat_interval_ms) && r.u8(checksums);
+  WSYNC_RETURN_IF_ERROR(finish(r, "Welcome"));
+  if (checksums > 1) return protocolError("Welcome: checksums flag " + std::to_string(checksums));
+  m.checksums = checksums == 1;
+  return Status::ok();
 }
 
 std::vector<uint8_t> encode(const RegisterMsg& m) {
@@ -480,6 +493,70 @@ Status decode(const std::vector<uint8_t>& bytes, ColdFillDoneMsg& m) {
       r.varu(m.bytes);
   WSYNC_RETURN_IF_ERROR(finish(r, "ColdFillDone"));
   m.code = static_cast<wsync_status_t>(code);
+  return Status::ok();
+}
+
+// ---- checksums ---------------------------------------------------------------------------------
+namespace {
+void putChecksums(ByteWriter& w, const std::vector<RankChecksum>& sums) {
+  w.varu(sums.size());
+  for (const RankChecksum& c : sums) {
+    w.vari(c.rank);
+    w.fixed64(c.sum);
+  }
+}
+// Ranks >= 0, strictly increasing (so at most kMaxRanks of them).
+bool getChecksums(ByteReader& r, std::vector<RankChecksum>& sums) {
+  uint64_t n = 0;
+  if (!r.count(n, kMaxRanks, 9)) return false;
+  sums.resize(n);
+  for (size_t i = 0; i < sums.size(); ++i) {
+    if (!getI32(r, sums[i].rank) || !r.fixed64(sums[i].sum)) return false;
+    if (sums[i].rank < 0 || (i > 0 && sums[i].rank <= sums[i - 1].rank)) return r.fail();
+  }
+  return true;
+}
+}  // namespace
+
+std::vector<uint8_t> encode(const SentChecksumsMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  putChecksums(w, m.sums);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, SentChecksumsMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.version) && getChecksums(r, m.sums);
+  return finish(r, "SentChecksums");
+}
+
+std::vector<uint8_t> encode(const VerifyMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  w.vari(m.slot);
+  putChecksums(w, m.sums);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, VerifyMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.version) && getI32(r, m.slot) && getChecksums(r, m.sums);
+  return finish(r, "Verify");
+}
+
+std::vector<uint8_t> encode(const ChecksumFailedMsg& m) {
+  ByteWriter w;
+  w.varu(m.version);
+  putInts(w, m.trainers);
+  w.str(m.detail);
+  return w.take();
+}
+Status decode(const std::vector<uint8_t>& bytes, ChecksumFailedMsg& m) {
+  ByteReader r(bytes);
+  r.varu(m.version) && getInts(r, m.trainers) && r.str(m.detail, kMaxStringBytes);
+  WSYNC_RETURN_IF_ERROR(finish(r, "ChecksumFailed"));
+  for (int32_t t : m.trainers) {
+    if (t < 0) return protocolError("ChecksumFailed: negative trainer rank");
+  }
   return Status::ok();
 }
 

@@ -43,6 +43,15 @@
 //   A fill that fails (v no longer held, a source rank lost) is retried with the newest ready
 //   version, or given up: the joiner's ranks get Go(v, slot -1) (give the slot back) and the
 //   replica gets its first version from the trainers.
+// Checksums (protocol version 5; Welcome::checksums, docs/checksums.md): each trainer sends
+//   SentChecksums(v, per rollout rank the checksum of what it sent there) instead of Sent(v);
+//   once a replica's data landed, the coordinator sends each of its ranks Verify(v, slot, per
+//   trainer the expected checksum) instead of Ready; the rank sums its slot's regions per trainer
+//   and answers Verified(v) or ChecksumFailed(v, the trainers whose bytes differ). Every rank
+//   verified: Ready(v, slot) as above. A rank failed: the replica's version is re-sent (a Go(v)
+//   giving only that replica a slot, to the trainers and its ranks, which write and receive
+//   again and answer SentChecksums / Received again), up to a bounded number of retries; then
+//   the replica skips the version (Go(v, -1) to its ranks: they give the slot back).
 #pragma once
 
 #include <cstdint>
@@ -81,11 +90,16 @@ enum class MessageType : uint16_t {
   kReadied = 23,         // rollout -> coord, VersionMsg
   kColdFill = 24,        // coord -> rollout of a source replica, ColdFillMsg
   kColdFillDone = 25,    // that rollout -> coord, ColdFillDoneMsg
+  kSentChecksums = 26,   // trainer -> coord, SentChecksumsMsg (Sent with checksums)
+  kVerify = 27,          // coord -> rollout, VerifyMsg
+  kVerified = 28,        // rollout -> coord, VersionMsg
+  kChecksumFailed = 29,  // rollout -> coord, ChecksumFailedMsg
 };
 const char* messageTypeName(MessageType t);
 
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
-// Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill).
+// Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill)
+// and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums).
 inline constexpr uint32_t kProtocolVersion = 5;
 
 struct HelloMsg {
@@ -109,6 +123,8 @@ struct WelcomeMsg {
   std::vector<int32_t> rollout_world_ranks;
   // Rollouts send Heartbeat this often (ms); 0: the coordinator watches no heartbeats.
   int32_t heartbeat_interval_ms = 0;
+  // Versions are checksummed (SentChecksums, Verify): the coordinator's choice, for every rank.
+  bool checksums = false;
 };
 
 struct RegisterMsg {
@@ -233,6 +249,36 @@ struct ColdFillDoneMsg {
   uint64_t bytes = 0;   // bytes written
 };
 
+// One rank's checksum of a version's bytes (checksum/checksum.h): a rollout rank's (what a trainer
+// sent it) or a trainer rank's (what a rollout rank received from it).
+struct RankChecksum {
+  int32_t rank = -1;
+  uint64_t sum = 0;
+  bool operator==(const RankChecksum&) const = default;
+};
+
+// SentChecksums: Sent(version), with the checksum of what this trainer sent to each rollout rank
+// it wrote to or broadcast to for this Go (ranks increasing, each once).
+struct SentChecksumsMsg {
+  uint64_t version = 0;
+  std::vector<RankChecksum> sums;
+};
+
+// Verify: `slot` of the receiving rank holds `version` once its checksum from each trainer (by
+// trainer rank, increasing; a trainer not listed sent it nothing) matches `sums`.
+struct VerifyMsg {
+  uint64_t version = 0;
+  int32_t slot = -1;
+  std::vector<RankChecksum> sums;
+};
+
+// ChecksumFailed: the rank's bytes of `version` from `trainers` do not match their checksums.
+struct ChecksumFailedMsg {
+  uint64_t version = 0;
+  std::vector<int32_t> trainers;  // increasing, not empty
+  std::string detail;             // names the rank, the trainers and their tensors
+};
+
 std::vector<uint8_t> encode(const HelloMsg& m);
 std::vector<uint8_t> encode(const WelcomeMsg& m);
 std::vector<uint8_t> encode(const RegisterMsg& m);
@@ -246,6 +292,9 @@ std::vector<uint8_t> encode(const ReplicaMsg& m);
 std::vector<uint8_t> encode(const PlanExtensionMsg& m);
 std::vector<uint8_t> encode(const ColdFillMsg& m);
 std::vector<uint8_t> encode(const ColdFillDoneMsg& m);
+std::vector<uint8_t> encode(const SentChecksumsMsg& m);
+std::vector<uint8_t> encode(const VerifyMsg& m);
+std::vector<uint8_t> encode(const ChecksumFailedMsg& m);
 
 Status decode(const std::vector<uint8_t>& bytes, HelloMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, WelcomeMsg& m);
@@ -260,5 +309,8 @@ Status decode(const std::vector<uint8_t>& bytes, ReplicaMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, PlanExtensionMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ColdFillMsg& m);
 Status decode(const std::vector<uint8_t>& bytes, ColdFillDoneMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, SentChecksumsMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, VerifyMsg& m);
+Status decode(const std::vector<uint8_t>& bytes, ChecksumFailedMsg& m);
 
 }  // namespace wsync

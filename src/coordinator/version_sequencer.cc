@@ -174,16 +174,29 @@ Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const Slot
 }
 
 Result<SequencerOutput> VersionSequencer::onSent(int32_t trainer, uint64_t version,
-                                                 SequencerTime now) {
+                                                 SequencerTime now,
+                                                 const std::vector<RankChecksum>& sums) {
   WSYNC_RETURN_IF_ERROR(checkTrainer(trainer));
   const std::string what =
       "trainer " + std::to_string(trainer) + " reported " + versionName(version) + " sent";
   if (!in_flight_ || version != in_flight_->version || !in_flight_->go_sent) {
     return protocolError(what + " out of order");
   }
-  std::vector<bool>::reference sent = in_flight_->trainer_sent[static_cast<size_t>(trainer)];
-  if (sent) return protocolError(what + " twice");
-  sent = true;
+  size_t& sent = in_flight_->trainer_sent[static_cast<size_t>(trainer)];
+  if (sent >= in_flight_->go_batches.size()) return protocolError(what + " twice");
+  // The replicas of this trainer's next Go: their current attempt is now sent by this trainer.
+  for (int32_t id : in_flight_->go_batches[sent]) {
+    auto it = replicas_.find(id);
+    if (it == replicas_.end() || it->second.stage != Stage::kTaking) continue;  // left since
+    Replica& replica = it->second;
+    replica.sent.insert(trainer);
+    if (!options_.verify_checksums) continue;
+    for (const RankChecksum& c : sums) {
+      if (std::find(replica.ranks.begin(), replica.ranks.end(), c.rank) != replica.ranks.end())
+        replica.expected[c.rank][trainer] = c.sum;
+    }
+  }
+  ++sent;
   SequencerOutput out;
   tryComplete(now, out);
   return out;
@@ -203,6 +216,45 @@ Result<SequencerOutput> VersionSequencer::onReceived(int32_t rollout, uint64_t v
                                                                  : " but its replica skips it"));
   }
   if (!replica->received.insert(rollout).second) return protocolError(what + " twice");
+  tryComplete(now, out);
+  return out;
+}
+
+Result<VersionSequencer::Replica*> VersionSequencer::verifyAnswer(int32_t rollout, uint64_t version,
+                                                                  const char* what) {
+  WSYNC_ASSIGN_OR_RETURN(Replica * replica, replicaForMessage(rollout));
+  if (replica == nullptr) return replica;
+  const std::string message = rolloutName(rollout) + " " + what + " " + versionName(version);
+  if (!in_flight_ || version != in_flight_->version || replica->stage != Stage::kVerifying) {
+    return protocolError(message + " but no Verify of it awaits an answer");
+  }
+  if (!replica->verified.insert(rollout).second) return protocolError(message + " twice");
+  return replica;
+}
+
+Result<SequencerOutput> VersionSequencer::onVerified(int32_t rollout, uint64_t version,
+                                                     SequencerTime now) {
+  WSYNC_ASSIGN_OR_RETURN(Replica * replica, verifyAnswer(rollout, version, "verified"));
+  SequencerOutput out;
+  if (replica == nullptr) return out;
+  if (replica->verified.size() == replica->ranks.size())
+    finishVerification(*replicaOf(rollout), *replica, out);
+  tryComplete(now, out);
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::onChecksumFailed(int32_t rollout,
+                                                           const ChecksumFailedMsg& failed,
+                                                           SequencerTime now) {
+  WSYNC_ASSIGN_OR_RETURN(Replica * replica,
+                         verifyAnswer(rollout, failed.version, "failed the checksum of"));
+  SequencerOutput out;
+  if (replica == nullptr) return out;
+  replica->verify_failed = true;
+  out.notes.push_back(versionName(failed.version) + ": checksum mismatch on " +
+                      rolloutName(rollout) + ": " + failed.detail);
+  if (replica->verified.size() == replica->ranks.size())
+    finishVerification(*replicaOf(rollout), *replica, out);
   tryComplete(now, out);
   return out;
 }
@@ -247,12 +299,16 @@ void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
   in_flight_.emplace();
   in_flight_->version = v;
   in_flight_->started = now;
-  in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), false);
+  in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), 0);
   for (auto& [id, replica] : replicas_) {
     replica.stage = Stage::kPreparing;
     replica.target_slot = chooseSlot(replica);
     replica.prepared.clear();
     replica.received.clear();
+    replica.sent.clear();
+    replica.expected.clear();
+    replica.checksum_failures = 0;
+    replica.retries = 0;
     OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
     for (int32_t r : replica.ranks)
       prepare.to.push_back({Role::kRollout, r});
@@ -279,10 +335,12 @@ void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
   const uint64_t v = in_flight_->version;
   GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
   OutgoingMessage message{MessageType::kGo, trainerRanks(), {}};
+  std::vector<int32_t> taking;
   for (auto& [id, replica] : replicas_) {
     if (replica.stage != Stage::kPreparing) continue;
     if (replica.prepared.size() == replica.ranks.size()) {
       replica.stage = Stage::kTaking;
+      taking.push_back(id);
       go.slot_of_replica[static_cast<size_t>(id)] = replica.target_slot;
     } else {
       replica.stage = Stage::kSkipped;
@@ -294,49 +352,122 @@ void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
       message.to.push_back({Role::kRollout, r});
   }
   message.payload = std::move(go);
+  in_flight_->go_batches.push_back(std::move(taking));
   in_flight_->go_sent = true;
   out.messages.push_back(std::move(message));
 }
 
 void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
   if (!in_flight_ || !in_flight_->go_sent) return;
-  const std::vector<bool>& sent = in_flight_->trainer_sent;
-  if (!std::all_of(sent.begin(), sent.end(), [](bool s) { return s; })) return;
   const uint64_t v = in_flight_->version;
-  bool all_ready = true;
+  bool all_done = true;
   for (auto& [id, replica] : replicas_) {
-    if (replica.stage != Stage::kTaking) continue;
-    if (replica.received.size() < replica.ranks.size()) {
-      all_ready = false;
-      continue;
+    if (replica.stage == Stage::kTaking &&
+        replica.sent.size() == static_cast<size_t>(num_trainers_) &&
+        replica.received.size() == replica.ranks.size()) {
+      if (options_.verify_checksums) {
+        sendVerify(replica, out);
+      } else {
+        markReady(replica, out);
+      }
     }
-    replica.stage = Stage::kReady;
-    replica.ready_version = v;
-    replica.ready_slot = replica.target_slot;
-    replica.slot_version[static_cast<size_t>(replica.target_slot)] = v;
-    OutgoingMessage ready{MessageType::kReady, {}, SlotMsg{v, replica.target_slot}};
-    for (int32_t r : replica.ranks)
-      ready.to.push_back({Role::kRollout, r});
-    out.messages.push_back(std::move(ready));
+    all_done = all_done && replica.stage != Stage::kTaking && replica.stage != Stage::kVerifying;
   }
-  if (!all_ready) return;
+  if (!all_done || !allTrainersSentEveryGo()) return;
   VersionOutcome outcome;
   outcome.version = v;
   outcome.lost_replicas = std::move(in_flight_->lost);
   std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
   outcome.ready_replicas = std::move(in_flight_->departed_ready);
+  outcome.rejected_replicas = std::move(in_flight_->rejected);
+  std::sort(outcome.rejected_replicas.begin(), outcome.rejected_replicas.end());
   for (auto& [id, replica] : replicas_) {
     if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
     if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
+    if (replica.checksum_failures > 0) outcome.checksum_failures[id] = replica.checksum_failures;
+    if (replica.retries > 0) outcome.retries[id] = replica.retries;
     replica.stage = Stage::kOut;
   }
   std::sort(outcome.ready_replicas.begin(), outcome.ready_replicas.end());
   out.messages.push_back(
       {MessageType::kDelivered, trainerRanks(),
-       DeliveredMsg{v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas}});
+       DeliveredMsg{
+           v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas, false, {}}});
   out.delivered = std::move(outcome);
   in_flight_.reset();
   startNext(now, out);
+}
+
+bool VersionSequencer::allTrainersSentEveryGo() const {
+  const size_t gos = in_flight_->go_batches.size();
+  return std::all_of(in_flight_->trainer_sent.begin(), in_flight_->trainer_sent.end(),
+                     [gos](size_t sent) { return sent == gos; });
+}
+
+void VersionSequencer::markReady(Replica& replica, SequencerOutput& out) {
+  const uint64_t v = in_flight_->version;
+  replica.stage = Stage::kReady;
+  replica.ready_version = v;
+  replica.ready_slot = replica.target_slot;
+  replica.slot_version[static_cast<size_t>(replica.target_slot)] = v;
+  OutgoingMessage ready{MessageType::kReady, {}, SlotMsg{v, replica.target_slot}};
+  for (int32_t r : replica.ranks)
+    ready.to.push_back({Role::kRollout, r});
+  out.messages.push_back(std::move(ready));
+}
+
+// ---- checksums ---------------------------------------------------------------------------------
+
+void VersionSequencer::sendVerify(Replica& replica, SequencerOutput& out) {
+  replica.stage = Stage::kVerifying;
+  replica.verified.clear();
+  replica.verify_failed = false;
+  for (int32_t r : replica.ranks) {
+    VerifyMsg verify{in_flight_->version, replica.target_slot, {}};
+    for (const auto& [trainer, sum] : replica.expected[r])
+      verify.sums.push_back({trainer, sum});
+    out.messages.push_back({MessageType::kVerify, {{Role::kRollout, r}}, std::move(verify)});
+  }
+}
+
+GoMsg VersionSequencer::goFor(int32_t replica, int32_t slot) const {
+  GoMsg go{in_flight_->version,
+           std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
+  go.slot_of_replica[static_cast<size_t>(replica)] = slot;
+  return go;
+}
+
+// Every rank of replica `id` answered Verify: ready, re-sent, or (out of re-sends) skipped.
+void VersionSequencer::finishVerification(int32_t id, Replica& replica, SequencerOutput& out) {
+  if (!replica.verify_failed) {
+    markReady(replica, out);
+    return;
+  }
+  const uint64_t v = in_flight_->version;
+  ++replica.checksum_failures;
+  std::vector<RankRef> ranks;
+  for (int32_t r : replica.ranks)
+    ranks.push_back({Role::kRollout, r});
+  const std::string what = versionName(v) + ": replica " + std::to_string(id);
+  if (replica.retries >= static_cast<uint32_t>(std::max(0, options_.max_checksum_retries))) {
+    replica.stage = Stage::kSkipped;
+    in_flight_->rejected.push_back(id);
+    out.notes.push_back(what + " skips the version: its checksums failed " +
+                        std::to_string(replica.checksum_failures) + " times");
+    out.messages.push_back({MessageType::kGo, std::move(ranks), goFor(id, -1)});
+    return;
+  }
+  ++replica.retries;
+  replica.stage = Stage::kTaking;
+  replica.sent.clear();
+  replica.received.clear();
+  replica.expected.clear();
+  out.notes.push_back(what + " re-sent (checksum retry " + std::to_string(replica.retries) +
+                      " of " + std::to_string(options_.max_checksum_retries) + ")");
+  std::vector<RankRef> to = trainerRanks();
+  to.insert(to.end(), ranks.begin(), ranks.end());
+  out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});
+  in_flight_->go_batches.push_back({id});
 }
 
 // Who the in-flight version waits for, for the timeout error.
@@ -345,18 +476,23 @@ std::string VersionSequencer::lateReport() const {
   for (const auto& [id, replica] : replicas_) {
     const bool waiting =
         in_flight_->go_sent
-            ? replica.stage == Stage::kTaking && replica.received.size() < replica.ranks.size()
+            ? (replica.stage == Stage::kTaking && replica.received.size() < replica.ranks.size()) ||
+                  replica.stage == Stage::kVerifying
             : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
     if (!waiting) continue;
     late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id);
     if (!in_flight_->go_sent) {
       late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";
+    } else if (replica.stage == Stage::kVerifying) {
+      late += " (verifying checksums: " + std::to_string(replica.verified.size()) + " of " +
+              std::to_string(replica.ranks.size()) + " ranks answered)";
     }
   }
   std::string report = "waiting on " + (late.empty() ? std::string("no replica") : late);
   if (in_flight_->go_sent) {
+    const size_t gos = in_flight_->go_batches.size();
     const auto& sent = in_flight_->trainer_sent;
-    report += "; trainers done: " + std::to_string(std::count(sent.begin(), sent.end(), true)) +
+    report += "; trainers done: " + std::to_string(std::count(sent.begin(), sent.end(), gos)) +
               " of " + std::to_string(num_trainers_);
   }
   return report;

@@ -15,10 +15,19 @@
 //   skipped (slot -1) if it already holds a version and skipping keeps its lag within
 //   max_staleness; otherwise Go waits for it;
 //   Ready(v, slot) to the ranks of a taking replica once every trainer sent v and every rank of
-//   the replica received it;
+//   the replica received it (with checksums, see below: once every rank verified it);
 //   Delivered(v) to every trainer once every taking replica is ready (VersionOutcome, also the
 //   message's DeliveredMsg, says which replicas took v, which were skipped, which left while v was
 //   in flight).
+//
+// Checksums (SequencerOptions::verify_checksums): trainers' Sent carries, per rollout rank, the
+// checksum of what they sent there. A replica whose data landed gets Verify(v, slot, expected
+// checksums per trainer) on each rank instead of Ready; once every rank answered, the replica is
+// ready (Ready as above) if all verified, else its version is re-sent: a Go(v) that gives only
+// that replica a slot, to every trainer and the replica's ranks, and the replica waits for their
+// Sent and Received again. After max_checksum_retries re-sends that still fail, the replica skips
+// the version (Go(v, -1) to its ranks only: they give the slot back; never readable corrupt).
+// Delivered waits until every trainer sent every Go of the version.
 //
 // Membership is keyed by replica id and rollout rank so that replicas can join and leave between
 // or during versions: a replica added while a version is in flight takes part from the next
@@ -51,6 +60,10 @@ struct SequencerOptions {
   // How long after a version's start a busy replica may still hold up Go (see above).
   std::chrono::milliseconds skip_grace{200};
   int max_staleness = -1;  // versions a skipped replica may lag; -1: unbounded
+  // Versions are checksummed (see above); a replica's version is re-sent at most
+  // max_checksum_retries times (>= 0).
+  bool verify_checksums = false;
+  int max_checksum_retries = 3;
 };
 
 struct ReplicaSpec {
@@ -73,7 +86,7 @@ struct RankRef {
 struct OutgoingMessage {
   MessageType type = MessageType::kError;
   std::vector<RankRef> to;
-  std::variant<VersionMsg, SlotMsg, GoMsg, DeliveredMsg> payload;
+  std::variant<VersionMsg, SlotMsg, GoMsg, DeliveredMsg, VerifyMsg> payload;
 
   std::vector<uint8_t> encodedPayload() const;
 };
@@ -84,6 +97,12 @@ struct VersionOutcome {
   std::vector<int32_t> ready_replicas;    // took the version: every rank got Ready
   std::vector<int32_t> skipped_replicas;  // busy past the grace: Go said -1
   std::vector<int32_t> lost_replicas;     // removed while the version was in flight, not ready
+  // Checksums, per replica that had failures (replica id -> count): its verifications that failed
+  // (one per attempt, whatever the number of its ranks that failed) and the re-sends they caused.
+  // A replica still failing after its last re-send is in skipped_replicas and rejected_replicas.
+  std::map<int32_t, uint32_t> checksum_failures;
+  std::map<int32_t, uint32_t> retries;
+  std::vector<int32_t> rejected_replicas;
 };
 
 // What one event asks the caller to do.
@@ -113,8 +132,15 @@ class VersionSequencer {
   // version, for another slot than asked). On error nothing changed.
   Result<SequencerOutput> onPublish(int32_t trainer, uint64_t version, SequencerTime now);
   Result<SequencerOutput> onPrepared(int32_t rollout, const SlotMsg& prepared, SequencerTime now);
-  Result<SequencerOutput> onSent(int32_t trainer, uint64_t version, SequencerTime now);
+  // A trainer's Sent for its next Go of `version`; `sums`: its checksums per rollout rank
+  // (SentChecksums; used when verifying checksums).
+  Result<SequencerOutput> onSent(int32_t trainer, uint64_t version, SequencerTime now,
+                                 const std::vector<RankChecksum>& sums = {});
   Result<SequencerOutput> onReceived(int32_t rollout, uint64_t version, SequencerTime now);
+  // A rank's answer to Verify (PROTOCOL when no Verify awaits one).
+  Result<SequencerOutput> onVerified(int32_t rollout, uint64_t version, SequencerTime now);
+  Result<SequencerOutput> onChecksumFailed(int32_t rollout, const ChecksumFailedMsg& failed,
+                                           SequencerTime now);
   // Time passed: skips busy replicas once the grace is over; TIMEOUT when the in-flight version
   // was not delivered within options.timeout of its start.
   Result<SequencerOutput> advance(SequencerTime now);
@@ -130,7 +156,7 @@ class VersionSequencer {
 
  private:
   // A replica's part in the in-flight version.
-  enum class Stage { kOut, kPreparing, kTaking, kSkipped, kReady };
+  enum class Stage { kOut, kPreparing, kTaking, kVerifying, kSkipped, kReady };
 
   struct Replica {
     std::vector<int32_t> ranks;
@@ -141,6 +167,15 @@ class VersionSequencer {
     int32_t target_slot = -1;
     std::set<int32_t> prepared;  // ranks that drained target_slot
     std::set<int32_t> received;  // ranks that received their broadcasts
+    // Checksums: the trainers that sent the replica's current attempt, what they sent each rank
+    // (rollout rank -> trainer -> checksum), the ranks that answered Verify and whether one failed,
+    // and the version's failed verifications and re-sends so far.
+    std::set<int32_t> sent;
+    std::map<int32_t, std::map<int32_t, uint64_t>> expected;
+    std::set<int32_t> verified;
+    bool verify_failed = false;
+    uint32_t checksum_failures = 0;
+    uint32_t retries = 0;
   };
 
   struct InFlight {
@@ -148,9 +183,13 @@ class VersionSequencer {
     SequencerTime started;
     bool go_sent = false;
     bool grace_applied = false;  // a call at or after started + skip_grace looked for skips
-    std::vector<bool> trainer_sent;
+    // The replicas of each Go of the version to the trainers (the first Go's taking replicas,
+    // then one per re-send), and per trainer how many of them it reported sent.
+    std::vector<std::vector<int32_t>> go_batches;
+    std::vector<size_t> trainer_sent;
     std::vector<int32_t> lost;            // replicas removed while in flight, before their Ready
     std::vector<int32_t> departed_ready;  // removed after their Ready: they took the version
+    std::vector<int32_t> rejected;  // replicas whose checksums failed past the last re-send
   };
 
   Status checkTrainer(int32_t trainer) const;
@@ -163,6 +202,13 @@ class VersionSequencer {
   void tryGo(SequencerTime now, SequencerOutput& out);
   bool canSkip(const Replica& r) const;
   void tryComplete(SequencerTime now, SequencerOutput& out);
+  void markReady(Replica& r, SequencerOutput& out);
+  // Checksums: Verify to the replica's ranks; then, once all answered, Ready or a re-send.
+  void sendVerify(Replica& r, SequencerOutput& out);
+  Result<Replica*> verifyAnswer(int32_t rollout, uint64_t version, const char* what);
+  void finishVerification(int32_t id, Replica& r, SequencerOutput& out);
+  GoMsg goFor(int32_t replica, int32_t slot) const;  // a Go giving only `replica` a slot
+  bool allTrainersSentEveryGo() const;
   std::string lateReport() const;
 
   SequencerOptions options_;

@@ -6,26 +6,12 @@
 
 #include "common/cuda_check.h"
 #include "kernels/batched_copy.h"
+#include "kernels/batched_tiles.cuh"
 
 namespace wsync {
 namespace {
 
 constexpr int kThreads = 256;
-
-// The task whose tiles include `tile`: the last task with first_tile <= tile (binary search).
-__device__ int64_t taskOf(const CopyTask* tasks, int64_t num_tasks, uint64_t tile) {
-  int64_t lo = 0;
-  int64_t hi = num_tasks - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tasks[mid].first_tile <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
 
 // How a task splits into tiles: rows shorter than a tile are grouped (rows_per_tile of them),
 // rows longer than a tile are cut into `segments` pieces.
@@ -124,7 +110,7 @@ __device__ void copyTile(const uint8_t* __restrict__ src, uint64_t src_pitch,
 __global__ void __launch_bounds__(kThreads, 8)
     batchedCopyKernel(const CopyTask* __restrict__ tasks, int64_t num_tasks, uint64_t total_tiles) {
   for (uint64_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
-    const CopyTask& t = tasks[taskOf(tasks, num_tasks, tile)];
+    const CopyTask& t = tasks[kernels::tileOwner(tasks, num_tasks, tile)];
     const TileShape shape = tileShape(t);
     const uint64_t local = tile - t.first_tile;
     const uint64_t per_plane = shape.row_tiles * shape.segments;
@@ -150,12 +136,7 @@ uint64_t tilesOf(const CopyTask& task) {
 }
 
 uint64_t planBatchedCopy(std::vector<CopyTask>& tasks) {
-  uint64_t total = 0;
-  for (CopyTask& t : tasks) {
-    t.first_tile = total;
-    total += tilesOf(t);
-  }
-  return total;
+  return kernels::numberTiles(tasks, [](const CopyTask& t) { return tilesOf(t); });
 }
 
 Status launchBatchedCopy(const CopyTask* device_tasks, int64_t num_tasks, uint64_t total_tiles,
@@ -164,20 +145,10 @@ Status launchBatchedCopy(const CopyTask* device_tasks, int64_t num_tasks, uint64
   if (device_tasks == nullptr || num_tasks < 0) {
     return invalidArgument("batched copy: null task array or negative task count");
   }
-  int device = 0;
-  int sms = 0;
-  int resident = 0;  // blocks per multiprocessor at once: the grid is one full wave
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "batched copy: cudaGetDevice");
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                             "batched copy: cudaDeviceGetAttribute");
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, batchedCopyKernel, kThreads, 0),
-      "batched copy: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  const uint64_t blocks =
-      std::min<uint64_t>(total_tiles, static_cast<uint64_t>(std::max(sms, 1)) *
-                                          static_cast<uint64_t>(std::max(resident, 1)));
-  batchedCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(device_tasks, num_tasks,
-                                                                            total_tiles);
+  WSYNC_ASSIGN_OR_RETURN(
+      const unsigned blocks,
+      kernels::oneWaveBlocks(batchedCopyKernel, kThreads, total_tiles, "batched copy"));
+  batchedCopyKernel<<<blocks, kThreads, 0, stream>>>(device_tasks, num_tasks, total_tiles);
   return cudaCheck(cudaGetLastError(),
                    "batched copy: kernel launch of " + std::to_string(num_tasks) + " regions");
 }

@@ -122,6 +122,15 @@ enum class OptionKind : uint8_t {
     "the coordinator drops a rollout rank it has not heard from (heartbeats every quarter of "    \
     "this) for this many ms, as if it had died: its replica leaves the job, the trainers go on; "  \
     "`0`: never")                                                                                  \
+  X(checksums, bool, false, "WSYNC_CHECKSUMS", kSetting,                                           \
+    "versions are checksummed: trainers send a checksum of what they write to each rollout rank, " \
+    "each rollout rank verifies its bytes before the version becomes readable, and a replica "     \
+    "whose bytes differ gets the version again (see `WSYNC_CHECKSUM_RETRIES`); read where the "     \
+    "coordinator runs (trainer rank 0 under mpirun, else `wsync-coordinator`), which tells every " \
+    "rank (docs/checksums.md)")                                                                    \
+  X(checksum_retries, int, 3, "WSYNC_CHECKSUM_RETRIES", kSetting,                                  \
+    "with `WSYNC_CHECKSUMS`: how many times a version whose checksum failed on a replica is "       \
+    "re-sent to it; after that the replica skips the version (it keeps its previous one)")         \
   X(host_copy, ::wsync::HostCopy, ::wsync::HostCopy::kAuto, "WSYNC_HOST_COPY", kSetting,           \
     "host copies into mapped peer memory: `memcpy`, `avx2` or `avx512` streaming stores (a kind "  \
     "the CPU lacks falls back to the widest it has), or `auto`, the widest the CPU has")           \
@@ -138,7 +147,10 @@ enum class OptionKind : uint8_t {
     "milliseconds trainers sleep before sending each version (tests of versioning)")               \
   X(debug_cold_fill_delay_ms, int, 0, "WSYNC_DEBUG_COLD_FILL_DELAY_MS", kDebug,                    \
     "milliseconds a rollout serving a peer cold start holds its lease before it writes (tests of " \
-    "a source lost mid-fill)")
+    "a source lost mid-fill)")                                                                    \
+  X(debug_corrupt_every, int, 0, "WSYNC_DEBUG_CORRUPT_EVERY", kDebug,                              \
+    "trainer 0 flips one byte of one of its writes after it landed, in the first send of every "   \
+    "N-th version (tests of `WSYNC_CHECKSUMS`, which must catch and re-send it; `0`: never)")
 // clang-format on
 
 // One id per option, in declaration order.
@@ -155,8 +167,9 @@ inline constexpr size_t kNumOptions = 0
 
 // Every option's value: a default-constructed Options holds the defaults. One field per
 // WSYNC_OPTION_LIST row, named and typed there: device_transport, cuda_ipc_export,
-// coordinator_host, secret, log, heartbeat_timeout_ms, host_copy, debug_timing,
-// debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms, debug_cold_fill_delay_ms.
+// coordinator_host, secret, log, heartbeat_timeout_ms, checksums, checksum_retries, host_copy,
+// debug_timing, debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms,
+// debug_cold_fill_delay_ms, debug_corrupt_every.
 struct Options {
 #define WSYNC_OPTION_FIELD_(field, type, default_value, env, kind, doc) type field = default_value;
   WSYNC_OPTION_LIST(WSYNC_OPTION_FIELD_)

@@ -65,6 +65,8 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
       copt.timeout = options.timeout;
       copt.max_staleness = options.max_staleness;
       copt.heartbeat_timeout = options.heartbeat_timeout;
+      copt.checksums = options.checksums;
+      copt.checksum_retries = options.checksum_retries;
       copt.first_participant_world_rank = 0;
       copt.control.secret = secret.empty() ? randomSecret() : secret;
       secret = copt.control.secret;

@@ -32,6 +32,8 @@ struct BootstrapOptions {
   std::string coordinator_host;
   bool log_coordinator = false;
   std::chrono::milliseconds heartbeat_timeout{10000};
+  bool checksums = false;  // CoordinatorOptions::checksums / checksum_retries
+  int checksum_retries = 3;
   // A rollout joining a running job (explicit bootstrap): HelloMsg::replica_size / replica_rank.
   int32_t replica_size = 0;
   int32_t replica_rank = -1;

@@ -96,6 +96,8 @@ Status Context::joinJob() {
   b.replica_size = options_.replica_size;
   b.replica_rank = options_.replica_rank;
   b.heartbeat_timeout = std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+  b.checksums = options_.checksums;
+  b.checksum_retries = options_.checksum_retries;
   WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
   registration_.role = options_.role;
   registration_.rank = job_.welcome.role_rank;

@@ -48,6 +48,10 @@ struct ContextOptions {
   // and whether it logs its decisions (WSYNC_LOG).
   std::string coordinator_host;
   bool log_coordinator = false;
+  // MPI bootstrap, world rank 0: its coordinator checksums versions (WSYNC_CHECKSUMS, or the
+  // config's field) and re-sends a failed one this many times (WSYNC_CHECKSUM_RETRIES).
+  bool checksums = false;
+  int checksum_retries = 3;
   // Data plane: the write backend of device-memory slots ("": the registry's choice; "cuda_ipc",
   // "staged" or "ucx_cuda"), and how CUDA IPC slots are shared ("": VMM where the driver can;
   // "legacy": cudaIpcGetMemHandle).
@@ -60,6 +64,8 @@ struct ContextOptions {
   bool debug_no_copy_batch = false;
   int debug_send_delay_ms = 0;
   int debug_cold_fill_delay_ms = 0;  // a peer cold start's source waits before writing
+  // Trainer 0 corrupts one byte in flight in the first send of every N-th version (0: never).
+  int debug_corrupt_every = 0;
 };
 
 // The error a failed job reports from then on, every time: `failure` itself, except that a

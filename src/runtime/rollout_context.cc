@@ -247,7 +247,7 @@ Status RolloutContext::handle(const Frame& frame) {
       SlotMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
       landing_slot_ = -1;
-      if (!landing_ranges_.empty()) {
+      if (!landing_ranges_.empty() && landed_version_ != m.version) {  // not landed at Verify
         if (m.slot < 0 || static_cast<size_t>(m.slot) >= slots_.size()) {
           return protocolError("Ready for unknown slot " + std::to_string(m.slot));
         }
@@ -261,6 +261,11 @@ Status RolloutContext::handle(const Frame& frame) {
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       // Readable here now: the trainers' requests complete once every rank of the replica says so.
       return sendMessage(MessageType::kReadied, encode(VersionMsg{m.version}));
+    }
+    case MessageType::kVerify: {
+      VerifyMsg m;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      return verifyVersion(m);
     }
     case MessageType::kError: {
       ErrorMsg err;

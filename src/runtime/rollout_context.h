@@ -20,6 +20,7 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "store/slot_store.h"
 #include "transport/backend.h"
@@ -63,6 +64,10 @@ class RolloutContext final : public Context {
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
   Status continueDraining(std::chrono::milliseconds wait);
+  // Checksums (rollout_checksums.cc): Verify -> Verified or ChecksumFailed.
+  Status verifyVersion(const VerifyMsg& verify);
+  Status buildChecksums();
+  std::string tensorsFrom(int32_t trainer) const;
   void stopReceiver();
   void heartbeatLoop(std::chrono::milliseconds interval);
   void stopHeartbeats();
@@ -98,6 +103,11 @@ class RolloutContext final : public Context {
   bool draining_ = false;      // receiver thread: prepared_slot_ still has leases (no Prepared yet)
   int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)
   RolloutStaleness staleness_;  // receiver thread writes
+  // Receiver thread: the sums of what each trainer delivers (built at the first Verify), and the
+  // version a staged slot was landed for at its Verify (Ready then lands nothing).
+  VersionChecksums checksums_;
+  bool checksums_built_ = false;
+  uint64_t landed_version_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 

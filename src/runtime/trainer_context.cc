@@ -97,7 +97,7 @@ Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
   } else if (options_.snapshot) {
     snapshot_.resize(std::max<size_t>(total, 1));
   }
-  return Status::ok();
+  return allocateCorruptByte();
 }
 
 uint8_t* TrainerContext::stagingAt(size_t offset) const {
@@ -115,6 +115,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
   WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
+  if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(buildChecksums());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   return Status::ok();
@@ -196,6 +197,8 @@ Status TrainerContext::registerSources(WriteTransport& transport) {
           add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
     }
   }
+  WSYNC_RETURN_IF_ERROR(onDevice() ? add(device_corrupt_byte_.data(), device_corrupt_byte_.size())
+                                   : add(corrupt_byte_.data(), corrupt_byte_.size()));
   for (const auto& part : extensions_) {
     WSYNC_RETURN_IF_ERROR(onDevice() ? add(part->device_staging.data(), part->device_staging.size())
                                      : add(part->host_staging.data(), part->host_staging.size()));
@@ -363,6 +366,7 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   if (options_.debug_send_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.debug_send_delay_ms));
   const Clock::time_point got_go = Clock::now();
+  transfer_attempt_ = 0;
   Status s = transfer(go);
   const Clock::time_point sent = Clock::now();
   if (!s.isOk()) {
@@ -375,13 +379,8 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
     transfer_busy_ = false;  // the snapshot may be overwritten by the next publish
   }
   queue_cv_.notify_all();
-  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kSent, encode(VersionMsg{version})));
-  WSYNC_ASSIGN_OR_RETURN(Frame delivered, nextFrame(MessageType::kDelivered,
-                                                    options_.timeout + kCoordinatorReplyGrace));
-  DeliveredMsg d;
-  WSYNC_RETURN_IF_ERROR(decode(delivered.payload, d));
-  if (d.version != version)
-    return protocolError("delivered " + std::to_string(d.version) + " while waiting for " + what);
+  WSYNC_RETURN_IF_ERROR(sendSent(go));
+  WSYNC_ASSIGN_OR_RETURN(DeliveredMsg d, awaitDelivered(version));  // re-sends on the way
   delivered_.record(d);
   *outcome = std::move(d);
   if (options_.debug_timing) {
@@ -515,6 +514,7 @@ Status TrainerContext::transfer(const GoMsg& go) {
   }
   WSYNC_RETURN_IF_ERROR(postExtensionWrites(go));
   WSYNC_RETURN_IF_ERROR(flushWrites());
+  WSYNC_RETURN_IF_ERROR(corruptOneWrite(go));
   return waitGroups();
 }
 

@@ -16,6 +16,7 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "transport/backend.h"
 
@@ -112,7 +113,9 @@ class TrainerContext final : public Context {
 
   // Membership (trainer_membership.cc). The next frame of type `expected` from the coordinator
   // (frames read while idle first), applying membership frames on the way; Error -> its status.
-  Result<Frame> nextFrame(MessageType expected, std::chrono::milliseconds timeout);
+  // `also`: a second type accepted (the caller reads frame.type).
+  Result<Frame> nextFrame(MessageType expected, std::chrono::milliseconds timeout,
+                          std::optional<MessageType> also = std::nullopt);
   Status handleMembership(const Frame& frame);
   Status applyExtension(PlanExtensionMsg extension);
   void forgetReplica(const ReplicaMsg& dropped);
@@ -122,6 +125,15 @@ class TrainerContext final : public Context {
   Status sizePartStaging(ExtensionPart& part);
   Status postExtensionWrites(const GoMsg& go);
   Status convertExtensionsIntoStaging(const GoMsg& go);
+
+  // Checksums (trainer_checksums.cc, Welcome::checksums): what this trainer sends, summed per
+  // rollout rank; Sent or SentChecksums after each transfer; re-sends until Delivered.
+  Status buildChecksums();
+  ChecksumSpan sentSpan(const RankPlan& plan, const WriteOp& op, const uint8_t* staged) const;
+  Status sendSent(const GoMsg& go);
+  Result<DeliveredMsg> awaitDelivered(uint64_t version);
+  Status corruptOneWrite(const GoMsg& go);  // WSYNC_DEBUG_CORRUPT_EVERY
+  Status allocateCorruptByte();             // its source, before the transports exist
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;
@@ -164,6 +176,13 @@ class TrainerContext final : public Context {
   };
   std::vector<std::unique_ptr<ExtensionPart>> extensions_;
   std::deque<Frame> stashed_;  // frames pollControlWhileIdle read for publishOne
+
+  VersionChecksums checksums_;      // of plan_'s and the first checksum_extensions_ extensions
+  size_t checksum_extensions_ = 0;  // extensions_ that checksums_ covers
+  int transfer_attempt_ = 0;        // sends of the version in flight so far (re-sends: > 0)
+  // WSYNC_DEBUG_CORRUPT_EVERY: the flipped byte, written from memory the transports know.
+  std::vector<uint8_t> corrupt_byte_;
+  DeviceBuffer device_corrupt_byte_;
 
   // float8 scales: by tensor name (set any time), and per plan tensor (after commit).
   std::mutex scale_mu_;

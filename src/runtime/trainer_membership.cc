@@ -17,7 +17,8 @@ bool isMembership(MessageType type) {
 }
 }  // namespace
 
-Result<Frame> TrainerContext::nextFrame(MessageType expected, std::chrono::milliseconds timeout) {
+Result<Frame> TrainerContext::nextFrame(MessageType expected, std::chrono::milliseconds timeout,
+                                        std::optional<MessageType> also) {
   const Clock::time_point deadline = Clock::now() + timeout;
   while (true) {
     Frame frame;
@@ -40,7 +41,7 @@ Result<Frame> TrainerContext::nextFrame(MessageType expected, std::chrono::milli
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, err));
       return Status(err.code, err.message);
     }
-    if (type != expected) {
+    if (type != expected && type != also) {
       return protocolError(std::string("expected ") + messageTypeName(expected) +
                            " from the coordinator, got " + messageTypeName(type));
     }

@@ -1,5 +1,6 @@
 # Soak (label fault): 2 trainers -> 2 one-rank replicas under mpirun with wsync-coordinator as its
-# own process, host memory, every version verified on every rollout, resident memory of every
+# own process, host memory, checksums on (every version's checksums equal on every rollout: no
+# failure, no re-send), every version verified on every rollout, resident memory of every
 # process (the coordinator's through /metrics) flat after warm-up. ctest runs 2,000 versions;
 # tests/fault/soak.sh runs 10,000.
 if(TARGET wsync AND TARGET wsync-coordinator)
@@ -13,7 +14,7 @@ if(TARGET wsync AND TARGET wsync-coordinator)
   endif()
   add_test(NAME wsync_soak_2000_versions
     COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --mca btl self,vader
-            -n 1 $<TARGET_FILE:wsync-coordinator> --mpi --quiet --max-staleness 0
+            -n 1 $<TARGET_FILE:wsync-coordinator> --mpi --quiet --max-staleness 0 --checksums
                  --metrics-port ${soak_metrics_port}
             : -n 4 $<TARGET_FILE:wsync_soak_test> --versions 2000 --warmup 500
                  --metrics-port ${soak_metrics_port})

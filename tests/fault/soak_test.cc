@@ -1,7 +1,7 @@
 // Soak: many versions of small tensors through a real job, every version checked on every rollout,
 // and every process's resident memory flat.
 //
-//   mpirun -n 1 wsync-coordinator --mpi --quiet --max-staleness 0 --metrics-port P
+//   mpirun -n 1 wsync-coordinator --mpi --quiet --max-staleness 0 --checksums --metrics-port P
 //        : -n 4 wsync_soak_test --versions N --warmup W --metrics-port P
 //
 // World rank 0 is the coordinator; world ranks 1-2 are trainers (each holds one row of "w", both
@@ -11,8 +11,10 @@
 // so v+1 cannot be overwritten before it takes a lease on it, then checks every element of v+1
 // under that lease (a torn or wrong version fails). VmRSS after version W and at the end must be
 // within 5% on every rank, and (through /metrics, scraped by trainer 0) on the coordinator, whose
-// counters must match the versions and bytes published. Every rank's numbers go to trainer 0,
-// which prints one table; the exit code is non-zero when any rank failed.
+// counters must match the versions and bytes published. Checksums are on: every version's
+// checksums must be equal on every rollout (wsync_version_stats: no failure, no re-send in any
+// version; /metrics: 0 failures and one verification per rollout and version). Every rank's numbers
+// go to trainer 0, which prints one table; the exit code is non-zero when any rank failed.
 #include <mpi.h>
 
 #include <chrono>
@@ -143,6 +145,13 @@ void runTrainer(wsync_context_t ctx, int rank, const Args& a, Report& r, long lo
     const wsync_status_t s = wsync_request_wait(req, -1);
     wsync_request_free(req);
     if (!ok(r, ctx, s, ("version " + std::to_string(v)).c_str())) return;
+    wsync_version_stats_t delivered = WSYNC_VERSION_STATS_INITIALIZER;
+    if (!ok(r, ctx, wsync_version_stats(ctx, &delivered), "version_stats")) return;
+    if (delivered.checksum_failures != 0 || delivered.retries != 0) {
+      fail(r, "version " + std::to_string(v) + ": " + std::to_string(delivered.checksum_failures) +
+                  " checksum failures, " + std::to_string(delivered.retries) + " re-sends");
+      return;
+    }
     if (v == 1 && rank == 0) {  // the rollouts hold a lease on version 1 before version 2 starts
       for (int q = 0; q < kRollouts; ++q)
         MPI_Recv(nullptr, 0, MPI_BYTE, 1 + kTrainers + q, kAckTag, MPI_COMM_WORLD,
@@ -172,10 +181,14 @@ void runTrainer(wsync_context_t ctx, int rank, const Args& a, Report& r, long lo
     const double delivered = scrape(a.metrics_port, "wsync_versions_delivered_total");
     const double bytes = scrape(a.metrics_port, "wsync_delivered_bytes_total");
     const double skips = scrape(a.metrics_port, "wsync_replica_skips_total");
+    const double failures = scrape(a.metrics_port, "wsync_checksum_failures_total");
+    const double verified = scrape(a.metrics_port, "wsync_checksum_verifications_total");
     if (delivered != static_cast<double>(a.versions) ||
-        bytes != static_cast<double>(a.versions * plan.bytes_per_version) || skips != 0) {
+        bytes != static_cast<double>(a.versions * plan.bytes_per_version) || skips != 0 ||
+        failures != 0 || verified != static_cast<double>(a.versions * kRollouts)) {
       fail(r, "/metrics: " + std::to_string(delivered) + " versions, " + std::to_string(bytes) +
-                  " bytes, " + std::to_string(skips) + " skips");
+                  " bytes, " + std::to_string(skips) + " skips, " + std::to_string(failures) +
+                  " checksum failures, " + std::to_string(verified) + " verifications");
     }
   }
 #endif

@@ -95,3 +95,21 @@ if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
     -- --replicas 2 --versions 50 --memory host --skip-without-gpu --layout mixed --dtype bfloat16
     ${small_policy})
 endif()
+
+if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
+  # Checksums (docs/checksums.md): every version verified on every rollout rank before it is
+  # readable. With WSYNC_DEBUG_CORRUPT_EVERY=7 trainer 0 flips a byte of one write in flight in
+  # versions 7, 14, ..., 56: each is caught, re-sent once, and never read corrupt (the rollouts
+  # check every element of every version); the trainers' wsync_version_stats add up to 8 checksum
+  # failures and 8 re-sends. Mixed layout: broadcasts and writes, bf16 conversion.
+  wsync_add_e2e_test(wsync_e2e_checksums_corrupted 2 4
+    --versions 60 --quiet --expect-checksum-failures 8 ${small_policy}
+    -- --replicas 2 --versions 60 --layout mixed ${small_policy})
+  set_tests_properties(wsync_e2e_checksums_corrupted PROPERTIES
+    ENVIRONMENT "WSYNC_CHECKSUMS=1;WSYNC_DEBUG_CORRUPT_EVERY=7")
+  # The same with nothing corrupted (writes only, float16 on the rollouts), checksums turned on by
+  # trainer 0's config.checksums: 0 failures.
+  wsync_add_e2e_test(wsync_e2e_checksums_clean 2 4
+    --versions 40 --quiet --checksums --expect-checksum-failures 0 ${small_policy}
+    -- --replicas 2 --versions 40 --layout differ --dtype float16 ${small_policy})
+endif()

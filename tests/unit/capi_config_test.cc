@@ -185,6 +185,35 @@ TEST(CapiConfig, EveryDataPlaneChoiceIsAccepted) {
   }
 }
 
+TEST(CapiConfig, ChecksumFieldsOutOfRangeAreNamed) {
+  const wsync_config_t initial = WSYNC_CONFIG_INITIALIZER;
+  EXPECT_EQ(initial.checksums, 0);         // off
+  EXPECT_EQ(initial.checksum_retries, 0);  // the default: 3
+  wsync_config_t cfg = rolloutWithoutReplica();
+  cfg.checksums = 2;
+  EXPECT_NE(refusal(&cfg).find("config.checksums is 2"), std::string::npos);
+  cfg.checksums = 1;
+  cfg.checksum_retries = -2;
+  EXPECT_NE(refusal(&cfg).find("config.checksum_retries is -2"), std::string::npos);
+  cfg.checksum_retries = -1;  // valid (never re-send): the missing replica is what fails
+  const std::string error = refusal(&cfg);
+  EXPECT_NE(error.find("replica"), std::string::npos) << error;
+}
+
+TEST(CapiConfig, TheJoiningLayoutNeverReadsTheChecksumFields) {
+  // The layout before checksums ends after replica_rank; garbage where the new fields are.
+  constexpr size_t kEnd = offsetof(wsync_config_t, checksums);
+  wsync_config_t cfg;
+  std::memset(&cfg, 0xab, sizeof cfg);
+  const wsync_config_t valid = rolloutWithoutReplica();
+  std::memcpy(&cfg, &valid, kEnd);
+  cfg.size =
+      (kEnd + alignof(wsync_config_t) - 1) / alignof(wsync_config_t) * alignof(wsync_config_t);
+  ASSERT_LT(cfg.size, sizeof(wsync_config_t)) << "the checksum fields must grow the struct";
+  const std::string error = refusal(&cfg);
+  EXPECT_NE(error.find("replica"), std::string::npos) << error;
+}
+
 TEST(CapiConfig, VersionIsThePackageVersion) {
   int major = -1, minor = -1, patch = -1;
   ASSERT_EQ(wsync_get_version(&major, &minor, &patch), WSYNC_SUCCESS);

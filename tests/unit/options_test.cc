@@ -65,12 +65,15 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_SECRET", "s3 cr=t"},
       {"WSYNC_LOG", "1"},
       {"WSYNC_HEARTBEAT_TIMEOUT_MS", "1500"},
+      {"WSYNC_CHECKSUMS", "yes"},
+      {"WSYNC_CHECKSUM_RETRIES", "5"},
       {"WSYNC_HOST_COPY", "avx2"},
       {"WSYNC_DEBUG_TIMING", "TRUE"},
       {"WSYNC_DEBUG_NO_EARLY_LANDING", "on"},
       {"WSYNC_DEBUG_NO_COPY_BATCH", "yes"},
       {"WSYNC_DEBUG_SEND_DELAY_MS", "250"},
       {"WSYNC_DEBUG_COLD_FILL_DELAY_MS", "40"},
+      {"WSYNC_DEBUG_CORRUPT_EVERY", "7"},
   });
   ASSERT_TRUE(options.isOk()) << options.status().toString();
   EXPECT_EQ(options->device_transport, DeviceTransport::kUcxCuda);
@@ -85,6 +88,9 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_TRUE(options->debug_no_copy_batch);
   EXPECT_EQ(options->debug_send_delay_ms, 250);
   EXPECT_EQ(options->debug_cold_fill_delay_ms, 40);
+  EXPECT_TRUE(options->checksums);
+  EXPECT_EQ(options->checksum_retries, 5);
+  EXPECT_EQ(options->debug_corrupt_every, 7);
   EXPECT_TRUE(options->from_environment.all());
 }
 

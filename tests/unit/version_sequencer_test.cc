@@ -4,43 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include "support/sequencer_events.h"
+
 namespace wsync {
 namespace {
 
 using std::chrono::milliseconds;
-
-const SequencerTime kT0{};
-SequencerTime at(int ms) {
-  return kT0 + milliseconds(ms);
-}
-
-RankRef trainer(int32_t r) {
-  return {Role::kTrainer, r};
-}
-RankRef rollout(int32_t r) {
-  return {Role::kRollout, r};
-}
-
-// The messages of `type`, in order.
-std::vector<OutgoingMessage> ofType(const SequencerOutput& out, MessageType type) {
-  std::vector<OutgoingMessage> found;
-  for (const OutgoingMessage& m : out.messages) {
-    if (m.type == type) found.push_back(m);
-  }
-  return found;
-}
-
-// Unwraps a successful event; fails the test (and returns an empty output) otherwise.
-SequencerOutput ok(Result<SequencerOutput> r) {
-  EXPECT_TRUE(r.isOk()) << r.status().toString();
-  return r.isOk() ? std::move(r).value() : SequencerOutput{};
-}
-
-// A failed event's status; fails the test when the event succeeded.
-Status failure(const Result<SequencerOutput>& r) {
-  EXPECT_FALSE(r.isOk()) << "the event was accepted";
-  return r.status();
-}
+using namespace sequencer_events;  // NOLINT(google-build-using-namespace): test helpers
 
 // 2 trainers; replica 0 = rollouts {0, 1}, replica 1 = rollouts {2, 3}; 2 slots each.
 class VersionSequencerTest : public ::testing::Test {

@@ -1,5 +1,5 @@
 // Fuzz target: every decode() overload of the coordinator protocol (coordinator/protocol.h).
-// Input: one byte choosing the message struct (its value modulo 8), then the payload bytes.
+// Input: one byte choosing the message struct (its value modulo 16), then the payload bytes.
 // Beyond "no crash, no sanitizer report": a payload that decodes must re-encode to bytes that
 // decode again and re-encode identically (encode is a function of the decoded struct).
 #include <cstddef>
@@ -30,31 +30,18 @@ void decodeAndRoundTrip(const std::vector<uint8_t>& payload) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::vector<uint8_t> payload(data + 1, data + size);
-  switch (data[0] % 8) {
-    case 0:
-      decodeAndRoundTrip<wsync::HelloMsg>(payload);
-      break;
-    case 1:
-      decodeAndRoundTrip<wsync::WelcomeMsg>(payload);
-      break;
-    case 2:
-      decodeAndRoundTrip<wsync::RegisterMsg>(payload);
-      break;
-    case 3:
-      decodeAndRoundTrip<wsync::PlanAssignmentMsg>(payload);
-      break;
-    case 4:
-      decodeAndRoundTrip<wsync::VersionMsg>(payload);
-      break;
-    case 5:
-      decodeAndRoundTrip<wsync::SlotMsg>(payload);
-      break;
-    case 6:
-      decodeAndRoundTrip<wsync::GoMsg>(payload);
-      break;
-    default:
-      decodeAndRoundTrip<wsync::ErrorMsg>(payload);
-      break;
-  }
+  using Decoder = void (*)(const std::vector<uint8_t>&);
+  // One entry per decode() overload of coordinator/protocol.h; byte 0 picks it (modulo 16).
+  static constexpr Decoder kDecoders[] = {
+      decodeAndRoundTrip<wsync::HelloMsg>,          decodeAndRoundTrip<wsync::WelcomeMsg>,
+      decodeAndRoundTrip<wsync::RegisterMsg>,       decodeAndRoundTrip<wsync::PlanAssignmentMsg>,
+      decodeAndRoundTrip<wsync::VersionMsg>,        decodeAndRoundTrip<wsync::SlotMsg>,
+      decodeAndRoundTrip<wsync::GoMsg>,             decodeAndRoundTrip<wsync::ErrorMsg>,
+      decodeAndRoundTrip<wsync::DeliveredMsg>,      decodeAndRoundTrip<wsync::ReplicaMsg>,
+      decodeAndRoundTrip<wsync::PlanExtensionMsg>,  decodeAndRoundTrip<wsync::ColdFillMsg>,
+      decodeAndRoundTrip<wsync::ColdFillDoneMsg>,   decodeAndRoundTrip<wsync::SentChecksumsMsg>,
+      decodeAndRoundTrip<wsync::VerifyMsg>,         decodeAndRoundTrip<wsync::ChecksumFailedMsg>};
+  static_assert(sizeof(kDecoders) / sizeof(kDecoders[0]) == 16);
+  kDecoders[data[0] % 16](payload);
   return 0;
 }

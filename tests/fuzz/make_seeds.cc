@@ -133,6 +133,36 @@ void writeProtocolSeeds(SeedWriter& out, const Bytes& registration, const Bytes&
   out.writeTagged(t, "slot", 5, encode(SlotMsg{42, 1}));
   out.writeTagged(t, "go", 6, encode(GoMsg{42, {0, -1, 1}}));
   out.writeTagged(t, "error", 7, encode(ErrorMsg{WSYNC_ERR_PROTOCOL, "bad registration"}));
+  DeliveredMsg delivered;
+  delivered.version = 42;
+  delivered.ready_replicas = {0, 2};
+  delivered.skipped_replicas = {1};
+  delivered.lost_replicas = {3};
+  out.writeTagged(t, "delivered-bare", 8, encode(delivered));
+  delivered.has_stats = true;
+  delivered.stats = {1 << 20, 1500, 2, 1, 1, 2, 2};
+  out.writeTagged(t, "delivered-stats", 8, encode(delivered));
+  out.writeTagged(t, "replica-dropped", 9, encode(ReplicaMsg{1, {2, 3}}));
+  PlanExtensionMsg extension;
+  extension.replica = 2;
+  extension.ranks = {4, 5};
+  extension.rank_plan = rank_plan;
+  extension.peers.push_back({4, "ucx", {4, 4}, {{1}, {2}}, {0, 512}});
+  out.writeTagged(t, "plan-extension", 10, encode(extension));
+  ColdFillMsg fill;
+  fill.fill = 7;
+  fill.version = 42;
+  fill.target_slot = 1;
+  fill.rank_plan = rank_plan;
+  fill.peers.push_back({4, "cuda_ipc", {9, 9}, {{1}, {2}}, {0, 512}});
+  out.writeTagged(t, "cold-fill", 11, encode(fill));
+  out.writeTagged(t, "cold-fill-done", 12,
+                  encode(ColdFillDoneMsg{7, WSYNC_ERR_REMOTE, "rollout 3 lost", 4096}));
+  out.writeTagged(t, "sent-checksums", 13,
+                  encode(SentChecksumsMsg{42, {{0, 0x0123456789abcdefULL}, {2, 17}}}));
+  out.writeTagged(t, "verify", 14, encode(VerifyMsg{42, 1, {{0, 5}, {1, 0xffffffffffffffffULL}}}));
+  out.writeTagged(t, "checksum-failed", 15,
+                  encode(ChecksumFailedMsg{42, {0, 1}, "rollout 2: tensor w differs"}));
 }
 
 void writeFrameSeeds(SeedWriter& out, const Bytes& registration) {

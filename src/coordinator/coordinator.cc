@@ -168,6 +168,8 @@ void Coordinator::Impl::handle(Event& e) {
   Status s = dispatch(p, type, e.frame.payload);
   if (!s.isOk()) {
     if (p.joiner && !p.committed) return abortJoin(p.hello.replica, s.withContext(nameOf(p)));
+    if (p.hello.role == Role::kTrainer && canRestartTrainers())
+      return beginTrainerRestart(s.withContext(nameOf(p)));
     fail(s.withContext(nameOf(p)));
   }
 }
@@ -185,10 +187,13 @@ void Coordinator::Impl::onClose(size_t index, const Status& status) {
       abortJoin(p.hello.replica, remoteError(why));
     } else if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning) {
       dropReplicaOf(p, why, /*crashed=*/true);
+    } else if (p.hello.role == Role::kTrainer && canRestartTrainers()) {
+      beginTrainerRestart(remoteError(why));
     } else {
       fail(remoteError(why));
     }
   }
+  if (restart_ && p.hello.role == Role::kTrainer) maybeWelcomeRestarted();
   maybeAllGone();
 }
 
@@ -196,6 +201,7 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
                                    const std::vector<uint8_t>& payload) {
   switch (type) {
     case MessageType::kRegister:
+      if (p.restarting) return onRestartRegister(p, payload);
       return p.joiner ? onJoinerRegister(p, payload) : onRegister(p, payload);
     case MessageType::kCommitDone:
       return onCommitDone(p);
@@ -267,6 +273,10 @@ std::vector<const HelloMsg*> Coordinator::Impl::joinedHellos() const {
 void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
   HelloMsg hello;
   Status s = decode(payload, hello);
+  if (s.isOk() && restart_ && hello.role == Role::kTrainer) return onRestartHello(conn, hello);
+  if (s.isOk() && restart_ && hello.replica_size > 0) {
+    s = remoteError("the trainers are restarting (" + restart_->cause + "); join again later");
+  }
   if (s.isOk() && hello.role == Role::kRollout && hello.replica_size > 0) {
     return onJoinHello(conn, hello);
   }
@@ -412,6 +422,7 @@ Status Coordinator::Impl::planAll() {
   WSYNC_RETURN_IF_ERROR(setupReplicas(rollouts));
   opt_.metrics->setReplicaBytes(replicaBytes(*plan, replica_of_rollout_));
   sendAssignments(*plan);
+  if (opt_.trainer_restart) plan_ = std::move(plan).value();
   trainer_registrations_ = std::move(trainers);
   phase_ = Phase::kCommitting;
   return Status::ok();
@@ -509,6 +520,7 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
 }
 
 Status Coordinator::Impl::onCommitDone(Participant& p) {
+  if (p.restarting) return onRestartCommitDone(p);
   if (p.joiner) {
     if (p.committed || !p.registered) return invalidUsage("CommitDone out of order");
     p.committed = true;
@@ -560,6 +572,7 @@ void Coordinator::Impl::checkTimers() {
     if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
     sendDueLefts();
+    checkTrainerRestart(now);
   }
   if (phase_ != Phase::kDone && phase_ != Phase::kFailed) checkJoinDeadlines(now);
 }

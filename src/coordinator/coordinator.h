@@ -4,7 +4,8 @@
 // ready on a replica only when all of its data landed (see coordinator/protocol.h for the
 // messages; the per-version state machine is coordinator/version_sequencer.h).
 //
-// Membership: trainers are fixed (losing one fails the job), and so are the ranks of an MPI-
+// Membership: trainers are fixed (losing one fails the job, unless trainer_restart: then the
+// trainers may come back, coordinator_trainer_restart.cc), and so are the ranks of an MPI-
 // bootstrap job (their replicas may receive by broadcast). Any other rollout rank of the job
 // whose connection closes without goodbye, or that stays silent past heartbeat_timeout, is
 // dropped with its replica: the in-flight version completes for the other replicas, the replica's
@@ -58,6 +59,14 @@ struct CoordinatorOptions {
   // checksum_retries times (>= 0), then skips it.
   bool checksums = false;
   int checksum_retries = 3;
+  // Trainer restart (explicit bootstrap, plans without broadcast groups; coordinator.h's header
+  // comment): losing a trainer of the running job does not fail it. The version in flight is
+  // aborted, the other trainers get an Error and are dropped, rollouts keep serving their newest
+  // ready version, and the same number of trainers may register again (identical registrations)
+  // within trainer_restart_timeout, then publish versions above the last started one. false:
+  // losing a trainer fails the job.
+  bool trainer_restart = false;
+  std::chrono::milliseconds trainer_restart_timeout{600000};
   // Progress lines, and refused control connections (rate-limited): called from the event thread
   // and the control server's thread, so it must be thread-safe. May be empty.
   std::function<void(const std::string&)> log;

@@ -58,6 +58,9 @@ struct Participant {
   uint64_t written_until = 0;
   bool awaiting_left = false;  // sent Leave; Left not sent yet
   bool joiner = false;         // joined the running job (HelloMsg::replica_size > 0)
+  // A trainer registering again after the trainers were lost (trainer restart), until CommitOk.
+  bool restarting = false;
+  bool welcomed = false;  // restarting: sent Welcome
   Clock::time_point last_heard;
 };
 
@@ -105,6 +108,14 @@ struct JoiningReplica {
   int32_t ready_slot = -1;
 };
 
+// Trainer restart (coordinator_trainer_restart.cc): the trainers were lost; a new set registers.
+struct TrainerRestart {
+  std::string cause;                  // why the trainers were lost
+  Clock::time_point deadline;         // the new trainers must have committed by then
+  std::vector<int32_t> members;       // participants_ index by trainer rank; -1: not arrived
+  bool assigned = false;              // every member registered and got its PlanAssignment
+};
+
 }  // namespace coordinator_internal
 
 class Coordinator::Impl {
@@ -115,6 +126,7 @@ class Coordinator::Impl {
   using Phase = coordinator_internal::Phase;
   using JoiningReplica = coordinator_internal::JoiningReplica;
   using ColdStart = coordinator_internal::ColdStart;
+  using TrainerRestart = coordinator_internal::TrainerRestart;
 
   explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
     if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
@@ -225,6 +237,19 @@ class Coordinator::Impl {
   // The ranks of running replica `replica` that can serve as cold start sources, by rank.
   std::vector<int32_t> liveRanksOf(int32_t replica) const;
 
+  // ---- trainer restart (coordinator_trainer_restart.cc) ----
+  // Whether losing a trainer now starts a trainer restart rather than failing the job.
+  bool canRestartTrainers() const;
+  // The trainers were lost (`cause`): ends the version in flight (its replicas give their slots
+  // back), tells every trainer still connected to stop, aborts joins, and waits for new trainers.
+  void beginTrainerRestart(const Status& cause);
+  void onRestartHello(ConnectionId conn, const HelloMsg& hello);
+  void maybeWelcomeRestarted();
+  Status onRestartRegister(Participant& p, const std::vector<uint8_t>& payload);
+  void sendRestartAssignments();
+  Status onRestartCommitDone(Participant& p);
+  void checkTrainerRestart(Clock::time_point now);
+
   CoordinatorOptions opt_;
   std::unique_ptr<FrameServer> server_;
   std::thread thread_;
@@ -254,6 +279,11 @@ class Coordinator::Impl {
   std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
   std::map<int32_t, JoiningReplica> joining_;        // by replica id
   uint64_t last_fill_id_ = 0;                        // cold start attempts
+  // Trainer restart: the plan (kept when opt_.trainer_restart), each joined replica's plan
+  // extension per trainer rank (encoded PlanExtensionMsg), and the restart under way.
+  std::optional<Plan> plan_;
+  std::map<int32_t, std::vector<std::vector<uint8_t>>> extensions_;
+  std::optional<TrainerRestart> restart_;
 };
 
 }  // namespace wsync

@@ -2,7 +2,8 @@
 //
 // Under mpirun, as world rank 0 of the job (mpirun -np 1 wsync-coordinator --mpi : -np T trainer :
 // -np R rollout): it tells every rank its address. Standalone (explicit bootstrap, ranks started by
-// other launchers): --trainers, --rollouts, --port and a secret (--secret or WSYNC_SECRET).
+// other launchers): --trainers, --rollouts, --port and a secret (--secret or WSYNC_SECRET);
+// --trainer-restart lets the job outlive its trainers (coordinator/coordinator.h).
 // Progress: at most one line per second on stderr for the newest delivered version, and a summary
 // at exit. --metrics-port N serves the metrics at http://<metrics-bind>:N/metrics (Prometheus
 // text format) while the job runs (builds with cpp-httplib only).
@@ -122,6 +123,12 @@ int run(int argc, char** argv) {
       "re-sends of a version whose checksum failed on a replica (default: $WSYNC_CHECKSUM_RETRIES "
       "or 3)",
       cxxopts::value<int>()->default_value("-1"))(
+      "trainer-restart",
+      "standalone: losing a trainer does not fail the job; rollouts keep serving their newest "
+      "version while the trainers restart (same count, same registrations) and publish versions "
+      "above the last started one")(
+      "trainer-restart-timeout-ms", "how long to wait for restarted trainers to commit",
+      cxxopts::value<int>()->default_value("600000"))(
       "metrics-port", "serve Prometheus metrics at http://<metrics-bind>:PORT/metrics (0: off)",
       cxxopts::value<int>()->default_value("0"))(
       "metrics-bind", "address the metrics server listens on",
@@ -172,6 +179,9 @@ int run(int argc, char** argv) {
     opt.num_rollouts = args["rollouts"].as<int>();
     opt.bind_host = args["bind"].as<std::string>();
     opt.port = static_cast<uint16_t>(args["port"].as<int>());
+    opt.trainer_restart = args.count("trainer-restart") > 0;
+    opt.trainer_restart_timeout =
+        std::chrono::milliseconds(args["trainer-restart-timeout-ms"].as<int>());
     if (opt.num_trainers <= 0 || opt.num_rollouts <= 0) {
       std::fprintf(stderr, "wsync-coordinator: --trainers and --rollouts must be positive\n");
       return 2;

@@ -245,6 +245,10 @@ void Coordinator::Impl::planJoiner(JoiningReplica& g) {
                            q.reg.buffer_byte_offsets});
     }
     sendTo(trainer(t), MessageType::kPlanExtension, encode(ext));
+    if (opt_.trainer_restart) {  // restarted trainers get it again
+      extensions_[g.id].resize(static_cast<size_t>(numTrainers()));
+      extensions_[g.id][static_cast<size_t>(t)] = encode(ext);
+    }
   }
   g.extended = true;
   for (int32_t r : g.ranks) {

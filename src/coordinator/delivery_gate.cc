@@ -1,5 +1,7 @@
 #include "coordinator/delivery_gate.h"
 
+#include <iterator>
+
 namespace wsync {
 
 void DeliveryGate::readySent(uint64_t version, int32_t rollout, SequencerTime now) {
@@ -26,6 +28,10 @@ Result<std::optional<OutgoingMessage>> DeliveryGate::readied(uint64_t version, i
     return protocolError("rollout " + std::to_string(rollout) + " confirmed version " +
                          std::to_string(version) + ", which it was not sent Ready for");
   }
+  if (it->second.waiting.empty() && it->second.abandoned) {
+    pending_.erase(it);
+    return std::optional<OutgoingMessage>();
+  }
   if (!it->second.waiting.empty() || !it->second.delivered) return std::optional<OutgoingMessage>();
   std::optional<OutgoingMessage> released = std::move(it->second.delivered);
   pending_.erase(it);
@@ -46,10 +52,18 @@ std::vector<OutgoingMessage> DeliveryGate::forget(int32_t rollout) {
   return released;
 }
 
+void DeliveryGate::abandonAll() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it->second.abandoned = true;
+    it->second.delivered.reset();
+    it = it->second.waiting.empty() ? pending_.erase(it) : std::next(it);
+  }
+}
+
 std::optional<std::string> DeliveryGate::overdue(SequencerTime now,
                                                  std::chrono::milliseconds timeout) const {
   for (const auto& [version, p] : pending_) {
-    if (p.waiting.empty() || now - p.first_ready < timeout) continue;
+    if (p.waiting.empty() || p.abandoned || now - p.first_ready < timeout) continue;
     std::string ranks;
     for (int32_t r : p.waiting)
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);

@@ -29,12 +29,17 @@ class DeliveryGate {
   // A version whose confirmations are overdue (Ready sent more than `timeout` before `now`),
   // described for the job's error; nullopt when none.
   std::optional<std::string> overdue(SequencerTime now, std::chrono::milliseconds timeout) const;
+  // The trainers are gone (trainer restart, coordinator_trainer_restart.cc): every Delivered held
+  // or still due is dropped; confirmations of Readys sent before are still accepted (and release
+  // nothing), and are no longer overdue.
+  void abandonAll();
 
  private:
   struct Pending {
     std::set<int32_t> waiting;  // rollout ranks sent Ready, not confirmed yet
     SequencerTime first_ready;
     std::optional<OutgoingMessage> delivered;  // held
+    bool abandoned = false;                    // abandonAll(): no Delivered follows
   };
   std::map<uint64_t, Pending> pending_;
 };

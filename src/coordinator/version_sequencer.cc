@@ -141,6 +141,12 @@ Result<SequencerOutput> VersionSequencer::onPublish(int32_t trainer, uint64_t ve
     return invalidArgument("trainer " + std::to_string(trainer) +
                            " published version 0; versions start at 1");
   }
+  if (restart_floor_ > 0 && version <= restart_floor_) {
+    return invalidUsage("trainer " + std::to_string(trainer) + " published " +
+                        versionName(version) + ", not above " + versionName(restart_floor_) +
+                        ", the newest version started before the trainers restarted: restarted "
+                        "trainers continue with higher versions");
+  }
   if (version < last_started_) {
     return invalidUsage("trainer " + std::to_string(trainer) + " published " +
                         versionName(version) + " after " + versionName(last_started_) +
@@ -206,7 +212,7 @@ Result<SequencerOutput> VersionSequencer::onReceived(int32_t rollout, uint64_t v
                                                      SequencerTime now) {
   WSYNC_ASSIGN_OR_RETURN(Replica * replica, replicaForMessage(rollout));
   SequencerOutput out;
-  if (replica == nullptr) return out;
+  if (replica == nullptr || isAborted(version)) return out;
   const std::string what = rolloutName(rollout) + " reported " + versionName(version) + " received";
   if (!in_flight_ || version != in_flight_->version || !in_flight_->go_sent) {
     return protocolError(what + " out of order");
@@ -223,7 +229,7 @@ Result<SequencerOutput> VersionSequencer::onReceived(int32_t rollout, uint64_t v
 Result<VersionSequencer::Replica*> VersionSequencer::verifyAnswer(int32_t rollout, uint64_t version,
                                                                   const char* what) {
   WSYNC_ASSIGN_OR_RETURN(Replica * replica, replicaForMessage(rollout));
-  if (replica == nullptr) return replica;
+  if (replica == nullptr || isAborted(version)) return static_cast<Replica*>(nullptr);
   const std::string message = rolloutName(rollout) + " " + what + " " + versionName(version);
   if (!in_flight_ || version != in_flight_->version || replica->stage != Stage::kVerifying) {
     return protocolError(message + " but no Verify of it awaits an answer");
@@ -268,6 +274,38 @@ Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
   }
   tryGo(now, out);
   return out;
+}
+
+SequencerOutput VersionSequencer::abortVersions() {
+  SequencerOutput out;
+  pending_.clear();
+  restart_floor_ = last_started_;
+  if (!in_flight_) return out;
+  const uint64_t v = in_flight_->version;
+  OutgoingMessage give_back{
+      MessageType::kGo,
+      {},
+      GoMsg{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)}};
+  std::string ended;
+  for (auto& [id, replica] : replicas_) {
+    const bool writing = replica.stage == Stage::kPreparing || replica.stage == Stage::kTaking ||
+                         replica.stage == Stage::kVerifying;
+    replica.stage = Stage::kOut;
+    if (!writing) continue;
+    ended += (ended.empty() ? "" : ", ") + std::to_string(id);
+    for (int32_t r : replica.ranks)
+      give_back.to.push_back({Role::kRollout, r});
+  }
+  if (!give_back.to.empty()) out.messages.push_back(std::move(give_back));
+  out.notes.push_back(versionName(v) + " aborted" +
+                      (ended.empty() ? "" : "; replicas " + ended + " give its slot back"));
+  aborted_version_ = v;
+  in_flight_.reset();
+  return out;
+}
+
+bool VersionSequencer::isAborted(uint64_t version) const {
+  return aborted_version_ != 0 && version == aborted_version_ && version != inFlightVersion();
 }
 
 // ---- the version's steps ---------------------------------------------------------------------

@@ -33,8 +33,8 @@
 // or during versions: a replica added while a version is in flight takes part from the next
 // version on; a replica removed while a version is in flight is no longer waited for (the version
 // completes for the others; it counts as lost, or as ready when it had been sent Ready already),
-// and later messages from its ranks are ignored. Trainers are fixed:
-// losing one ends the job (the caller's concern).
+// and later messages from its ranks are ignored. Trainers are fixed: losing one ends the job, or
+// (trainer restart) abortVersions() and the same number of trainers go on with higher versions.
 #pragma once
 
 #include <chrono>
@@ -141,6 +141,13 @@ class VersionSequencer {
   Result<SequencerOutput> onVerified(int32_t rollout, uint64_t version, SequencerTime now);
   Result<SequencerOutput> onChecksumFailed(int32_t rollout, const ChecksumFailedMsg& failed,
                                            SequencerTime now);
+  // The trainers are gone (trainer restart, coordinator/coordinator.h): the version in flight ends
+  // undelivered. Every replica not sent Ready for it gets Go(v, -1), so its ranks give the prepared
+  // slot back and nothing a lost writer wrote becomes readable; published versions not started
+  // are forgotten, and rollouts' later messages about the aborted version are ignored. From then
+  // on a Publish must be above the last started version (INVALID_USAGE naming both), so versions
+  // continue to increase for the rollouts.
+  SequencerOutput abortVersions();
   // Time passed: skips busy replicas once the grace is over; TIMEOUT when the in-flight version
   // was not delivered within options.timeout of its start.
   Result<SequencerOutput> advance(SequencerTime now);
@@ -193,6 +200,7 @@ class VersionSequencer {
   };
 
   Status checkTrainer(int32_t trainer) const;
+  bool isAborted(uint64_t version) const;  // a message about the version abortVersions() ended
   // The replica of `rollout`: nullptr with OK status when the rank departed (ignore its message).
   Result<Replica*> replicaForMessage(int32_t rollout);
   std::vector<RankRef> trainerRanks() const;
@@ -219,6 +227,8 @@ class VersionSequencer {
   std::set<uint64_t> pending_;             // published, not started
   uint64_t last_started_ = 0;
   std::optional<InFlight> in_flight_;
+  uint64_t restart_floor_ = 0;    // abortVersions(): a Publish must be above it
+  uint64_t aborted_version_ = 0;  // the version abortVersions() ended in flight (0: none)
 };
 
 }  // namespace wsync

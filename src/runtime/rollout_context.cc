@@ -231,6 +231,7 @@ Status RolloutContext::handle(const Frame& frame) {
           WSYNC_RETURN_IF_ERROR(store_->abandonWrite(prepared_slot_));
           prepared_slot_ = -1;
           draining_ = false;
+          landing_slot_ = -1;  // an aborted version (trainer restart) may have been landing
         }
         return Status::ok();
       }

@@ -22,4 +22,8 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
   wsync_add_fault_test(wsync_fault_cold_start coldstart 3)
   # The cold start's source replica is killed mid-fill: the fill fails over to another replica.
   wsync_add_fault_test(wsync_fault_cold_start_failover failover 2)
+  # coordinator --trainer-restart: a trainer is killed; the rollouts serve their last version (its
+  # age growing), a repeated version and a changed registration are refused, then restarted
+  # trainers publish higher versions and every rollout reads them bit-exact.
+  wsync_add_fault_test(wsync_fault_trainer_restart restart 3)
 endif()

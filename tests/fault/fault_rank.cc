@@ -6,14 +6,18 @@
 // delivered version's outcome (wsync_request_replicas): no replica outside --may-lose is ever lost,
 // and the last version is ready on exactly --final-ready. Prints "trainer T version V ready=..
 // lost=..". --hold-after K --resume-file F: after version K it publishes nothing until file F
-// exists (a replica joining then can only be filled by a peer).
+// exists (a replica joining then can only be filled by a peer). --first-version F: publishes
+// F..N (trainers restarted against a coordinator run with --trainer-restart).
 // Rollout: reads the newest version whenever one is ready and checks every element of every
 // buffer (bit-exact), until it has seen version N; prints "rollout R version V ok". --join: the
 // replica joins the running job (config.replica_size); --rejoin: when the job drops this rank (a
 // stop past the heartbeat timeout), it joins again as a new member of the same replica id. A rank
 // that joined prints "rollout R first version V from peer|trainers in S s" (wsync_version_stats);
 // --expect-peer makes a first version the trainers sent a wrong outcome. --tp T --tp-rank i: the
-// rank is number i of a tensor-parallel replica of T ranks (vLLM-like layout).
+// rank is number i of a tensor-parallel replica of T ranks (vLLM-like layout). --watch-outage:
+// whenever no new version came for 500 ms (the trainers are down), it reads the newest ready one
+// again (bit-exact) and checks its wsync_version_stats: the same version's age never decreases;
+// prints "rollout R serving version V age_ms A lag L".
 // Exit codes: 0 ok, 2 usage, 3 a wrong outcome, 4 a wrong byte, 5 a wsync error.
 #include <sys/stat.h>
 
@@ -51,6 +55,8 @@ struct Args {
   int tp = 1;       // rollouts: ranks of the replica (tensor parallel)
   int tp_rank = 0;  // this rank's index in it
   int hold_after = 0;
+  int first_version = 1;
+  bool watch_outage = false;
   std::string resume_file;
   std::set<int> may_lose;
   std::string final_ready;  // "0,1"
@@ -151,7 +157,8 @@ int runTrainer(const Args& a) {
     return 5;
   }
   int rc = 0;
-  for (uint64_t v = 1; v <= static_cast<uint64_t>(a.versions) && rc == 0; ++v) {
+  for (uint64_t v = static_cast<uint64_t>(a.first_version);
+       v <= static_cast<uint64_t>(a.versions) && rc == 0; ++v) {
     for (size_t b = 0; b < layout.size(); ++b)
       wsync_demo::fillTrainerBuffer(tensors, layout[b], v, params[b].data());
     wsync_request_t req = nullptr;
@@ -197,6 +204,57 @@ int runTrainer(const Args& a) {
   return rc;
 }
 
+// Reads the newest ready version and checks every element (bit-exact); its version in *v. Returns
+// 0, 4 (a wrong byte) or -1 (nothing to acquire).
+int checkNewest(const Args& a, wsync_context_t ctx, const std::vector<wsync_demo::TensorSpec>& tensors,
+                const std::vector<wsync_demo::BufferSpec>& layout, const std::vector<int>& indices,
+                uint64_t* v) {
+  wsync_lease_t lease = nullptr;
+  if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) != WSYNC_SUCCESS) return -1;
+  wsync_lease_version(lease, v);
+  int rc = 0;
+  for (size_t b = 0; b < layout.size(); ++b) {
+    void* p = nullptr;
+    wsync_lease_buffer(lease, indices[b], &p);
+    std::string error;
+    if (wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, *v, &error) != 0) {
+      std::fprintf(stderr, "rollout %d version %llu: %s\n", a.rank,
+                   static_cast<unsigned long long>(*v), error.c_str());
+      rc = 4;
+    }
+  }
+  wsync_lease_release(lease);
+  return rc;
+}
+
+// --watch-outage, after a wait without a new version: the newest ready version still reads
+// bit-exact and its age grows. Returns the exit code (0, 3 or 4).
+int checkOutage(const Args& a, wsync_context_t ctx,
+                const std::vector<wsync_demo::TensorSpec>& tensors,
+                const std::vector<wsync_demo::BufferSpec>& layout,
+                const std::vector<int>& indices, wsync_version_stats_t* last) {
+  uint64_t v = 0;
+  const int read = checkNewest(a, ctx, tensors, layout, indices, &v);
+  if (read != 0) return read < 0 ? 0 : read;
+  wsync_version_stats_t stats = WSYNC_VERSION_STATS_INITIALIZER;
+  if (wsync_version_stats(ctx, &stats) != WSYNC_SUCCESS) {
+    std::fprintf(stderr, "rollout %d: version_stats: %s\n", a.rank, wsync_last_error(ctx));
+    return 3;
+  }
+  std::printf("rollout %d serving version %llu age_ms %lld lag %llu\n", a.rank,
+              static_cast<unsigned long long>(stats.version), static_cast<long long>(stats.age_ms),
+              static_cast<unsigned long long>(stats.lag));
+  std::fflush(stdout);
+  if (stats.version == last->version && stats.age_ms < last->age_ms) {
+    std::fprintf(stderr, "rollout %d: version %llu got younger: %lld ms, then %lld ms\n", a.rank,
+                 static_cast<unsigned long long>(stats.version),
+                 static_cast<long long>(last->age_ms), static_cast<long long>(stats.age_ms));
+    return 3;
+  }
+  *last = stats;
+  return 0;
+}
+
 // One rollout membership: reads until version N (0), the job dropped it (1, *dropped_error set),
 // or a failure (exit code).
 int readVersions(const Args& a, bool joining, std::string* dropped_error) {
@@ -224,9 +282,11 @@ int readVersions(const Args& a, bool joining, std::string* dropped_error) {
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(a.timeout_ms);
   int rc = 0;
   bool reported_first = false;
+  wsync_version_stats_t last_stats = WSYNC_VERSION_STATS_INITIALIZER;
   while (newest < static_cast<uint64_t>(a.versions) && rc == 0) {
     const wsync_status_t s = wsync_wait_version(ctx, newest, 500, &newest);
     if (s == WSYNC_ERR_TIMEOUT) {
+      if (a.watch_outage) rc = checkOutage(a, ctx, tensors, layout, indices, &last_stats);
       if (Clock::now() > deadline) {
         std::fprintf(stderr, "rollout %d: no version after %llu\n", a.rank,
                      static_cast<unsigned long long>(newest));
@@ -239,22 +299,12 @@ int readVersions(const Args& a, bool joining, std::string* dropped_error) {
       rc = 1;
       break;
     }
-    wsync_lease_t lease = nullptr;
-    if (wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease) != WSYNC_SUCCESS) continue;
     uint64_t v = 0;
-    wsync_lease_version(lease, &v);
-    for (size_t b = 0; b < layout.size(); ++b) {
-      void* p = nullptr;
-      wsync_lease_buffer(lease, indices[b], &p);
-      std::string error;
-      if (wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error) !=
-          0) {
-        std::fprintf(stderr, "rollout %d version %llu: %s\n", a.rank,
-                     static_cast<unsigned long long>(v), error.c_str());
-        rc = 4;
-      }
+    rc = checkNewest(a, ctx, tensors, layout, indices, &v);
+    if (rc < 0) {
+      rc = 0;
+      continue;
     }
-    wsync_lease_release(lease);
     if (rc == 0)
       std::printf("rollout %d version %llu ok\n", a.rank, static_cast<unsigned long long>(v));
     if (rc == 0 && joining && !reported_first) {
@@ -310,6 +360,8 @@ int main(int argc, char** argv) {
       ("hold-after", "trainers: after this version, wait for --resume-file",
        cxxopts::value<int>()->default_value("0"))
       ("resume-file", "trainers: the file that ends the hold", cxxopts::value<std::string>()->default_value(""))
+      ("first-version", "trainers: the first version published", cxxopts::value<int>()->default_value("1"))
+      ("watch-outage", "rollouts: while no version comes, check the newest one and its age")
       ("may-lose", "trainers: replica ids that may be lost", cxxopts::value<std::string>()->default_value(""))
       ("final-ready", "trainers: the replicas the last version must be ready on (\"0,1\")",
        cxxopts::value<std::string>()->default_value(""))
@@ -335,6 +387,8 @@ int main(int argc, char** argv) {
     a.tp_rank = parsed["tp-rank"].as<int>();
     a.hold_after = parsed["hold-after"].as<int>();
     a.resume_file = parsed["resume-file"].as<std::string>();
+    a.first_version = parsed["first-version"].as<int>();
+    a.watch_outage = parsed.count("watch-outage") != 0;
     a.may_lose = parseList(parsed["may-lose"].as<std::string>());
     a.final_ready = parsed["final-ready"].as<std::string>();
     a.shape.layers = 2;

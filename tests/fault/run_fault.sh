@@ -20,6 +20,12 @@
 #   coldstart  1 replica of 2 ranks (TP 2); the trainers publish 5 versions and hold; replica 1
 #         (2 ranks, TP 2) joins and must read version 5 (only a peer has it) bit-exact on both
 #         ranks; then the trainers go on and it follows.
+#   restart  coordinator --trainer-restart, 2 one-rank replicas; trainer 0 gets kill -9 after a
+#         random version (3..8): trainer 1 is told to stop (its error names trainer 0), the
+#         rollouts serve their newest version bit-exact with a growing age; restarted trainers
+#         that publish the last started version again are refused (INVALID_USAGE naming it), then
+#         a trainer 0 with a different registration is refused (MISMATCH naming the tensor), then
+#         2 good trainers publish the versions above it: every rollout reads them bit-exact.
 # Prints one line per iteration; exits non-zero (with the job's logs) on the first failure.
 set -u
 scenario=${1:?scenario}
@@ -272,6 +278,69 @@ run_failover() {
   done
   expect_exit "$coordinator_pid" coordinator 10000
   echo "failover iteration $iteration: $(grep -o 'replica 2 cold start, attempt 1 failed.*' "$work/coordinator.log" | head -n 1); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
+}
+
+run_restart() {
+  local versions=60
+  start_coordinator 2 --trainer-restart --trainer-restart-timeout-ms 30000
+  for t in 0 1; do
+    start_rank trainer$t --role trainer --rank $t --rollouts 2 --versions $versions --pause-ms 2
+    eval "t$t=\$last_pid"
+  done
+  local r=()
+  for i in 0 1; do
+    start_rank rollout$i --role rollout --rank $i --replica $i --rollouts 2 --versions $versions \
+      --watch-outage --timeout-ms 60000
+    r+=("$last_pid")
+  done
+  local at=$((RANDOM % 6 + 3))
+  wait_for_version "$work/rollout0.log" $at 20000 || fail "rollout 0 never read version $at"
+  kill -9 "$t0"
+  wait "$t0" 2>/dev/null
+  wait_pid "$t1" 10000
+  [ $? -eq 5 ] || fail "trainer 1 did not fail after trainer 0 was killed"
+  grep -q "trainers must restart.*trainer 0" "$work/trainer1.log" || fail "trainer 1's error does not name trainer 0"
+  wait_for_line "$work/coordinator.log" "trainers lost.*versions above [0-9]+" 5000 || fail "the coordinator did not log the loss"
+  local floor
+  floor=$(sed -n 's/.*trainers lost.*versions above \([0-9]*\)$/\1/p' "$work/coordinator.log" | head -n 1)
+  # The outage: both rollouts keep serving their newest version, its age growing.
+  for i in 0 1; do
+    wait_for_line "$work/rollout$i.log" "serving version .* age_ms ([1-9][0-9]{3,})" 10000 ||
+      fail "rollout $i did not serve a version older than 1 s during the outage"
+  done
+  # Restarted trainers that publish the last started version again are refused.
+  for t in 0 1; do
+    start_rank again$t --role trainer --rank $t --rollouts 2 --first-version "$floor" --versions $versions
+    eval "a$t=\$last_pid"
+  done
+  for t in 0 1; do
+    wait_pid "$(eval echo \$a$t)" 20000
+    [ $? -eq 5 ] || fail "trainer $t publishing version $floor was not refused"
+  done
+  grep -q "published version $floor, not above version $floor" "$work/again0.log" "$work/again1.log" ||
+    fail "the refusal does not name version $floor"
+  # A trainer 0 with another registration (hidden size) is refused; trainer 1 waits for a good one.
+  start_rank trainer1b --role trainer --rank 1 --rollouts 2 --first-version $((floor + 1)) --versions $versions --final-ready 0,1
+  local n1=$last_pid
+  start_rank bad0 --role trainer --rank 0 --rollouts 2 --first-version $((floor + 1)) --versions $versions --hidden 128
+  wait_pid "$last_pid" 20000
+  [ $? -eq 5 ] || fail "trainer 0 with another registration was not refused"
+  grep -q "trainer 0 registered differently.*tensor '" "$work/bad0.log" &&
+    grep -q "WSYNC_ERR_MISMATCH: trainer 0 registered differently" "$work/coordinator.log" ||
+    fail "the mismatch error (MISMATCH) does not name trainer 0 and a tensor"
+  start_rank trainer0b --role trainer --rank 0 --rollouts 2 --first-version $((floor + 1)) --versions $versions --final-ready 0,1
+  local n0=$last_pid
+  for p in "$n0:restarted trainer 0" "$n1:restarted trainer 1" "${r[0]}:rollout 0" "${r[1]}:rollout 1"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  grep -q "^trainer 0 version $((floor + 1)) ready=0,1" "$work/trainer0b.log" ||
+    fail "the first version after the restart was not ready on both replicas"
+  local oldest
+  oldest=$(sed -n 's/.*serving version [0-9]* age_ms \([0-9]*\).*/\1/p' "$work/rollout0.log" | sort -n | tail -n 1)
+  local aborted
+  aborted=$(grep -oE "version [0-9]+ aborted" "$work/coordinator.log" | head -n 1)
+  echo "restart iteration $iteration: trainer 0 killed after version $at (${aborted:-between versions}); versions above $floor; rollouts served their last version throughout (up to ${oldest} ms old), a repeated version and a changed registration were refused, then read versions $((floor + 1))..$versions bit-exact"
 }
 
 for iteration in $(seq 1 "$iterations"); do

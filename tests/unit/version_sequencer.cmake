@@ -1,3 +1,7 @@
 # The coordinator's version sequencer (coordinator/version_sequencer.h): versions, skips,
 # staleness, readiness and membership changes, driven by hand with no sockets and no clock.
 wsync_add_unit_test(wsync_version_sequencer_test ${CMAKE_CURRENT_LIST_DIR}/version_sequencer_test.cc)
+# Trainer restart: the version in flight aborted (slots given back), versions continuing above it,
+# the delivery gate abandoning the lost trainers' Delivered.
+wsync_add_unit_test(wsync_trainer_restart_sequencer_test
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_restart_sequencer_test.cc)

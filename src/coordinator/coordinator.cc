@@ -206,6 +206,8 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kCommitDone:
       return onCommitDone(p);
     case MessageType::kPublish:
+      if (holdPublish(p, payload)) return Status::ok();
+      [[fallthrough]];
     case MessageType::kPrepared:
     case MessageType::kSent:
     case MessageType::kReceived:

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -114,6 +115,11 @@ struct TrainerRestart {
   Clock::time_point deadline;         // the new trainers must have committed by then
   std::vector<int32_t> members;       // participants_ index by trainer rank; -1: not arrived
   bool assigned = false;              // every member registered and got its PlanAssignment
+  // After CommitOk: the joined replicas' plan extensions not applied yet, by (trainer rank,
+  // replica); Publishes are held (trainer rank, payload) until every one is.
+  bool extending = false;
+  std::set<std::pair<int32_t, int32_t>> extensions_due;
+  std::vector<std::pair<int32_t, std::vector<uint8_t>>> held_publishes;
 };
 
 }  // namespace coordinator_internal
@@ -248,6 +254,10 @@ class Coordinator::Impl {
   Status onRestartRegister(Participant& p, const std::vector<uint8_t>& payload);
   void sendRestartAssignments();
   Status onRestartCommitDone(Participant& p);
+  // While the restarted trainers apply the joined replicas' extensions: holds a Publish (true).
+  bool holdPublish(const Participant& p, const std::vector<uint8_t>& payload);
+  Status onRestartExtensionDone(const Participant& p, int32_t replica);
+  void maybeFinishTrainerRestart();
   void checkTrainerRestart(Clock::time_point now);
 
   CoordinatorOptions opt_;

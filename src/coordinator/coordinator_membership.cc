@@ -264,6 +264,7 @@ Status Coordinator::Impl::onExtensionDone(const Participant& p,
   if (p.hello.role != Role::kTrainer) return protocolError("ExtensionDone from a rollout");
   ReplicaMsg m;
   WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  if (restart_ && restart_->extending) return onRestartExtensionDone(p, m.replica);
   auto it = joining_.find(m.replica);
   if (it == joining_.end()) return Status::ok();  // the join was aborted meanwhile
   if (!it->second.extended || !it->second.trainers_done.insert(p.role_rank).second) {

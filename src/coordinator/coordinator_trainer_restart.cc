@@ -11,11 +11,15 @@
 //     registrations must be byte-identical to the previous trainers' (else the one that differs
 //     gets MISMATCH naming its rank and tensor, and the others wait for a replacement); then each
 //     gets the plan's PlanAssignment for the rollouts alive now; once all committed, CommitOk and
-//     the plan extension of every replica that joined the running job; the job runs again:
-//     versions must be above the last one started.
+//     the plan extension of every replica that joined the running job (their Publishes are held
+//     until every trainer applied every extension; a replica whose extension is not applied
+//     within the job's timeout is dropped); the job runs again: versions must be above the last
+//     one started.
 //   Losing a new trainer before that starts the restart again; no complete set within
 //   trainer_restart_timeout fails the job (TIMEOUT naming the missing ranks).
 #include <algorithm>
+#include <iterator>
+#include <set>
 
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
@@ -215,8 +219,8 @@ void Coordinator::Impl::sendRestartAssignments() {
 }
 
 // Once every new trainer committed: CommitOk, then the plan extension of every replica that
-// joined the running job. A trainer reads frames in order, so it applies them before the Go of
-// its first version (its ExtensionDone, like a joining replica's late one, is ignored).
+// joined the running job. Their Publishes are held until each of them applied every extension
+// (ExtensionDone), so no version's Go gives such a replica a slot it would not write.
 Status Coordinator::Impl::onRestartCommitDone(Participant& p) {
   if (!restart_->assigned || p.committed) return invalidUsage("CommitDone out of order");
   p.committed = true;
@@ -224,24 +228,75 @@ Status Coordinator::Impl::onRestartCommitDone(Participant& p) {
     if (!participants_[static_cast<size_t>(index)].committed) return Status::ok();
   }
   const auto now = Clock::now();
+  restart_->extending = true;
+  restart_->deadline = now + opt_.timeout;
   for (int32_t t = 0; t < numTrainers(); ++t) {
     Participant& q = trainer(t);
     q.restarting = false;
     q.last_heard = now;
     sendTo(q, MessageType::kCommitOk, {});
     for (const auto& [replica, per_trainer] : extensions_) {
-      if (sequencer_->hasReplica(replica))
-        sendTo(q, MessageType::kPlanExtension, per_trainer[static_cast<size_t>(t)]);
+      if (!sequencer_->hasReplica(replica)) continue;
+      sendTo(q, MessageType::kPlanExtension, per_trainer[static_cast<size_t>(t)]);
+      restart_->extensions_due.insert({t, replica});
     }
   }
+  maybeFinishTrainerRestart();
+  return Status::ok();
+}
+
+bool Coordinator::Impl::holdPublish(const Participant& p, const std::vector<uint8_t>& payload) {
+  if (!restart_ || !restart_->extending || p.hello.role != Role::kTrainer) return false;
+  restart_->held_publishes.emplace_back(p.role_rank, payload);
+  return true;
+}
+
+Status Coordinator::Impl::onRestartExtensionDone(const Participant& p, int32_t replica) {
+  if (restart_->extensions_due.erase({p.role_rank, replica}) == 0) {
+    return protocolError("ExtensionDone for replica " + std::to_string(replica) + " out of order");
+  }
+  maybeFinishTrainerRestart();
+  return Status::ok();
+}
+
+// The restart ends once every due extension was applied, or its replica left the job; the held
+// Publishes then go to the sequencer.
+void Coordinator::Impl::maybeFinishTrainerRestart() {
+  auto& due = restart_->extensions_due;
+  for (auto it = due.begin(); it != due.end();)
+    it = sequencer_->hasReplica(it->second) ? std::next(it) : due.erase(it);
+  if (!due.empty()) return;
   log("trainers restarted (they were lost: " + restart_->cause + "); versions continue above " +
       std::to_string(sequencer_->lastStartedVersion()));
+  const auto held = std::move(restart_->held_publishes);
   restart_.reset();
-  return Status::ok();
+  for (const auto& [t, payload] : held) {
+    Participant& q = trainer(t);
+    if (q.dropped) continue;
+    const Status s = onVersionMessage(q, MessageType::kPublish, payload);
+    if (!s.isOk()) return beginTrainerRestart(s.withContext(nameOf(q)));
+  }
 }
 
 void Coordinator::Impl::checkTrainerRestart(Clock::time_point now) {
   if (!restart_ || now < restart_->deadline) return;
+  if (restart_->extending) {  // a trainer did not apply an extension: its replica cannot be written
+    std::set<int32_t> replicas;
+    for (const auto& [t, replica] : restart_->extensions_due)
+      replicas.insert(replica);
+    for (int32_t replica : replicas) {
+      auto p = std::find_if(participants_.begin(), participants_.end(), [&](const Participant& q) {
+        return q.hello.role == Role::kRollout && q.hello.replica == replica && !q.dropped;
+      });
+      if (p != participants_.end()) {
+        dropReplicaOf(*p, "the restarted trainers did not apply its plan extension within " +
+                              std::to_string(opt_.timeout.count()) + " ms",
+                      /*crashed=*/true);
+      }
+    }
+    if (restart_) maybeFinishTrainerRestart();
+    return;
+  }
   std::string missing;
   for (int32_t t = 0; t < numTrainers(); ++t) {
     const int32_t index = restart_->members[static_cast<size_t>(t)];

@@ -1,0 +1,266 @@
+// Trainer restart in one process: a coordinator started through the C++ API (trainer_restart on or
+// off) and ranks on threads joining with WSYNC_BOOTSTRAP_EXPLICIT (real control connections, real
+// UCX writes). A trainer whose connection drops (wsync_context_abort) is "lost"; a new trainer
+// context with the same registration takes its place. (A trainer process killed with -9:
+// tests/fault/run_fault.sh restart.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "trainer_integration/demo_policy.h"
+#include "wsync/wsync.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kSecret[] = "trainer-restart-test-secret";
+
+// A coordinator of 1 trainer and 1 rollout whose log lines a test can read.
+struct Job {
+  std::unique_ptr<wsync::Coordinator> coordinator;
+  std::string address;
+  std::mutex log_mu;
+  std::vector<std::string> log;
+
+  bool logged(const std::string& text) {
+    std::lock_guard lock(log_mu);
+    return std::any_of(log.begin(), log.end(), [&](const std::string& line) {
+      return line.find(text) != std::string::npos;
+    });
+  }
+  bool waitLogged(const std::string& text) {
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!logged(text) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return logged(text);
+  }
+};
+
+void start(Job& job, bool trainer_restart, std::chrono::milliseconds restart_timeout) {
+  wsync::CoordinatorOptions opt;
+  opt.num_trainers = 1;
+  opt.num_rollouts = 1;
+  opt.control.secret = kSecret;
+  opt.timeout = std::chrono::milliseconds(20000);
+  opt.trainer_restart = trainer_restart;
+  opt.trainer_restart_timeout = restart_timeout;
+  opt.log = [&job](const std::string& line) {
+    std::lock_guard lock(job.log_mu);
+    job.log.push_back(line);
+  };
+  auto c = wsync::Coordinator::start(std::move(opt));
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  job.address = "127.0.0.1:" + std::to_string((*c)->port());
+  job.coordinator = std::move(c).value();
+}
+
+wsync_demo::PolicyShape smallPolicy() {
+  wsync_demo::PolicyShape shape;
+  shape.layers = 1;
+  shape.hidden = 64;
+  shape.ffn = 128;
+  shape.vocab = 256;
+  return shape;
+}
+
+wsync_config_t config(const Job& job, wsync_role_t role, int rank, int replica) {
+  wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
+  cfg.role = role;
+  cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
+  cfg.rank = rank;
+  cfg.num_trainers = 1;
+  cfg.num_rollouts = 1;
+  cfg.replica = replica;
+  cfg.coordinator_address = job.address.c_str();
+  cfg.secret = kSecret;
+  cfg.timeout_ms = 20000;
+  return cfg;
+}
+
+// The trainer: publishes versions; lose() drops its connection without goodbye (as a crash does).
+class Trainer {
+ public:
+  explicit Trainer(const Job& job) : tensors_(wsync_demo::policyTensors(smallPolicy())) {
+    wsync_config_t cfg = config(job, WSYNC_ROLE_TRAINER, 0, -1);
+    EXPECT_EQ(wsync_context_create(&cfg, &ctx_), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+    layout_ = wsync_demo::trainerLayout(tensors_, 1, 0);
+    params_.resize(layout_.size());
+    std::vector<void*> data;
+    for (size_t b = 0; b < layout_.size(); ++b) {
+      params_[b].resize(static_cast<size_t>(std::max<int64_t>(1, layout_[b].num_elements)));
+      data.push_back(params_[b].data());
+    }
+    std::vector<int> indices;
+    EXPECT_EQ(wsync_demo::registerBuffers(ctx_, tensors_, layout_, WSYNC_DTYPE_FLOAT32, data,
+                                          &indices),
+              WSYNC_SUCCESS);
+    EXPECT_EQ(wsync_commit(ctx_), WSYNC_SUCCESS) << wsync_last_error(ctx_);
+  }
+  ~Trainer() {
+    if (ctx_ != nullptr)
+      EXPECT_EQ(wsync_context_destroy(ctx_), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  }
+  // The replicas version v is ready on.
+  std::vector<int> publish(uint64_t v) {
+    for (size_t b = 0; b < layout_.size(); ++b)
+      wsync_demo::fillTrainerBuffer(tensors_, layout_[b], v, params_[b].data());
+    wsync_request_t req = nullptr;
+    EXPECT_EQ(wsync_publish(ctx_, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx_);
+    EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS) << wsync_request_error(req);
+    int count = 0;
+    wsync_request_replicas(req, WSYNC_REPLICAS_READY, 0, nullptr, &count);
+    std::vector<int> ready(static_cast<size_t>(count));
+    wsync_request_replicas(req, WSYNC_REPLICAS_READY, count, ready.data(), &count);
+    wsync_request_free(req);
+    return ready;
+  }
+  void lose() {
+    wsync_context_abort(ctx_);
+    (void)wsync_context_destroy(ctx_);
+    ctx_ = nullptr;
+  }
+
+ private:
+  std::vector<wsync_demo::TensorSpec> tensors_;
+  std::vector<wsync_demo::BufferSpec> layout_;
+  std::vector<std::vector<float>> params_;
+  wsync_context_t ctx_ = nullptr;
+};
+
+// A one-rank rollout reading every newest version (bit-exact) until it saw `last`, or until the
+// job fails (*failure gets the error).
+void readVersions(wsync_config_t cfg, uint64_t last, std::atomic<uint64_t>* seen,
+                  std::string* failure) {
+  const auto tensors = wsync_demo::policyTensors(smallPolicy());
+  wsync_context_t ctx = nullptr;
+  ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  const auto layout = wsync_demo::rolloutLayout(tensors, wsync_demo::RolloutLayout::kMixed, 1, 0);
+  std::vector<int> indices;
+  ASSERT_EQ(wsync_demo::registerBuffers(ctx, tensors, layout, WSYNC_DTYPE_BFLOAT16, {}, &indices),
+            WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_commit(ctx), WSYNC_SUCCESS) << wsync_last_error(ctx);
+  uint64_t newest = 0;
+  while (newest < last) {
+    const wsync_status_t s = wsync_wait_version(ctx, newest, 20000, &newest);
+    if (s != WSYNC_SUCCESS) {
+      if (failure != nullptr) *failure = wsync_last_error(ctx);
+      ASSERT_NE(failure, nullptr) << wsync_last_error(ctx);
+      break;
+    }
+    wsync_lease_t lease = nullptr;
+    ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+    uint64_t v = 0;
+    wsync_lease_version(lease, &v);
+    for (size_t b = 0; b < layout.size(); ++b) {
+      void* p = nullptr;
+      ASSERT_EQ(wsync_lease_buffer(lease, indices[b], &p), WSYNC_SUCCESS);
+      std::string error;
+      EXPECT_EQ(wsync_demo::countMismatches(tensors, layout[b], WSYNC_DTYPE_BFLOAT16, p, v, &error),
+                0)
+          << "version " << v << ": " << error;
+    }
+    wsync_lease_release(lease);
+    *seen = v;
+  }
+  (void)wsync_context_destroy(ctx);
+}
+
+void waitSeen(const std::atomic<uint64_t>& seen, uint64_t v) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (seen < v && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(seen.load(), v);
+}
+
+// A replica that joined the running job is not part of the plan: the restarted trainer gets its
+// plan extension again and writes it from its first version on.
+TEST(TrainerRestart, JoinedReplicaReceivesFromTheRestartedTrainer) {
+  Job job;
+  start(job, true, std::chrono::milliseconds(20000));
+  constexpr uint64_t kLost = 8, kLast = 20;
+  std::atomic<uint64_t> seen0{0}, seen1{0};
+  std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), kLast, &seen0, nullptr);
+  wsync_config_t joining = config(job, WSYNC_ROLE_ROLLOUT, -1, 1);
+  joining.replica_size = 1;
+  joining.replica_rank = 0;
+  std::thread joiner;
+  {
+    Trainer lost(job);
+    for (uint64_t v = 1; v <= kLost; ++v) {
+      if (v == 3) joiner = std::thread(readVersions, joining, kLast, &seen1, nullptr);
+      if (v == 4) ASSERT_TRUE(job.waitLogged("replica 1 joined"));
+      const std::vector<int> ready = lost.publish(v);
+      if (v > 5) waitSeen(seen1, 1);
+    }
+    waitSeen(seen1, kLost);
+    lost.lose();
+  }
+  ASSERT_TRUE(job.waitLogged("trainers lost"));
+  EXPECT_EQ(seen0.load(), kLost) << "no version while the trainers are down";
+  {
+    Trainer restarted(job);
+    std::vector<int> ready;
+    for (uint64_t v = kLost + 1; v <= kLast; ++v) {
+      ready = restarted.publish(v);
+      EXPECT_EQ(ready, (std::vector<int>{0, 1})) << "version " << v;
+    }
+    EXPECT_TRUE(job.logged("trainers restarted"));
+  }
+  first.join();
+  joiner.join();
+  EXPECT_EQ(seen0.load(), kLast);
+  EXPECT_EQ(seen1.load(), kLast);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+// Without trainer_restart, losing the trainer fails the job with an error naming it, on the
+// rollouts too.
+TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
+  Job job;
+  start(job, false, std::chrono::milliseconds(20000));
+  std::atomic<uint64_t> seen{0};
+  std::string rollout_error;
+  std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), 100, &seen,
+                      &rollout_error);
+  {
+    Trainer trainer(job);
+    trainer.publish(1);
+    waitSeen(seen, 1);
+    trainer.lose();
+  }
+  rollout.join();
+  const wsync::Status s = job.coordinator->wait(std::chrono::seconds(20));
+  EXPECT_EQ(s.code(), WSYNC_ERR_REMOTE) << s.toString();
+  EXPECT_NE(s.message().find("trainer 0"), std::string::npos) << s.toString();
+  EXPECT_NE(rollout_error.find("trainer 0"), std::string::npos) << rollout_error;
+}
+
+// Trainers that do not come back within trainer_restart_timeout fail the job: TIMEOUT naming them.
+TEST(TrainerRestart, TrainersNotBackInTimeFailTheJobNamingThem) {
+  Job job;
+  start(job, true, std::chrono::milliseconds(300));
+  std::atomic<uint64_t> seen{0};
+  std::string rollout_error;
+  std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), 100, &seen,
+                      &rollout_error);
+  {
+    Trainer trainer(job);
+    trainer.publish(1);
+    waitSeen(seen, 1);
+    trainer.lose();
+  }
+  rollout.join();
+  const wsync::Status s = job.coordinator->wait(std::chrono::seconds(20));
+  EXPECT_EQ(s.code(), WSYNC_ERR_TIMEOUT) << s.toString();
+  EXPECT_NE(s.message().find("trainer 0 never came back"), std::string::npos) << s.toString();
+  EXPECT_NE(rollout_error.find("trainer 0 never came back"), std::string::npos) << rollout_error;
+}
+
+}  // namespace

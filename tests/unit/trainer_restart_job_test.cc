@@ -22,7 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr char kSecret[] = "trainer-restart-test-secret";
 
-// A coordinator of 1 trainer and 1 rollout whose log lines a test can read.
+// A coordinator of 1 trainer (and 1 rollout unless said) whose log lines a test can read.
 struct Job {
   std::unique_ptr<wsync::Coordinator> coordinator;
   std::string address;
@@ -43,10 +43,11 @@ struct Job {
   }
 };
 
-void start(Job& job, bool trainer_restart, std::chrono::milliseconds restart_timeout) {
+void start(Job& job, bool trainer_restart, std::chrono::milliseconds restart_timeout,
+           int rollouts = 1) {
   wsync::CoordinatorOptions opt;
   opt.num_trainers = 1;
-  opt.num_rollouts = 1;
+  opt.num_rollouts = rollouts;
   opt.control.secret = kSecret;
   opt.timeout = std::chrono::milliseconds(20000);
   opt.trainer_restart = trainer_restart;
@@ -70,13 +71,13 @@ wsync_demo::PolicyShape smallPolicy() {
   return shape;
 }
 
-wsync_config_t config(const Job& job, wsync_role_t role, int rank, int replica) {
+wsync_config_t config(const Job& job, wsync_role_t role, int rank, int replica, int rollouts = 1) {
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = role;
   cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
   cfg.rank = rank;
   cfg.num_trainers = 1;
-  cfg.num_rollouts = 1;
+  cfg.num_rollouts = rollouts;
   cfg.replica = replica;
   cfg.coordinator_address = job.address.c_str();
   cfg.secret = kSecret;
@@ -87,8 +88,9 @@ wsync_config_t config(const Job& job, wsync_role_t role, int rank, int replica) 
 // The trainer: publishes versions; lose() drops its connection without goodbye (as a crash does).
 class Trainer {
  public:
-  explicit Trainer(const Job& job) : tensors_(wsync_demo::policyTensors(smallPolicy())) {
-    wsync_config_t cfg = config(job, WSYNC_ROLE_TRAINER, 0, -1);
+  explicit Trainer(const Job& job, int rollouts = 1)
+      : tensors_(wsync_demo::policyTensors(smallPolicy())) {
+    wsync_config_t cfg = config(job, WSYNC_ROLE_TRAINER, 0, -1, rollouts);
     EXPECT_EQ(wsync_context_create(&cfg, &ctx_), WSYNC_SUCCESS) << wsync_last_error(nullptr);
     layout_ = wsync_demo::trainerLayout(tensors_, 1, 0);
     params_.resize(layout_.size());
@@ -137,7 +139,7 @@ class Trainer {
 // A one-rank rollout reading every newest version (bit-exact) until it saw `last`, or until the
 // job fails (*failure gets the error).
 void readVersions(wsync_config_t cfg, uint64_t last, std::atomic<uint64_t>* seen,
-                  std::string* failure) {
+                  std::string* failure, bool abort_at_end) {
   const auto tensors = wsync_demo::policyTensors(smallPolicy());
   wsync_context_t ctx = nullptr;
   ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
@@ -169,6 +171,7 @@ void readVersions(wsync_config_t cfg, uint64_t last, std::atomic<uint64_t>* seen
     wsync_lease_release(lease);
     *seen = v;
   }
+  if (abort_at_end) wsync_context_abort(ctx);  // its connection drops: the job drops its replica
   (void)wsync_context_destroy(ctx);
 }
 
@@ -186,7 +189,7 @@ TEST(TrainerRestart, JoinedReplicaReceivesFromTheRestartedTrainer) {
   start(job, true, std::chrono::milliseconds(20000));
   constexpr uint64_t kLost = 8, kLast = 20;
   std::atomic<uint64_t> seen0{0}, seen1{0};
-  std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), kLast, &seen0, nullptr);
+  std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), kLast, &seen0, nullptr, false);
   wsync_config_t joining = config(job, WSYNC_ROLE_ROLLOUT, -1, 1);
   joining.replica_size = 1;
   joining.replica_rank = 0;
@@ -194,7 +197,7 @@ TEST(TrainerRestart, JoinedReplicaReceivesFromTheRestartedTrainer) {
   {
     Trainer lost(job);
     for (uint64_t v = 1; v <= kLost; ++v) {
-      if (v == 3) joiner = std::thread(readVersions, joining, kLast, &seen1, nullptr);
+      if (v == 3) joiner = std::thread(readVersions, joining, kLast, &seen1, nullptr, false);
       if (v == 4) ASSERT_TRUE(job.waitLogged("replica 1 joined"));
       const std::vector<int> ready = lost.publish(v);
       if (v > 5) waitSeen(seen1, 1);
@@ -220,6 +223,37 @@ TEST(TrainerRestart, JoinedReplicaReceivesFromTheRestartedTrainer) {
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 
+// A replica dropped before the trainers were lost is left out of the restarted trainer's plan (it
+// does not connect to it or write to it); the replica still running receives every version.
+TEST(TrainerRestart, DroppedReplicaIsLeftOutOfTheRestartedTrainersPlan) {
+  Job job;
+  start(job, true, std::chrono::milliseconds(20000), 2);
+  constexpr uint64_t kDropAt = 2, kLost = 4, kLast = 10;
+  std::atomic<uint64_t> seen0{0}, seen1{0};
+  std::thread stayer(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0, 2), kLast, &seen0,
+                     nullptr, false);
+  std::thread dropped(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 1, 1, 2), kDropAt, &seen1,
+                      nullptr, true);
+  {
+    Trainer lost(job, 2);
+    for (uint64_t v = 1; v <= kLost; ++v) {
+      lost.publish(v);
+      if (v == kDropAt) ASSERT_TRUE(job.waitLogged("replica 1 (rollout ranks 1) dropped"));
+    }
+    lost.lose();
+  }
+  dropped.join();
+  ASSERT_TRUE(job.waitLogged("trainers lost"));
+  {
+    Trainer restarted(job, 2);
+    for (uint64_t v = kLost + 1; v <= kLast; ++v)
+      EXPECT_EQ(restarted.publish(v), std::vector<int>{0}) << "version " << v;
+  }
+  stayer.join();
+  EXPECT_EQ(seen0.load(), kLast);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
 // Without trainer_restart, losing the trainer fails the job with an error naming it, on the
 // rollouts too.
 TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
@@ -228,7 +262,7 @@ TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
   std::atomic<uint64_t> seen{0};
   std::string rollout_error;
   std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), 100, &seen,
-                      &rollout_error);
+                      &rollout_error, false);
   {
     Trainer trainer(job);
     trainer.publish(1);
@@ -249,7 +283,7 @@ TEST(TrainerRestart, TrainersNotBackInTimeFailTheJobNamingThem) {
   std::atomic<uint64_t> seen{0};
   std::string rollout_error;
   std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), 100, &seen,
-                      &rollout_error);
+                      &rollout_error, false);
   {
     Trainer trainer(job);
     trainer.publish(1);

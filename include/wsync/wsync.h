@@ -123,7 +123,17 @@ typedef enum {
    *  WSYNC_HEARTBEAT_TIMEOUT_MS is dropped with its replica: the trainers go on, the version in
    *  flight completes for the other replicas (wsync_request_replicas lists the replica as LOST),
    *  the replica's other ranks fail with an error saying why, and a slot being written there
-   *  never becomes readable. A replica may join the running job (config.replica_size). */
+   *  never becomes readable. A replica may join the running job (config.replica_size).
+   *  Trainer crash or restart (`wsync-coordinator --trainer-restart`; plans without broadcast
+   *  groups): losing a trainer does not fail the job. The version in flight is aborted (never
+   *  readable where it was not ready yet), the other trainers fail with REMOTE naming the lost
+   *  one, and rollouts keep serving their newest ready version: wsync_wait_version returns
+   *  TIMEOUT, wsync_acquire the same version, wsync_version_stats its growing age_ms. Restarted
+   *  trainers (the same number, ranks and registrations; the same coordinator_address and secret)
+   *  create, register and commit as usual once every previous trainer process is gone, and
+   *  publish versions above the last one started (INVALID_USAGE otherwise); a changed
+   *  registration fails their wsync_commit with MISMATCH naming the rank and tensor. Trainers not
+   *  back within --trainer-restart-timeout-ms fail the job (TIMEOUT naming them). */
   WSYNC_BOOTSTRAP_EXPLICIT = 1,
   WSYNC_BOOTSTRAP_FORCE_INT32_ = 0x7fffffff
 } wsync_bootstrap_t;
@@ -376,7 +386,10 @@ wsync_status_t wsync_register_buffer(wsync_context_t ctx, const char* name, wsyn
  *          on every rank); UNSUPPORTED (on every rank: a conversion no trainer can do, e.g.
  *          float32 -> float8 from a host-memory trainer, since only device memory converts to
  *          float8; the message names the tensor, the trainer and the rollout ranks); TIMEOUT (a
- *          rank never committed; it is named); INVALID_USAGE (twice); SYSTEM; REMOTE. */
+ *          rank never committed; it is named); INVALID_USAGE (twice); SYSTEM; REMOTE. A trainer
+ *          restarted against a `--trainer-restart` coordinator (WSYNC_BOOTSTRAP_EXPLICIT) commits
+ *          alone with the other restarted trainers: MISMATCH when its registration differs from
+ *          its predecessor's (the message names the rank and the first tensor that differs). */
 wsync_status_t wsync_commit(wsync_context_t ctx);
 /**@}*/
 
@@ -397,7 +410,9 @@ wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, f
  *                        readers hold its slot is skipped (within max_staleness) and takes a
  *                        later version; it never fails the job.
  *  @return SUCCESS; INVALID_USAGE (not committed, rollout context, version not increasing);
- *          ABORTED; plus what the snapshot copy can return. */
+ *          ABORTED; plus what the snapshot copy can return. The request of a trainer restarted
+ *          against a `--trainer-restart` coordinator fails with INVALID_USAGE when its version is
+ *          not above the newest one started before the restart (the error names both). */
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request);
 
 /** wsync_publish for device memory produced on `stream`: the version is what `stream` has
@@ -461,7 +476,8 @@ wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version);
 
 /** Blocks until a version newer than `version` is ready (or timeout_ms passes; -1: the context's
  *  timeout). @param [out] newest  the newest ready version
- *  @return SUCCESS; TIMEOUT (the job runs, no newer version yet: wait again); ABORTED;
+ *  @return SUCCESS; TIMEOUT (the job runs, no newer version yet, e.g. while trainers restart:
+ *          wait again); ABORTED;
  *          INVALID_USAGE; or, once the job failed, its error (REMOTE, MISMATCH, PROTOCOL ...), at
  *          once and on every later call, explained by wsync_last_error(). */
 wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,

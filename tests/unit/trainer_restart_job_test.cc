@@ -62,12 +62,12 @@ void start(Job& job, bool trainer_restart, std::chrono::milliseconds restart_tim
   job.coordinator = std::move(c).value();
 }
 
-wsync_demo::PolicyShape smallPolicy() {
+wsync_demo::PolicyShape smallPolicy(int hidden = 64) {
   wsync_demo::PolicyShape shape;
   shape.layers = 1;
-  shape.hidden = 64;
-  shape.ffn = 128;
-  shape.vocab = 256;
+  shape.hidden = hidden;
+  shape.ffn = 2 * hidden;
+  shape.vocab = 4 * hidden;
   return shape;
 }
 
@@ -88,8 +88,9 @@ wsync_config_t config(const Job& job, wsync_role_t role, int rank, int replica, 
 // The trainer: publishes versions; lose() drops its connection without goodbye (as a crash does).
 class Trainer {
  public:
-  explicit Trainer(const Job& job, int rollouts = 1)
-      : tensors_(wsync_demo::policyTensors(smallPolicy())) {
+  // `hidden`: the policy's hidden size (another one registers other shapes).
+  explicit Trainer(const Job& job, int rollouts = 1, int hidden = 64)
+      : tensors_(wsync_demo::policyTensors(smallPolicy(hidden))) {
     wsync_config_t cfg = config(job, WSYNC_ROLE_TRAINER, 0, -1, rollouts);
     EXPECT_EQ(wsync_context_create(&cfg, &ctx_), WSYNC_SUCCESS) << wsync_last_error(nullptr);
     layout_ = wsync_demo::trainerLayout(tensors_, 1, 0);
@@ -103,14 +104,32 @@ class Trainer {
     EXPECT_EQ(wsync_demo::registerBuffers(ctx_, tensors_, layout_, WSYNC_DTYPE_FLOAT32, data,
                                           &indices),
               WSYNC_SUCCESS);
-    EXPECT_EQ(wsync_commit(ctx_), WSYNC_SUCCESS) << wsync_last_error(ctx_);
+    commit_status_ = wsync_commit(ctx_);
+    commit_error_ = wsync_last_error(ctx_);
   }
+  wsync_status_t commitStatus() const { return commit_status_; }
+  const std::string& commitError() const { return commit_error_; }
   ~Trainer() {
-    if (ctx_ != nullptr)
-      EXPECT_EQ(wsync_context_destroy(ctx_), WSYNC_SUCCESS) << wsync_last_error(nullptr);
+    if (ctx_ == nullptr) return;
+    const wsync_status_t destroyed = wsync_context_destroy(ctx_);
+    if (commit_status_ == WSYNC_SUCCESS && !refused_)
+      EXPECT_EQ(destroyed, WSYNC_SUCCESS) << wsync_last_error(nullptr);
+  }
+  bool refused_ = false;  // the coordinator refused it: destroy reports that
+  // Publishes v; its request's status and error.
+  wsync_status_t tryPublish(uint64_t v, std::string* error) {
+    for (size_t b = 0; b < layout_.size(); ++b)
+      wsync_demo::fillTrainerBuffer(tensors_, layout_[b], v, params_[b].data());
+    wsync_request_t req = nullptr;
+    wsync_status_t s = wsync_publish(ctx_, v, &req);
+    if (s == WSYNC_SUCCESS) s = wsync_request_wait(req, -1);
+    *error = s == WSYNC_SUCCESS ? "" : wsync_last_error(ctx_);
+    wsync_request_free(req);
+    return s;
   }
   // The replicas version v is ready on.
   std::vector<int> publish(uint64_t v) {
+    EXPECT_EQ(commit_status_, WSYNC_SUCCESS) << commit_error_;
     for (size_t b = 0; b < layout_.size(); ++b)
       wsync_demo::fillTrainerBuffer(tensors_, layout_[b], v, params_[b].data());
     wsync_request_t req = nullptr;
@@ -134,6 +153,8 @@ class Trainer {
   std::vector<wsync_demo::BufferSpec> layout_;
   std::vector<std::vector<float>> params_;
   wsync_context_t ctx_ = nullptr;
+  wsync_status_t commit_status_ = WSYNC_SUCCESS;
+  std::string commit_error_;
 };
 
 // A one-rank rollout reading every newest version (bit-exact) until it saw `last`, or until the
@@ -251,6 +272,50 @@ TEST(TrainerRestart, DroppedReplicaIsLeftOutOfTheRestartedTrainersPlan) {
   }
   stayer.join();
   EXPECT_EQ(seen0.load(), kLast);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+// Restarted trainers are refused, and the rollouts keep their version, when they register other
+// shapes (MISMATCH at commit, naming the rank and the tensor) or publish a version not above the
+// last one started (INVALID_USAGE naming both); a good one then continues.
+TEST(TrainerRestart, ChangedRegistrationAndRepeatedVersionAreRefused) {
+  Job job;
+  start(job, true, std::chrono::milliseconds(20000));
+  constexpr uint64_t kLost = 3, kLast = 6;
+  std::atomic<uint64_t> seen{0};
+  std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), kLast, &seen, nullptr,
+                      false);
+  {
+    Trainer lost(job);
+    for (uint64_t v = 1; v <= kLost; ++v)
+      lost.publish(v);
+    lost.lose();
+  }
+  ASSERT_TRUE(job.waitLogged("trainers lost"));
+  {
+    Trainer other(job, 1, 32);
+    other.refused_ = true;
+    EXPECT_EQ(other.commitStatus(), WSYNC_ERR_MISMATCH) << other.commitError();
+    EXPECT_NE(other.commitError().find("trainer 0 registered differently"), std::string::npos)
+        << other.commitError();
+    EXPECT_NE(other.commitError().find("tensor 'model.embed_tokens.weight'"), std::string::npos)
+        << other.commitError();
+  }
+  {
+    Trainer repeating(job);
+    repeating.refused_ = true;
+    std::string error;
+    EXPECT_EQ(repeating.tryPublish(kLost, &error), WSYNC_ERR_INVALID_USAGE) << error;
+    EXPECT_NE(error.find("published version 3, not above version 3"), std::string::npos) << error;
+  }
+  EXPECT_EQ(seen.load(), kLost);
+  {
+    Trainer restarted(job);
+    for (uint64_t v = kLost + 1; v <= kLast; ++v)
+      EXPECT_EQ(restarted.publish(v), std::vector<int>{0});
+  }
+  rollout.join();
+  EXPECT_EQ(seen.load(), kLast);
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 

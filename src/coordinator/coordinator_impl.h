@@ -14,8 +14,8 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "control/frame_server.h"
@@ -111,10 +111,10 @@ struct JoiningReplica {
 
 // Trainer restart (coordinator_trainer_restart.cc): the trainers were lost; a new set registers.
 struct TrainerRestart {
-  std::string cause;                  // why the trainers were lost
-  Clock::time_point deadline;         // the new trainers must have committed by then
-  std::vector<int32_t> members;       // participants_ index by trainer rank; -1: not arrived
-  bool assigned = false;              // every member registered and got its PlanAssignment
+  std::string cause;             // why the trainers were lost
+  Clock::time_point deadline;    // the new trainers must have committed by then
+  std::vector<int32_t> members;  // participants_ index by trainer rank; -1: not arrived
+  bool assigned = false;         // every member registered and got its PlanAssignment
   // After CommitOk: the joined replicas' plan extensions not applied yet, by (trainer rank,
   // replica); Publishes are held (trainer rank, payload) until every one is.
   bool extending = false;

@@ -126,9 +126,9 @@ int run(int argc, char** argv) {
       "trainer-restart",
       "standalone: losing a trainer does not fail the job; rollouts keep serving their newest "
       "version while the trainers restart (same count, same registrations) and publish versions "
-      "above the last started one")(
-      "trainer-restart-timeout-ms", "how long to wait for restarted trainers to commit",
-      cxxopts::value<int>()->default_value("600000"))(
+      "above the last started one")("trainer-restart-timeout-ms",
+                                    "how long to wait for restarted trainers to commit",
+                                    cxxopts::value<int>()->default_value("600000"))(
       "metrics-port", "serve Prometheus metrics at http://<metrics-bind>:PORT/metrics (0: off)",
       cxxopts::value<int>()->default_value("0"))(
       "metrics-bind", "address the metrics server listens on",

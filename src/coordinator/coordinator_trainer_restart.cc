@@ -46,8 +46,7 @@ std::string describeChange(const Registration& before, const Registration& after
     const TensorDecl& a = after.tensors[i];
     if (b.name != a.name) return "tensor '" + a.name + "' where '" + b.name + "' was";
     if (b.shape != a.shape) {
-      return "tensor '" + a.name + "': shape " + a.shape.toString() + ", was " +
-             b.shape.toString();
+      return "tensor '" + a.name + "': shape " + a.shape.toString() + ", was " + b.shape.toString();
     }
   }
   const size_t buffers = std::max(before.buffers.size(), after.buffers.size());
@@ -58,8 +57,7 @@ std::string describeChange(const Registration& before, const Registration& after
     const LocalBuffer& a = after.buffers[i];
     if (b.name != a.name) return "buffer '" + a.name + "' where '" + b.name + "' was";
     if (b.dtype != a.dtype) {
-      return "buffer '" + a.name + "': dtype " + dtypeName(a.dtype) + ", was " +
-             dtypeName(b.dtype);
+      return "buffer '" + a.name + "': dtype " + dtypeName(a.dtype) + ", was " + dtypeName(b.dtype);
     }
     if (b.memory != a.memory) {
       return "buffer '" + a.name + "': " + memoryKindName(a.memory) + " memory, was " +
@@ -109,8 +107,8 @@ void Coordinator::Impl::onRestartHello(ConnectionId conn, const HelloMsg& hello)
   const int32_t rank = hello.role_rank;
   Status s = Status::ok();
   if (rank < 0 || rank >= numTrainers()) {
-    s = invalidArgument(trainerName(rank) + " is not in the job (" +
-                        std::to_string(numTrainers()) + " trainers)");
+    s = invalidArgument(trainerName(rank) + " is not in the job (" + std::to_string(numTrainers()) +
+                        " trainers)");
   } else if (restart_->members[static_cast<size_t>(rank)] >= 0) {
     s = invalidArgument(trainerName(rank) + " already registered again after the restart");
   }
@@ -138,8 +136,8 @@ void Coordinator::Impl::maybeWelcomeRestarted() {
   if (std::count(members.begin(), members.end(), -1) != 0) return;
   for (size_t i = 0; i < participants_.size(); ++i) {
     const Participant& q = participants_[i];
-    const bool member = std::find(members.begin(), members.end(), static_cast<int32_t>(i)) !=
-                        members.end();
+    const bool member =
+        std::find(members.begin(), members.end(), static_cast<int32_t>(i)) != members.end();
     if (q.hello.role == Role::kTrainer && q.connected && !member) return;  // may still write
   }
   WelcomeMsg welcome;
@@ -159,8 +157,8 @@ void Coordinator::Impl::maybeWelcomeRestarted() {
 Status Coordinator::Impl::onRestartRegister(Participant& p, const std::vector<uint8_t>& payload) {
   if (!p.welcomed || p.registered) return invalidUsage("Register out of order");
   WSYNC_RETURN_IF_ERROR(decode(payload, p.reg));
-  const std::vector<uint8_t> before = encodeRegistration(
-      trainer_registrations_[static_cast<size_t>(p.role_rank)]);
+  const std::vector<uint8_t> before =
+      encodeRegistration(trainer_registrations_[static_cast<size_t>(p.role_rank)]);
   Result<Registration> after =
       decodeRegistration(p.reg.registration.data(), p.reg.registration.size());
   WSYNC_RETURN_IF_ERROR(after.status().withContext(nameOf(p) + "'s registration"));
@@ -203,9 +201,9 @@ void Coordinator::Impl::sendRestartAssignments() {
     view.writes.erase(std::remove_if(view.writes.begin(), view.writes.end(),
                                      [&](const WriteOp& op) { return !alive(op.dst_rank); }),
                       view.writes.end());
-    view.peers.erase(std::remove_if(view.peers.begin(), view.peers.end(),
-                                    [&](int32_t r) { return !alive(r); }),
-                     view.peers.end());
+    view.peers.erase(
+        std::remove_if(view.peers.begin(), view.peers.end(), [&](int32_t r) { return !alive(r); }),
+        view.peers.end());
     PlanAssignmentMsg msg;
     msg.rank_plan = encodeRankPlan(view);
     for (int32_t peer : view.peers) {
@@ -289,8 +287,9 @@ void Coordinator::Impl::checkTrainerRestart(Clock::time_point now) {
         return q.hello.role == Role::kRollout && q.hello.replica == replica && !q.dropped;
       });
       if (p != participants_.end()) {
-        dropReplicaOf(*p, "the restarted trainers did not apply its plan extension within " +
-                              std::to_string(opt_.timeout.count()) + " ms",
+        dropReplicaOf(*p,
+                      "the restarted trainers did not apply its plan extension within " +
+                          std::to_string(opt_.timeout.count()) + " ms",
                       /*crashed=*/true);
       }
     }
@@ -300,13 +299,14 @@ void Coordinator::Impl::checkTrainerRestart(Clock::time_point now) {
   std::string missing;
   for (int32_t t = 0; t < numTrainers(); ++t) {
     const int32_t index = restart_->members[static_cast<size_t>(t)];
-    const char* what = index < 0 ? "never came back"
+    const char* what = index < 0                                               ? "never came back"
                        : !participants_[static_cast<size_t>(index)].registered ? "not registered"
                                                                                : "not committed";
     if (index >= 0 && participants_[static_cast<size_t>(index)].committed) continue;
     missing += (missing.empty() ? "" : ", ") + trainerName(t) + " " + what;
   }
-  fail(timeoutError("the trainers were lost (" + restart_->cause + ") and did not come back within " +
+  fail(timeoutError("the trainers were lost (" + restart_->cause +
+                    ") and did not come back within " +
                     std::to_string(opt_.trainer_restart_timeout.count()) + " ms: " + missing));
 }
 

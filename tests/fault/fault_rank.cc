@@ -206,7 +206,8 @@ int runTrainer(const Args& a) {
 
 // Reads the newest ready version and checks every element (bit-exact); its version in *v. Returns
 // 0, 4 (a wrong byte) or -1 (nothing to acquire).
-int checkNewest(const Args& a, wsync_context_t ctx, const std::vector<wsync_demo::TensorSpec>& tensors,
+int checkNewest(const Args& a, wsync_context_t ctx,
+                const std::vector<wsync_demo::TensorSpec>& tensors,
                 const std::vector<wsync_demo::BufferSpec>& layout, const std::vector<int>& indices,
                 uint64_t* v) {
   wsync_lease_t lease = nullptr;
@@ -231,8 +232,8 @@ int checkNewest(const Args& a, wsync_context_t ctx, const std::vector<wsync_demo
 // bit-exact and its age grows. Returns the exit code (0, 3 or 4).
 int checkOutage(const Args& a, wsync_context_t ctx,
                 const std::vector<wsync_demo::TensorSpec>& tensors,
-                const std::vector<wsync_demo::BufferSpec>& layout,
-                const std::vector<int>& indices, wsync_version_stats_t* last) {
+                const std::vector<wsync_demo::BufferSpec>& layout, const std::vector<int>& indices,
+                wsync_version_stats_t* last) {
   uint64_t v = 0;
   const int read = checkNewest(a, ctx, tensors, layout, indices, &v);
   if (read != 0) return read < 0 ? 0 : read;

@@ -101,9 +101,9 @@ class Trainer {
       data.push_back(params_[b].data());
     }
     std::vector<int> indices;
-    EXPECT_EQ(wsync_demo::registerBuffers(ctx_, tensors_, layout_, WSYNC_DTYPE_FLOAT32, data,
-                                          &indices),
-              WSYNC_SUCCESS);
+    EXPECT_EQ(
+        wsync_demo::registerBuffers(ctx_, tensors_, layout_, WSYNC_DTYPE_FLOAT32, data, &indices),
+        WSYNC_SUCCESS);
     commit_status_ = wsync_commit(ctx_);
     commit_error_ = wsync_last_error(ctx_);
   }
@@ -210,7 +210,8 @@ TEST(TrainerRestart, JoinedReplicaReceivesFromTheRestartedTrainer) {
   start(job, true, std::chrono::milliseconds(20000));
   constexpr uint64_t kLost = 8, kLast = 20;
   std::atomic<uint64_t> seen0{0}, seen1{0};
-  std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), kLast, &seen0, nullptr, false);
+  std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), kLast, &seen0, nullptr,
+                    false);
   wsync_config_t joining = config(job, WSYNC_ROLE_ROLLOUT, -1, 1);
   joining.replica_size = 1;
   joining.replica_rank = 0;
@@ -251,8 +252,8 @@ TEST(TrainerRestart, DroppedReplicaIsLeftOutOfTheRestartedTrainersPlan) {
   start(job, true, std::chrono::milliseconds(20000), 2);
   constexpr uint64_t kDropAt = 2, kLost = 4, kLast = 10;
   std::atomic<uint64_t> seen0{0}, seen1{0};
-  std::thread stayer(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0, 2), kLast, &seen0,
-                     nullptr, false);
+  std::thread stayer(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0, 2), kLast, &seen0, nullptr,
+                     false);
   std::thread dropped(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 1, 1, 2), kDropAt, &seen1,
                       nullptr, true);
   {

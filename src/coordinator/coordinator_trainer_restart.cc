@@ -277,7 +277,9 @@ void Coordinator::Impl::maybeFinishTrainerRestart() {
 }
 
 void Coordinator::Impl::checkTrainerRestart(Clock::time_point now) {
-  if (!restart_ || now < restart_->deadline) return;
+  if (!restart_) return;
+  if (restart_->extending && now < restart_->deadline) return maybeFinishTrainerRestart();
+  if (now < restart_->deadline) return;
   if (restart_->extending) {  // a trainer did not apply an extension: its replica cannot be written
     std::set<int32_t> replicas;
     for (const auto& [t, replica] : restart_->extensions_due)

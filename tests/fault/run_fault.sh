@@ -339,7 +339,7 @@ run_restart() {
   local oldest
   oldest=$(sed -n 's/.*serving version [0-9]* age_ms \([0-9]*\).*/\1/p' "$work/rollout0.log" | sort -n | tail -n 1)
   local aborted
-  aborted=$(grep -oE "version [0-9]+ aborted" "$work/coordinator.log" | head -n 1)
+  aborted=$(grep -oE "version [0-9]+ aborted.*" "$work/coordinator.log" | head -n 1)
   echo "restart iteration $iteration: trainer 0 killed after version $at (${aborted:-between versions}); versions above $floor; rollouts served their last version throughout (up to ${oldest} ms old), a repeated version and a changed registration were refused, then read versions $((floor + 1))..$versions bit-exact"
 }
 

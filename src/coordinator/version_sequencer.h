@@ -189,7 +189,7 @@ class VersionSequencer {
     std::vector<size_t> trainer_sent;
     std::vector<int32_t> lost;            // replicas removed while in flight, before their Ready
     std::vector<int32_t> departed_ready;  // removed after their Ready: they took the version
-    std::vector<int32_t> rejected;  // replicas whose checksums failed past the last re-send
+    std::vector<int32_t> rejected;        // replicas whose checksums failed past the last re-send
   };
 
   Status checkTrainer(int32_t trainer) const;

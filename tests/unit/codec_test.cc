@@ -938,7 +938,8 @@ TEST(Codec, LargeRankPlanRoundTrips) {
   auto back = decodeRankPlan(bytes.data(), bytes.size());
   ASSERT_TRUE(back.isOk()) << back.status().toString();
   ASSERT_EQ(diff(rp, *back), "");
-  const double per_write = static_cast<double>(bytes.size()) / static_cast<double>(rp.writes.size());
+  const double per_write =
+      static_cast<double>(bytes.size()) / static_cast<double>(rp.writes.size());
   EXPECT_LT(per_write, 64.0) << "varint-coded writes should take tens of bytes each";
 }
 

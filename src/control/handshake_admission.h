@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace wsync {
 
@@ -81,7 +82,8 @@ class RefusalLog {
   // `server_name` begins every line ("control server on port 4000"). An empty sink logs nothing
   // (refusals are still counted).
   RefusalLog(Sink sink, std::string server_name, Limits limits);
-  RefusalLog(Sink sink, std::string server_name) : RefusalLog(sink, server_name, Limits{}) {}
+  RefusalLog(Sink sink, std::string server_name)
+      : RefusalLog(std::move(sink), std::move(server_name), Limits{}) {}
 
   // One refused connection from `peer` ("address:port"; rate-limited by `address`), with
   // `detail` saying what happened. Logs it now, or counts it towards the next summary.

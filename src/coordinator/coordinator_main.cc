@@ -82,7 +82,7 @@ wsync::Status waitForJob(wsync::Coordinator& coordinator, const wsync::Coordinat
                          bool quiet) {
   uint64_t printed = 0;
   while (true) {
-    const wsync::Status s = coordinator.wait(std::chrono::seconds(1));
+    wsync::Status s = coordinator.wait(std::chrono::seconds(1));
     const bool running =
         s.code() == WSYNC_ERR_TIMEOUT && s.message().find("did not finish") != std::string::npos;
     const wsync::MetricsSnapshot snap = metrics.snapshot();

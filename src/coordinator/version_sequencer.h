@@ -186,6 +186,9 @@ class VersionSequencer {
   };
 
   struct InFlight {
+    // User-provided: clang (14) cannot tell that a nested class with member initializers is
+    // default-constructible while the enclosing class is incomplete (std::optional<InFlight>).
+    InFlight() {}  // NOLINT(modernize-use-equals-default)
     uint64_t version = 0;
     SequencerTime started;
     bool go_sent = false;

@@ -178,7 +178,7 @@ Result<Options> readOptions(const std::function<const char*(const char*)>& looku
 
 Status setOption(Options& options, std::string_view env, std::string_view text) {
 #define WSYNC_OPTION_SET_(field, type, default_value, env_name, kind, doc) \
-  if (env == env_name) return parseInto(env_name, text, options.field);
+  if (env == (env_name)) return parseInto((env_name), text, options.field);
   WSYNC_OPTION_LIST(WSYNC_OPTION_SET_)
 #undef WSYNC_OPTION_SET_
   return invalidArgument("'" + std::string(env) + "' is not a wsync option variable");

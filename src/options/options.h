@@ -160,6 +160,7 @@ enum class OptionId : uint8_t {
 #undef WSYNC_OPTION_ID_
 };
 inline constexpr size_t kNumOptions = 0
+// NOLINTNEXTLINE(bugprone-macro-parentheses): a `+1` per option, summed after the 0 above
 #define WSYNC_OPTION_COUNT_(field, type, default_value, env, kind, doc) +1
     WSYNC_OPTION_LIST(WSYNC_OPTION_COUNT_)
 #undef WSYNC_OPTION_COUNT_

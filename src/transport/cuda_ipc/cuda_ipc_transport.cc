@@ -312,7 +312,7 @@ Result<RemoteMemoryId> CudaIpcTransport::attach(int32_t peer,
                                        std::to_string(d.pid) + ")"));
   }
   const auto id = static_cast<RemoteMemoryId>(remotes_.size());
-  remotes_.push_back(std::move(remote));
+  remotes_.push_back(remote);
   return id;
 }
 

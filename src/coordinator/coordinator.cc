@@ -7,8 +7,6 @@
 #include "codec/registration_codec.h"
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/coordinator_impl.h"
-#include "coordinator/delivery_gate.h"
-#include "coordinator/metrics.h"
 #include "layout/registration_checks.h"
 #include "plan/planner.h"
 
@@ -23,12 +21,12 @@ using coordinator_internal::Clock;
 // ---- event plumbing ------------------------------------------------------------------------
 Status Coordinator::Impl::start() {
   FrameServerHandlers handlers;
-  handlers.on_connect = [this](ConnectionId id) { push({Event::kConnect, id, {}, {}}); };
+  handlers.on_connect = [this](ConnectionId id) { push({Event::kConnect, id, {}, {}, {}}); };
   handlers.on_frame = [this](ConnectionId id, Frame&& f) {
-    push({Event::kFrame, id, std::move(f), {}});
+    push({Event::kFrame, id, std::move(f), {}, {}});
   };
   handlers.on_close = [this](ConnectionId id, const Status& s) {
-    push({Event::kClose, id, {}, s});
+    push({Event::kClose, id, {}, s, {}});
   };
   // Refused connections (the server thread): counted, and logged rate-limited.
   handlers.on_refused = [metrics = opt_.metrics](RefusalReason r) { metrics->onControlRefused(r); };
@@ -56,6 +54,7 @@ void Coordinator::Impl::stop() {
   }
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  planners_.clear();  // waits for planner threads (their events are not handled any more)
   // The last frames (a failed job's Error) reach the ranks before the connections close.
   if (server_) server_->stop(kFinalFlushTimeout);
 }
@@ -144,6 +143,7 @@ void Coordinator::Impl::handle(Event& e) {
     pending_.push_back(e.conn);
     return;
   }
+  if (e.kind == Event::kTask) return e.task();
   auto it = by_conn_.find(e.conn);
   if (e.kind == Event::kClose) {
     pending_.erase(std::remove(pending_.begin(), pending_.end(), e.conn), pending_.end());

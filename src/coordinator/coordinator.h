@@ -67,6 +67,9 @@ struct CoordinatorOptions {
   // losing a trainer fails the job.
   bool trainer_restart = false;
   std::chrono::milliseconds trainer_restart_timeout{600000};
+  // Tests only: a joining replica's planner thread waits this long before it plans (shows that
+  // versions keep being sequenced while a replica is planned).
+  std::chrono::milliseconds debug_join_plan_delay{0};
   // Progress lines, and refused control connections (rate-limited): called from the event thread
   // and the control server's thread, so it must be thread-safe. May be empty.
   std::function<void(const std::string&)> log;

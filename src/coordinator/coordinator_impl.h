@@ -7,6 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,11 +38,15 @@ using Clock = std::chrono::steady_clock;
 
 enum class Phase { kJoining, kRegistering, kCommitting, kRunning, kDone, kFailed };
 
+struct JoinerPlan;  // a joining replica's plan, as its planner thread made it
+
 struct Event {
-  enum Kind { kConnect, kFrame, kClose } kind = kFrame;
+  // kTask: work a helper thread finished, continued on the event thread (`task`).
+  enum Kind { kConnect, kFrame, kClose, kTask } kind = kFrame;
   ConnectionId conn = 0;
   Frame frame;
   Status status;
+  std::function<void()> task;
 };
 
 struct Participant {
@@ -101,6 +107,9 @@ struct JoiningReplica {
   int32_t num_slots = 0;
   double plan_ms = 0;
   size_t write_ops = 0;
+  // Its plan is computed on a planner thread (coordinator_join_plan.cc); the result applies only
+  // while this token is the one it was started with (an aborted join's plan is dropped).
+  uint64_t plan_token = 0;
   std::vector<Registration> registrations;  // of its ranks, by replica rank (cold start planning)
   bool committed_ok = false;                // CommitOk sent: its ranks run (and send heartbeats)
   std::optional<ColdStart> cold;            // being filled from a peer replica
@@ -133,6 +142,7 @@ class Coordinator::Impl {
   using JoiningReplica = coordinator_internal::JoiningReplica;
   using ColdStart = coordinator_internal::ColdStart;
   using TrainerRestart = coordinator_internal::TrainerRestart;
+  using JoinerPlan = coordinator_internal::JoinerPlan;
 
   explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
     if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
@@ -209,7 +219,11 @@ class Coordinator::Impl {
   Status checkJoinHello(const HelloMsg& hello) const;
   void welcomeJoiners(JoiningReplica& g);
   Status onJoinerRegister(Participant& p, const std::vector<uint8_t>& payload);
+  // Starts planning the replica on a planner thread; finishPlanJoiner applies the result on the
+  // event thread: versions keep being sequenced while a large plan is computed.
   void planJoiner(JoiningReplica& g);
+  void finishPlanJoiner(int32_t replica, uint64_t token, const Status& status,
+                        const std::shared_ptr<const JoinerPlan>& plan);
   Status onExtensionDone(const Participant& p, const std::vector<uint8_t>& payload);
   void maybeCompleteJoin(int32_t replica);
   // Ends a join that cannot complete: its ranks get `status` and are dropped; trainers that may
@@ -294,6 +308,11 @@ class Coordinator::Impl {
   std::optional<Plan> plan_;
   std::map<int32_t, std::vector<std::vector<uint8_t>>> extensions_;
   std::optional<TrainerRestart> restart_;
+  uint64_t last_plan_token_ = 0;
+  // Planner threads of joining replicas (they read trainer_registrations_, which is not changed
+  // once the job runs); finished ones are reaped when the next starts, the rest waited for by
+  // stop(). Declared last: destroyed (waited for) before the state they read.
+  std::vector<std::future<void>> planners_;
 };
 
 }  // namespace wsync

@@ -210,55 +210,6 @@ Status Coordinator::Impl::onJoinerRegister(Participant& p, const std::vector<uin
   return Status::ok();
 }
 
-// Plans the joining replica alone (makeReplicaPlan) and sends its ranks their assignments and
-// every trainer its extension; the job's other replicas are not re-planned.
-void Coordinator::Impl::planJoiner(JoiningReplica& g) {
-  std::vector<Registration> rollouts;
-  for (int32_t member : g.members) {
-    const Participant& p = participants_[static_cast<size_t>(member)];
-    Result<Registration> reg = decodeRegistrationOf(p);
-    if (!reg.isOk()) return abortJoin(g.id, reg.status());
-    const auto slots = static_cast<int32_t>(p.reg.slot_descriptors.size());
-    if (g.num_slots != 0 && slots != g.num_slots) {
-      return abortJoin(g.id, invalidArgument(nameOf(p) + " has " + std::to_string(slots) +
-                                             " slots, its replica's other ranks " +
-                                             std::to_string(g.num_slots)));
-    }
-    g.num_slots = slots;
-    rollouts.push_back(std::move(reg).value());
-  }
-  g.registrations = rollouts;  // a cold start plans against them again
-  const auto t0 = Clock::now();
-  Result<Plan> plan = makeReplicaPlan(trainer_registrations_, std::move(rollouts), g.ranks[0]);
-  g.plan_ms = msSince(t0);
-  if (!plan.isOk()) return abortJoin(g.id, plan.status().withContext("planning the replica"));
-  g.write_ops = plan->writes.size();
-  for (int32_t t = 0; t < numTrainers(); ++t) {
-    PlanExtensionMsg ext;
-    ext.replica = g.id;
-    ext.ranks = g.ranks;
-    const RankPlan view = rankView(*plan, Role::kTrainer, t);
-    ext.rank_plan = encodeRankPlan(view);
-    for (int32_t peer : view.peers) {
-      const Participant& q = rollout(peer);
-      ext.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
-                           q.reg.buffer_byte_offsets});
-    }
-    sendTo(trainer(t), MessageType::kPlanExtension, encode(ext));
-    if (opt_.trainer_restart) {  // restarted trainers get it again
-      extensions_[g.id].resize(static_cast<size_t>(numTrainers()));
-      extensions_[g.id][static_cast<size_t>(t)] = encode(ext);
-    }
-  }
-  g.extended = true;
-  for (int32_t r : g.ranks) {
-    PlanAssignmentMsg msg;
-    msg.rank_plan = encodeRankPlan(rankView(*plan, Role::kRollout, r));
-    msg.replica_of_rollout = replica_of_rollout_;
-    sendTo(rollout(r), MessageType::kPlanAssignment, encode(msg));
-  }
-}
-
 Status Coordinator::Impl::onExtensionDone(const Participant& p,
                                           const std::vector<uint8_t>& payload) {
   if (p.hello.role != Role::kTrainer) return protocolError("ExtensionDone from a rollout");

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -278,6 +279,66 @@ TEST(Membership, ReplicaJoinsWhileVersionsStream) {
   first.join();
   joiner.join();
   EXPECT_EQ(joiner_seen.load(), kLast);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
+}
+
+// The joiner's plan is computed off the event thread: while it is planned (held 1.5 s here by
+// the test hook), the running replica keeps receiving versions.
+TEST(Membership, VersionsKeepFlowingWhileAJoinerIsPlanned) {
+  wsync::CoordinatorOptions opt;
+  opt.num_trainers = 1;
+  opt.num_rollouts = 1;
+  opt.control.secret = kSecret;
+  opt.timeout = std::chrono::milliseconds(20000);
+  opt.debug_join_plan_delay = std::chrono::milliseconds(1500);
+  std::mutex log_mu;
+  bool joined = false;
+  opt.log = [&](const std::string& line) {
+    std::lock_guard lock(log_mu);
+    if (line.find("replica 1 joined") != std::string::npos) joined = true;
+  };
+  auto started = wsync::Coordinator::start(std::move(opt));
+  ASSERT_TRUE(started.isOk()) << started.status().toString();
+  Job job;
+  job.coordinator = std::move(started).value();
+  job.address = "127.0.0.1:" + std::to_string(job.coordinator->port());
+  const auto is_joined = [&] {
+    std::lock_guard lock(log_mu);
+    return joined;
+  };
+  constexpr uint64_t kLast = 100000;  // an upper bound: the loop ends once the joiner is in
+  std::atomic<bool> first_done{false}, joiner_done{false};
+  std::thread first(runRollout, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), kLast, End::kDestroy,
+                    nullptr, &first_done);
+  std::thread joiner;
+  int delivered_while_planning = 0;
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(15);
+    uint64_t v = 1;
+    for (; v < kLast && Clock::now() < give_up; ++v) {
+      if (v == 3) {
+        wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
+        cfg.replica_size = 1;
+        cfg.replica_rank = 0;
+        joiner = std::thread(runRollout, cfg, kLast, End::kDestroy, nullptr, &joiner_done);
+      }
+      const bool before = v > 3 && !is_joined();
+      const Trainer::Outcome o = trainer.publish(v);
+      if (before && o.ready == std::vector<int>{0}) ++delivered_while_planning;
+      if (is_joined() && o.ready == (std::vector<int>{0, 1})) break;
+    }
+    EXPECT_TRUE(is_joined()) << "the replica never joined";
+    // The rollouts stop at kLast: publish it last, to both replicas.
+    const Trainer::Outcome last = trainer.publish(kLast);
+    EXPECT_EQ(last.ready, (std::vector<int>{0, 1}));
+  }
+  first.join();
+  joiner.join();
+  // 1.5 s of planning at ~1 ms per version: hundreds; a planning event thread would deliver none.
+  std::printf("versions delivered while the joiner was planned: %d\n", delivered_while_planning);
+  EXPECT_GE(delivered_while_planning, 20);
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 

@@ -47,7 +47,7 @@ Status CopyBatch::launch(cudaStream_t stream, std::chrono::milliseconds timeout)
   timed_launch_ = false;
   // The queue is emptied also when the enqueue fails: those writes fail with this flush, and the
   // next round starts from an empty batch.
-  const Status launched = enqueue(stream, timeout);
+  Status launched = enqueue(stream, timeout);
   tasks_.clear();
   return launched;
 }

@@ -46,7 +46,8 @@ __device__ int64_t tileOwner(const Task* tasks, int64_t num_tasks, uint64_t tile
 // Blocks of `threads` threads for `kernel` over `tiles` tiles: one full wave of the current
 // device (blocks resident on every multiprocessor at once), at most one per tile.
 template <typename Kernel>
-Result<unsigned> oneWaveBlocks(Kernel kernel, int threads, uint64_t tiles, const std::string& what) {
+Result<unsigned> oneWaveBlocks(Kernel kernel, int threads, uint64_t tiles,
+                               const std::string& what) {
   int device = 0;
   int sms = 0;
   int resident = 0;
@@ -56,9 +57,9 @@ Result<unsigned> oneWaveBlocks(Kernel kernel, int threads, uint64_t tiles, const
   WSYNC_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0),
       what + ": cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  return static_cast<unsigned>(
-      std::min<uint64_t>(tiles, static_cast<uint64_t>(std::max(sms, 1)) *
-                                    static_cast<uint64_t>(std::max(resident, 1))));
+  return static_cast<unsigned>(std::min<uint64_t>(
+      tiles,
+      static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(resident, 1))));
 }
 
 }  // namespace wsync::kernels

@@ -320,15 +320,15 @@ TEST(TrainerRestart, ChangedRegistrationAndRepeatedVersionAreRefused) {
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 
-// Without trainer_restart, losing the trainer fails the job with an error naming it, on the
-// rollouts too.
-TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
+// A job whose one trainer publishes version 1 and is then lost: the job's final status, and the
+// error its rollout saw.
+wsync::Status loseTheOnlyTrainer(bool trainer_restart, std::chrono::milliseconds restart_timeout,
+                                 std::string* rollout_error) {
   Job job;
-  start(job, false, std::chrono::milliseconds(20000));
+  start(job, trainer_restart, restart_timeout);
   std::atomic<uint64_t> seen{0};
-  std::string rollout_error;
   std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), 100, &seen,
-                      &rollout_error, false);
+                      rollout_error, false);
   {
     Trainer trainer(job);
     trainer.publish(1);
@@ -336,7 +336,15 @@ TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
     trainer.lose();
   }
   rollout.join();
-  const wsync::Status s = job.coordinator->wait(std::chrono::seconds(20));
+  return job.coordinator->wait(std::chrono::seconds(20));
+}
+
+// Without trainer_restart, losing the trainer fails the job with an error naming it, on the
+// rollouts too.
+TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
+  std::string rollout_error;
+  const wsync::Status s =
+      loseTheOnlyTrainer(false, std::chrono::milliseconds(20000), &rollout_error);
   EXPECT_EQ(s.code(), WSYNC_ERR_REMOTE) << s.toString();
   EXPECT_NE(s.message().find("trainer 0"), std::string::npos) << s.toString();
   EXPECT_NE(rollout_error.find("trainer 0"), std::string::npos) << rollout_error;
@@ -344,20 +352,8 @@ TEST(TrainerRestart, WithoutItLosingATrainerFailsTheJobNamingIt) {
 
 // Trainers that do not come back within trainer_restart_timeout fail the job: TIMEOUT naming them.
 TEST(TrainerRestart, TrainersNotBackInTimeFailTheJobNamingThem) {
-  Job job;
-  start(job, true, std::chrono::milliseconds(300));
-  std::atomic<uint64_t> seen{0};
   std::string rollout_error;
-  std::thread rollout(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 0), 100, &seen,
-                      &rollout_error, false);
-  {
-    Trainer trainer(job);
-    trainer.publish(1);
-    waitSeen(seen, 1);
-    trainer.lose();
-  }
-  rollout.join();
-  const wsync::Status s = job.coordinator->wait(std::chrono::seconds(20));
+  const wsync::Status s = loseTheOnlyTrainer(true, std::chrono::milliseconds(300), &rollout_error);
   EXPECT_EQ(s.code(), WSYNC_ERR_TIMEOUT) << s.toString();
   EXPECT_NE(s.message().find("trainer 0 never came back"), std::string::npos) << s.toString();
   EXPECT_NE(rollout_error.find("trainer 0 never came back"), std::string::npos) << rollout_error;

@@ -198,6 +198,7 @@ void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
   o.debug_send_delay_ms = effective.debug_send_delay_ms;
   o.debug_cold_fill_delay_ms = effective.debug_cold_fill_delay_ms;
   o.heartbeat_timeout_ms = effective.heartbeat_timeout_ms;
+  o.spin_wait_us = effective.spin_wait_us;
   if (effective.fromEnvironment(wsync::OptionId::checksums)) o.checksums = effective.checksums;
   if (effective.fromEnvironment(wsync::OptionId::checksum_retries))
     o.checksum_retries = effective.checksum_retries;

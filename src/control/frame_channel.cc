@@ -362,7 +362,8 @@ FrameChannel::FrameChannel(Fd fd, WakeFd wake, std::string peer, const ControlOp
       peer_(std::move(peer)),
       max_frame_bytes_(options.max_frame_bytes),
       io_timeout_(options.io_timeout),
-      key_(control_wire::deriveAuthKey(options.secret)) {}
+      key_(control_wire::deriveAuthKey(options.secret)),
+      spin_wait_(options.spin_wait) {}
 
 FrameChannel::~FrameChannel() = default;
 
@@ -481,7 +482,10 @@ Status FrameChannel::send(uint16_t type, const uint8_t* payload, size_t size) {
   iovec iov[2] = {{header.data(), header.size()}, {const_cast<uint8_t*>(payload), size}};
   size_t written = 0;
   Status st = sendAll(fd_.get(), iov, 2, io_timeout_, wake_.fd(), &written);
-  if (st.isOk()) return st;
+  if (st.isOk()) {
+    last_activity_.store(SteadyClock::now().time_since_epoch().count());
+    return st;
+  }
   if (shut_down_.load() || st.code() == WSYNC_ERR_ABORTED) return aborted();
   st = st.withContext("sending a frame of type " + std::to_string(type) + " to " + peer_);
   if (written > 0 || st.code() != WSYNC_ERR_TIMEOUT) {
@@ -506,12 +510,17 @@ Result<Frame> FrameChannel::recv(std::chrono::milliseconds timeout) {
       recv_error_ = event.status();
       return recv_error_;
     }
-    if (*event == control_wire::FrameReader::Event::kFrame) return frame;
+    if (*event == control_wire::FrameReader::Event::kFrame) {
+      last_activity_.store(SteadyClock::now().time_since_epoch().count());
+      return frame;
+    }
     if (*event == control_wire::FrameReader::Event::kClosed) {
       recv_error_ = remoteError(who + " closed the connection");
       return recv_error_;
     }
-    Status waited = waitFd(fd_.get(), POLLIN, deadline, wake_.fd());
+    const SteadyClock::time_point spin_until =
+        SteadyClock::time_point(SteadyClock::duration(last_activity_.load())) + spin_wait_;
+    Status waited = waitFd(fd_.get(), POLLIN, deadline, wake_.fd(), spin_until);
     if (waited.code() == WSYNC_ERR_ABORTED || shut_down_.load()) return aborted();
     if (waited.code() == WSYNC_ERR_TIMEOUT) {
       return timeoutError("no frame from " + who + " within " + std::to_string(timeout.count()) +

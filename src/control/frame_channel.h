@@ -61,6 +61,12 @@ struct ControlOptions {
   // this long fails the connection with TIMEOUT: bounds the wait on a peer that stopped reading or
   // stopped mid-frame.
   std::chrono::milliseconds io_timeout{60000};
+  // Busy polling (FrameChannel): for this long after a frame was sent or received, a wait for the
+  // next one polls without sleeping (yielding the CPU between polls) instead of blocking, so that
+  // a frame is seen within a microsecond or two rather than after a thread wake-up (tens of
+  // microseconds after an idle stretch). Costs a core per waiting thread during the window.
+  // 0: never. (FrameServer spins when its owner says so: FrameServer::spinUntil.)
+  std::chrono::microseconds spin_wait{0};
 };
 
 // Wire-level helpers, public so that tests (and tools) can speak the protocol byte by byte.
@@ -209,6 +215,10 @@ class FrameChannel {
   const std::chrono::milliseconds io_timeout_;
   const control_wire::AuthKey key_;
   std::atomic<bool> shut_down_{false};
+  const std::chrono::microseconds spin_wait_;
+  // When a frame was last sent or received (SteadyClock ticks): busy polling lasts spin_wait_
+  // from there.
+  std::atomic<SteadyClock::rep> last_activity_{0};
 
   std::mutex send_mu_;
   Status send_error_;  // guarded by send_mu_; sticky once the byte stream is broken

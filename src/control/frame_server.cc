@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <thread>
 
 #include "common/wire.h"
 #include "control/frame_server_connection.h"
@@ -105,6 +106,16 @@ Status FrameServer::send(ConnectionId id, uint16_t type, std::vector<uint8_t>&& 
       return remoteError("send: control connection " + std::to_string(id) + " is closed");
     }
     Connection& c = *it->second;
+    if (c.pending.empty() && !c.out_queued.load()) {
+      // Nothing queued before it: write it now, without a wake-up of the server thread (a
+      // frame the socket takes only in part is finished by that thread; a failed write is
+      // left to it too, which sees the connection fail).
+      iovec iov[2] = {{frame.header.data(), frame.header_len},
+                      {frame.payload.data(), frame.payload.size()}};
+      Result<size_t> sent = sendSome(c.fd.get(), iov, 2);
+      if (sent.isOk() && *sent == frame.size()) return Status::ok();
+      if (sent.isOk()) frame.offset = *sent;
+    }
     c.pending.push_back(std::move(frame));
     if (!c.dirty) {
       c.dirty = true;
@@ -180,8 +191,11 @@ void FrameServer::run() {
       owners.push_back(&c);
     }
 
-    const int timeout = std::min(pollTimeoutMs(nextDeadline()), 1000);
+    const bool spinning =
+        SteadyClock::now() < SteadyClock::time_point(SteadyClock::duration(spin_until_.load()));
+    const int timeout = spinning ? 0 : std::min(pollTimeoutMs(nextDeadline()), 1000);
     const int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (rc == 0 && spinning) std::this_thread::yield();
     if (rc < 0 && errno != EINTR) {
       logLine("control server on port " + std::to_string(port_) +
               ": poll failed: " + std::strerror(errno) + "; stopping");
@@ -229,8 +243,9 @@ void FrameServer::applyRequests() {
       c.dirty = false;
       if (!c.pending.empty()) {
         if (c.out.empty()) c.last_write_progress = SteadyClock::now();
+        c.out_queued.store(true);
         for (OutFrame& f : c.pending) {
-          c.out_bytes += f.size();
+          c.out_bytes += f.size() - f.offset;  // a frame send() began has offset > 0
           c.out.push_back(std::move(f));
         }
         c.pending.clear();
@@ -287,6 +302,7 @@ Status FrameServer::flush(Connection& c) {
       }
     }
   }
+  c.out_queued.store(false);  // all written: send() may write directly again
   if (c.phase == Phase::kDraining && !c.fin_sent) {
     ::shutdown(c.fd.get(), SHUT_WR);
     c.fin_sent = true;

@@ -74,8 +74,9 @@ class FrameServer {
   // Connections refused so far, by reason. Thread-safe.
   RefusalCounts refusals() const { return refusal_log_.counts(); }
 
-  // Queues one frame for connection `id` and returns at once (the server thread writes it).
-  // Frames to one connection go out in the order of send() calls. INVALID_ARGUMENT for an unknown
+  // Sends one frame to connection `id` without blocking: written into the socket at once when
+  // nothing is queued for it and the socket takes it, else queued for the server thread. Frames
+  // to one connection go out in the order of send() calls. INVALID_ARGUMENT for an unknown
   // id or a payload above max_frame_bytes; REMOTE when the connection has closed; ABORTED after
   // stop(). The rvalue overload avoids copying the payload.
   Status send(ConnectionId id, uint16_t type, const std::vector<uint8_t>& payload);
@@ -92,6 +93,13 @@ class FrameServer {
   // Like stop(), after flushing what is queued for every connection (frames sent before this
   // call), for at most `drain_timeout`: so that a final Error reaches the peers.
   void stop(std::chrono::milliseconds drain_timeout);
+
+  // Busy polling: until `until` the loop polls without sleeping (yielding between polls), so that
+  // frames and send requests are served at once instead of after a wake-up. The owner sets it
+  // while latency matters (the coordinator: while a version is in flight). Thread-safe.
+  void spinUntil(SteadyClock::time_point until) {
+    spin_until_.store(until.time_since_epoch().count());
+  }
 
  private:
   struct Connection;
@@ -149,6 +157,7 @@ class FrameServer {
   bool stopped_ = false;
 
   std::atomic<bool> stop_requested_{false};
+  std::atomic<SteadyClock::rep> spin_until_{0};  // see spinUntil()
   std::atomic<SteadyClock::rep> drain_until_{
       0};  // stop(drain): flush until then (time_since_epoch)
   bool hasQueuedOutput() const;

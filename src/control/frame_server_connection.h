@@ -54,6 +54,11 @@ struct FrameServer::Connection {
   bool fin_sent = false;               // kDraining: our side is shut down for writing
 
   std::deque<OutFrame> out;  // server thread only
+  // !out.empty(), readable by send() under FrameServer::mu_: set (by the server thread) before
+  // anything enters `out`, cleared once flush() wrote all of it. While clear and `pending` is
+  // empty, send() writes a frame straight into the socket (under mu_) instead of waking the
+  // server thread to do it.
+  std::atomic<bool> out_queued{false};
   size_t out_bytes = 0;
   SteadyClock::time_point last_write_progress{};
   SteadyClock::time_point last_read_progress{};

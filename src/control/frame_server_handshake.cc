@@ -158,6 +158,7 @@ void FrameServer::handleAuth(Connection& c, Frame&& frame) {
   welcome.payload = welcomeFrame(serverTag(key_, c.server_nonce, client_nonce));
   if (c.out.empty()) c.last_write_progress = SteadyClock::now();
   c.out_bytes += welcome.size();
+  c.out_queued.store(true);
   c.out.push_back(std::move(welcome));
   c.reader.setLimits(options_.max_frame_bytes, 0);
   c.phase = Phase::kOpen;

@@ -1,5 +1,7 @@
 #include "control/socket.h"
 
+#include <thread>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -15,6 +17,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 namespace wsync {
 namespace {
@@ -233,11 +236,17 @@ Result<Fd> tcpAccept(int listen_fd) {
   }
 }
 
-Status waitFd(int fd, short events, SteadyClock::time_point deadline, int wake_fd) {
+Status waitFd(int fd, short events, SteadyClock::time_point deadline, int wake_fd,
+              SteadyClock::time_point spin_until) {
   pollfd fds[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
   const nfds_t n = wake_fd >= 0 ? 2 : 1;
   for (;;) {
-    const int rc = ::poll(fds, n, pollTimeoutMs(deadline));
+    const bool spinning = SteadyClock::now() < std::min(spin_until, deadline);
+    const int rc = ::poll(fds, n, spinning ? 0 : pollTimeoutMs(deadline));
+    if (spinning && rc == 0) {
+      std::this_thread::yield();
+      continue;
+    }
     if (rc < 0) {
       if (errno == EINTR) continue;
       return systemError("poll failed: " + errnoText(errno));

@@ -84,8 +84,10 @@ Result<Fd> tcpConnect(const std::string& host, uint16_t port, SteadyClock::time_
 Result<Fd> tcpAccept(int listen_fd);
 
 // Waits until `fd` has any of `events` (POLLIN/POLLOUT; errors and hang-ups count as ready).
-// TIMEOUT at the deadline; ABORTED when wake_fd (if >= 0) becomes readable.
-Status waitFd(int fd, short events, SteadyClock::time_point deadline, int wake_fd);
+// TIMEOUT at the deadline; ABORTED when wake_fd (if >= 0) becomes readable. Until `spin_until`
+// it polls without sleeping (yielding between polls), then blocks in poll().
+Status waitFd(int fd, short events, SteadyClock::time_point deadline, int wake_fd,
+              SteadyClock::time_point spin_until = {});
 
 // Writes all bytes of iov[0..iovcnt) to a nonblocking socket, polling when the socket is full.
 // Fails with TIMEOUT when no byte could be written for `stall_timeout` (the clock restarts at

@@ -52,45 +52,12 @@ void Coordinator::Impl::stop() {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
   }
+  stop_requested_.store(true);
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   planners_.clear();  // waits for planner threads (their events are not handled any more)
   // The last frames (a failed job's Error) reach the ranks before the connections close.
   if (server_) server_->stop(kFinalFlushTimeout);
-}
-
-void Coordinator::Impl::push(Event e) {
-  {
-    std::lock_guard lock(queue_mu_);
-    queue_.push_back(std::move(e));
-  }
-  queue_cv_.notify_one();
-}
-
-void Coordinator::Impl::run() {
-  while (true) {
-    std::optional<Event> event;
-    {
-      std::unique_lock lock(queue_mu_);
-      queue_cv_.wait_until(lock, nextWakeup(), [this] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      if (!queue_.empty()) {
-        event = std::move(queue_.front());
-        queue_.pop_front();
-      }
-    }
-    if (event) handle(*event);
-    checkTimers();
-  }
-}
-
-Clock::time_point Coordinator::Impl::nextWakeup() const {
-  auto t = Clock::now() + std::chrono::milliseconds(100);
-  if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
-  if (phase_ == Phase::kRunning) {
-    if (std::optional<Clock::time_point> d = sequencer_->nextDeadline()) t = std::min(t, *d);
-  }
-  return t;
 }
 
 void Coordinator::Impl::finish(const Status& status) {
@@ -447,8 +414,8 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   for (const Registration& r : rollouts)
     members[r.replica].push_back(r.rank);
   replica_of_rollout_.assign(rollouts.size(), -1);
-  SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.checksums,
-                           opt_.checksum_retries};
+  SequencerOptions options{opt_.timeout,   opt_.skip_grace,       opt_.max_staleness,
+                           opt_.checksums, opt_.checksum_retries, /*prepare_ahead=*/true};
   sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
   for (auto& [id, ranks] : members) {
     const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());

@@ -4,6 +4,7 @@
 // Everything here runs on the coordinator's event thread unless said otherwise.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -159,6 +160,8 @@ class Coordinator::Impl {
   void push(Event e);
   void run();
   Clock::time_point nextWakeup() const;
+  // A version is in flight (busy polling applies, see run()).
+  bool versionMoving() const { return sequencer_ && sequencer_->inFlightVersion() != 0; }
   void log(const std::string& line) {
     if (opt_.log) opt_.log("[wsync coordinator] " + line);
   }
@@ -282,6 +285,10 @@ class Coordinator::Impl {
   std::condition_variable queue_cv_;
   std::deque<Event> queue_;
   bool stopping_ = false;
+  // Busy polling of the queue (options.control.spin_wait after the last event): events queued
+  // and whether stop() was called, readable without the lock.
+  std::atomic<size_t> queued_{0};
+  std::atomic<bool> stop_requested_{false};
 
   std::mutex done_mu_;
   std::condition_variable done_cv_;

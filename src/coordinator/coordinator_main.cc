@@ -131,6 +131,10 @@ int run(int argc, char** argv) {
                                     cxxopts::value<int>()->default_value("600000"))(
       "metrics-port", "serve Prometheus metrics at http://<metrics-bind>:PORT/metrics (0: off)",
       cxxopts::value<int>()->default_value("0"))(
+      "spin-wait-us",
+      "busy polling after each message while a version moves, in microseconds (-1: "
+      "WSYNC_SPIN_WAIT_US, default 0: never)",
+      cxxopts::value<int>()->default_value("-1"))(
       "metrics-bind", "address the metrics server listens on",
       cxxopts::value<std::string>()->default_value("127.0.0.1"))("quiet", "no progress lines")(
       "h,help", "this help");
@@ -156,6 +160,9 @@ int run(int argc, char** argv) {
   opt.checksums = args.count("checksums") > 0 || environment->checksums;
   const int retries = args["checksum-retries"].as<int>();
   opt.checksum_retries = retries >= 0 ? retries : environment->checksum_retries;
+  const int spin_us = args["spin-wait-us"].as<int>();
+  opt.control.spin_wait =
+      std::chrono::microseconds(spin_us >= 0 ? spin_us : environment->spin_wait_us);
   const bool quiet = args.count("quiet") > 0;
   if (!quiet) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const auto metrics = std::make_shared<wsync::CoordinatorMetrics>();

@@ -46,8 +46,9 @@ std::optional<DeliveredMsg> CoordinatorMetrics::observe(const SequencerOutput& o
   std::optional<DeliveredMsg> delivered;
   for (const OutgoingMessage& m : out.messages) {
     switch (m.type) {
-      case MessageType::kPrepare:
-        onStarted(std::get<SlotMsg>(m.payload).version, now);
+      case MessageType::kPrepare:  // not one sent ahead of its version (see VersionSequencer)
+        if (std::get<SlotMsg>(m.payload).version == sequencer.inFlightVersion())
+          onStarted(std::get<SlotMsg>(m.payload).version, now);
         break;
       case MessageType::kGo:
         onStarted(std::get<GoMsg>(m.payload).version, now);

@@ -164,6 +164,14 @@ Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const Slot
   SequencerOutput out;
   if (replica == nullptr) return out;
   const std::string what = rolloutName(rollout) + " prepared " + versionName(prepared.version);
+  if (!in_flight_ && replica->ahead_version != 0 && prepared.version == replica->ahead_version) {
+    if (prepared.slot != replica->target_slot) {
+      return protocolError(what + " in slot " + std::to_string(prepared.slot) + " but slot " +
+                           std::to_string(replica->target_slot) + " was asked");
+    }
+    if (!replica->prepared.insert(rollout).second) return protocolError(what + " twice");
+    return out;  // Go once the version is published
+  }
   if (prepared.version > last_started_) return protocolError(what + ", which never started");
   if (prepared.version != inFlightVersion()) return out;  // a skipped replica catching up late
   if (replica->stage == Stage::kOut) {
@@ -340,19 +348,37 @@ void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
   in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), 0);
   for (auto& [id, replica] : replicas_) {
     replica.stage = Stage::kPreparing;
-    replica.target_slot = chooseSlot(replica);
-    replica.prepared.clear();
+    const bool ahead = replica.ahead_version == v;  // its ranks drain (or drained) the slot
+    replica.ahead_version = 0;
     replica.received.clear();
     replica.sent.clear();
     replica.expected.clear();
     replica.checksum_failures = 0;
     replica.retries = 0;
+    if (ahead) continue;
+    replica.target_slot = chooseSlot(replica);
+    replica.prepared.clear();
     OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
     for (int32_t r : replica.ranks)
       prepare.to.push_back({Role::kRollout, r});
     out.messages.push_back(std::move(prepare));
   }
   tryGo(now, out);  // a zero grace skips at once
+}
+
+void VersionSequencer::prepareAhead(SequencerOutput& out) {
+  if (!options_.prepare_ahead || in_flight_ || !pending_.empty()) return;
+  const uint64_t v = last_started_ + 1;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.ahead_version == v) continue;  // asked already
+    replica.ahead_version = v;
+    replica.target_slot = chooseSlot(replica);
+    replica.prepared.clear();
+    OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
+    for (int32_t r : replica.ranks)
+      prepare.to.push_back({Role::kRollout, r});
+    out.messages.push_back(std::move(prepare));
+  }
 }
 
 bool VersionSequencer::canSkip(const Replica& r) const {
@@ -434,6 +460,7 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
   out.delivered = std::move(outcome);
   in_flight_.reset();
   startNext(now, out);
+  prepareAhead(out);
 }
 
 bool VersionSequencer::allTrainersSentEveryGo() const {

@@ -20,6 +20,12 @@
 //   message's DeliveredMsg, says which replicas took v, which were skipped, which left while v was
 //   in flight).
 //
+// Prepare ahead (SequencerOptions::prepare_ahead): once a version is delivered and none is
+// queued, every replica gets Prepare(last started + 1, its next slot) at once, so its ranks drain
+// that slot between versions; a Publish of exactly that version then starts without Prepare, and
+// Go follows as soon as the ranks answered (usually before the Publish arrives). A Publish of
+// another version prepares as above (the ranks give the ahead slot back and drain again).
+//
 // Checksums (SequencerOptions::verify_checksums): trainers' Sent carries, per rollout rank, the
 // checksum of what they sent there. A replica whose data landed gets Verify(v, slot, expected
 // checksums per trainer) on each rank instead of Ready; once every rank answered, the replica is
@@ -64,6 +70,7 @@ struct SequencerOptions {
   // max_checksum_retries times (>= 0).
   bool verify_checksums = false;
   int max_checksum_retries = 3;
+  bool prepare_ahead = false;  // see the file comment
 };
 
 struct ReplicaSpec {
@@ -173,6 +180,7 @@ class VersionSequencer {
     Stage stage = Stage::kOut;
     int32_t target_slot = -1;
     std::set<int32_t> prepared;  // ranks that drained target_slot
+    uint64_t ahead_version = 0;  // prepare ahead: target_slot was asked for it (0: not asked)
     std::set<int32_t> received;  // ranks that received their broadcasts
     // Checksums: the trainers that sent the replica's current attempt, what they sent each rank
     // (rollout rank -> trainer -> checksum), the ranks that answered Verify and whether one failed,
@@ -210,6 +218,7 @@ class VersionSequencer {
   int32_t chooseSlot(const Replica& r) const;
 
   void startNext(SequencerTime now, SequencerOutput& out);
+  void prepareAhead(SequencerOutput& out);  // when no version is in flight or queued
   void tryGo(SequencerTime now, SequencerOutput& out);
   bool canSkip(const Replica& r) const;
   void tryComplete(SequencerTime now, SequencerOutput& out);

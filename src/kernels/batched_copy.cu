@@ -11,7 +11,12 @@
 namespace wsync {
 namespace {
 
-constexpr int kThreads = 256;
+// One warp per block, 32 blocks resident per multiprocessor, 16 KiB tiles (kCopyTileBytes):
+// measured on the H200 against 64-1024 threads, 16-256 KiB tiles and TMA bulk copies
+// (benchmarks/README.md, session 7), the fastest on the Llama-3-8B shapes (0.92 x cudaMemcpy of
+// the same bytes, whole tensors and TP-2 column halves alike).
+constexpr int kThreads = 32;
+constexpr int kMinBlocksPerSm = 32;
 
 // How a task splits into tiles: rows shorter than a tile are grouped (rows_per_tile of them),
 // rows longer than a tile are cut into `segments` pieces.
@@ -107,10 +112,12 @@ __device__ void copyTile(const uint8_t* __restrict__ src, uint64_t src_pitch,
   copyTileIn<uint8_t>(src, src_pitch, dst, dst_pitch, bytes, rows);
 }
 
-__global__ void __launch_bounds__(kThreads, 8)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     batchedCopyKernel(const CopyTask* __restrict__ tasks, int64_t num_tasks, uint64_t total_tiles) {
+  int64_t owner = 0;
   for (uint64_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
-    const CopyTask& t = tasks[kernels::tileOwner(tasks, num_tasks, tile)];
+    owner = kernels::nextTileOwner(tasks, num_tasks, tile, owner);
+    const CopyTask& t = tasks[owner];
     const TileShape shape = tileShape(t);
     const uint64_t local = tile - t.first_tile;
     const uint64_t per_plane = shape.row_tiles * shape.segments;

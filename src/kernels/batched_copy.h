@@ -36,7 +36,7 @@ struct CopyTask {
 
 // Bytes of one tile: what one thread block copies in one go: floor(kCopyTileBytes / row_bytes)
 // consecutive rows of a plane when rows are shorter, else a kCopyTileBytes piece of one row.
-inline constexpr uint64_t kCopyTileBytes = 64 * 1024;
+inline constexpr uint64_t kCopyTileBytes = 16 * 1024;
 
 // The tiles of `task` (0 for an empty task).
 uint64_t tilesOf(const CopyTask& task);

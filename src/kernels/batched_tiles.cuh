@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -43,23 +46,48 @@ __device__ int64_t tileOwner(const Task* tasks, int64_t num_tasks, uint64_t tile
   return lo;
 }
 
+// tileOwner() for a block that walks its tiles in increasing order: `previous` is the owner of its
+// previous tile (0 before the first). One or two task entries are read when the tile lies in the
+// same task or the next one, else it falls back to the binary search.
+template <typename Task>
+__device__ int64_t nextTileOwner(const Task* tasks, int64_t num_tasks, uint64_t tile,
+                                 int64_t previous) {
+  if (previous + 1 >= num_tasks || tasks[previous + 1].first_tile > tile) return previous;
+  if (previous + 2 >= num_tasks || tasks[previous + 2].first_tile > tile) return previous + 1;
+  return tileOwner(tasks, num_tasks, tile);
+}
+
 // Blocks of `threads` threads for `kernel` over `tiles` tiles: one full wave of the current
-// device (blocks resident on every multiprocessor at once), at most one per tile.
+// device (blocks resident on every multiprocessor at once), at most one per tile. The wave of
+// each (kernel, threads, device) is computed once and remembered (the occupancy query costs tens
+// of microseconds, which every version's launch would pay). Thread-safe.
 template <typename Kernel>
 Result<unsigned> oneWaveBlocks(Kernel kernel, int threads, uint64_t tiles,
                                const std::string& what) {
   int device = 0;
-  int sms = 0;
-  int resident = 0;
   WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), what + ": cudaGetDevice");
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                             what + ": cudaDeviceGetAttribute");
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0),
-      what + ": cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  return static_cast<unsigned>(std::min<uint64_t>(
-      tiles,
-      static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(resident, 1))));
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int>, uint64_t> waves;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, device);
+  uint64_t wave = 0;
+  {
+    std::lock_guard lock(mu);
+    auto it = waves.find(key);
+    if (it != waves.end()) wave = it->second;
+  }
+  if (wave == 0) {
+    int sms = 0;
+    int resident = 0;
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                               what + ": cudaDeviceGetAttribute");
+    WSYNC_CUDA_RETURN_IF_ERROR(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0),
+        what + ": cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    wave = static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(resident, 1));
+    std::lock_guard lock(mu);
+    waves[key] = wave;
+  }
+  return static_cast<unsigned>(std::min<uint64_t>(tiles, wave));
 }
 
 }  // namespace wsync::kernels

@@ -134,6 +134,12 @@ enum class OptionKind : uint8_t {
   X(host_copy, ::wsync::HostCopy, ::wsync::HostCopy::kAuto, "WSYNC_HOST_COPY", kSetting,           \
     "host copies into mapped peer memory: `memcpy`, `avx2` or `avx512` streaming stores (a kind "  \
     "the CPU lacks falls back to the widest it has), or `auto`, the widest the CPU has")           \
+  X(spin_wait_us, int, 0, "WSYNC_SPIN_WAIT_US", kSetting,                                          \
+    "busy polling: for this many microseconds after each control message while a version moves, " \
+    "the threads that wait for the next one (the coordinator's two, each trainer's publisher, "    \
+    "each rollout's receiver) poll without sleeping instead of waiting for a wake-up; for cores "   \
+    "that nothing else needs (on a shared or oversubscribed machine it adds ms stalls: "           \
+    "benchmarks/README.md, session 7); `0`: never")                                               \
   X(debug_timing, bool, false, "WSYNC_DEBUG_TIMING", kDebug,                                       \
     "each trainer prints per-version phase times (publish -> go, transfer, sent -> delivered) "    \
     "and its batched copy kernel's device time")                                                   \
@@ -169,7 +175,7 @@ inline constexpr size_t kNumOptions = 0
 // Every option's value: a default-constructed Options holds the defaults. One field per
 // WSYNC_OPTION_LIST row, named and typed there: device_transport, cuda_ipc_export,
 // coordinator_host, secret, log, heartbeat_timeout_ms, checksums, checksum_retries, host_copy,
-// debug_timing, debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms,
+// spin_wait_us, debug_timing, debug_no_early_landing, debug_no_copy_batch, debug_send_delay_ms,
 // debug_cold_fill_delay_ms, debug_corrupt_every.
 struct Options {
 #define WSYNC_OPTION_FIELD_(field, type, default_value, env, kind, doc) type field = default_value;

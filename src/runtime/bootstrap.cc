@@ -69,6 +69,7 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
       copt.checksum_retries = options.checksum_retries;
       copt.first_participant_world_rank = 0;
       copt.control.secret = secret.empty() ? randomSecret() : secret;
+      copt.control.spin_wait = options.spin_wait;
       secret = copt.control.secret;
       if (options.log_coordinator) {
         copt.log = [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); };
@@ -97,6 +98,7 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
   // yet or answers busy (too many connections in the handshake); a refused secret fails at once.
   ControlOptions control;
   control.secret = secret;
+  control.spin_wait = options.spin_wait;
   control.handshake_timeout = std::min(control.handshake_timeout, options.timeout);
   WSYNC_ASSIGN_OR_RETURN(job.channel, FrameChannel::connect(host_port.first, host_port.second,
                                                             control, options.timeout));

@@ -34,6 +34,8 @@ struct BootstrapOptions {
   std::chrono::milliseconds heartbeat_timeout{10000};
   bool checksums = false;  // CoordinatorOptions::checksums / checksum_retries
   int checksum_retries = 3;
+  // ControlOptions::spin_wait of this rank's channel and of the coordinator rank 0 hosts.
+  std::chrono::microseconds spin_wait{0};
   // A rollout joining a running job (explicit bootstrap): HelloMsg::replica_size / replica_rank.
   int32_t replica_size = 0;
   int32_t replica_rank = -1;

@@ -1,5 +1,6 @@
 #include "runtime/context.h"
 
+#include <algorithm>
 #include <unordered_set>
 #include <utility>
 
@@ -98,6 +99,7 @@ Status Context::joinJob() {
   b.heartbeat_timeout = std::chrono::milliseconds(options_.heartbeat_timeout_ms);
   b.checksums = options_.checksums;
   b.checksum_retries = options_.checksum_retries;
+  b.spin_wait = std::chrono::microseconds(std::max(0, options_.spin_wait_us));
   WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
   registration_.role = options_.role;
   registration_.rank = job_.welcome.role_rank;

@@ -57,6 +57,9 @@ struct ContextOptions {
   // "legacy": cudaIpcGetMemHandle).
   std::string device_transport;
   std::string cuda_ipc_export;
+  // Control plane: busy polling after each message, in microseconds (ControlOptions::spin_wait,
+  // WSYNC_SPIN_WAIT_US). 0: never.
+  int spin_wait_us = 0;
   // Debug switches (see the options module): per-version phase times on stderr; staged writers
   // report no progress; CUDA IPC writers copy op by op; trainers sleep before each send (ms).
   bool debug_timing = false;

@@ -212,8 +212,10 @@ Status RolloutContext::handle(const Frame& frame) {
     case MessageType::kPrepare: {
       SlotMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
-      staleness_.onStarted(m.version);
-      if (prepared_slot_ >= 0) (void)store_->abandonWrite(prepared_slot_);  // a skipped version
+      // A Prepare may come ahead of its version (the coordinator prepares the next version's slot
+      // once the previous one was delivered); a new one replaces it (another version was
+      // published, or a version was skipped).
+      if (prepared_slot_ >= 0) (void)store_->abandonWrite(prepared_slot_);
       landing_slot_ = -1;
       prepared_slot_ = m.slot;
       prepared_version_ = m.version;
@@ -224,6 +226,7 @@ Status RolloutContext::handle(const Frame& frame) {
       GoMsg go;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
       go_version_ = go.version;
+      staleness_.onStarted(go.version);
       const auto replica = static_cast<size_t>(options_.replica);
       const int32_t slot = replica < go.slot_of_replica.size() ? go.slot_of_replica[replica] : -1;
       if (slot < 0) {  // this replica skips the version: give the slot back

@@ -270,12 +270,16 @@ Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version
                     static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype));
       }
     }
-    transfer_busy_ = true;
   } else if (onDevice()) {
     // The transfer reads the buffers after what the caller's stream has produced so far.
     WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
     WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
   }
+  // The coordinator hears of the version from this thread, so that the publisher thread's
+  // wake-up overlaps the round trip to Go (publishOne reads the Go; one that arrives while the
+  // publisher is idle is stashed for it).
+  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
+  if (options_.snapshot) transfer_busy_ = true;
   std::vector<float> scales;
   {
     std::lock_guard scale_lock(scale_mu_);
@@ -320,8 +324,7 @@ void TrainerContext::publisherLoop() {
 Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   const std::string what = "version " + std::to_string(version);
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point started = Clock::now();
-  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
+  const Clock::time_point started = Clock::now();  // publish() sent Publish
   WSYNC_ASSIGN_OR_RETURN(Frame go_frame,
                          nextFrame(MessageType::kGo, options_.timeout + kCoordinatorReplyGrace));
   GoMsg go;

@@ -39,10 +39,11 @@ TEST(BatchedCopyPlan, TilesCoverEveryRowSegment) {
   EXPECT_EQ(tasks[1].first_tile, 2u);
   EXPECT_EQ(tasks[2].first_tile, 2u);
   EXPECT_EQ(tasks[3].first_tile, 5u);
-  CopyTask many;  // 1000 rows of 1000 bytes: 65 rows per tile -> 16 tiles
+  CopyTask many;  // 1000 rows of 1000 bytes: floor(tile / 1000) rows per tile
   many.row_bytes = 1000;
   many.rows = 1000;
-  EXPECT_EQ(tilesOf(many), 16u);
+  const uint64_t rows_per_tile = kCopyTileBytes / 1000;
+  EXPECT_EQ(tilesOf(many), (1000 + rows_per_tile - 1) / rows_per_tile);
   EXPECT_EQ(launchBatchedCopy(nullptr, 0, 0, nullptr).code(), WSYNC_SUCCESS);
   EXPECT_EQ(launchBatchedCopy(nullptr, 3, 10, nullptr).code(), WSYNC_ERR_INVALID_ARGUMENT);
 }

@@ -15,6 +15,7 @@
 
 #include "common/cuda_check.h"
 #include "gpu/device_bytes.h"
+#include "transport/cuda_ipc/copy_batch.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/cuda_ipc/device_sources.h"
 
@@ -202,6 +203,53 @@ TEST_F(CudaIpcBatch, WithoutBatchingEveryWriteIsADriverCopy) {
   post(a->bytes(), host, {600000, 512, 8192, 300000, 700, 6000, 500, 8, 4});
   flushAndCheck("unbatched");
   EXPECT_EQ(transport_->lastBatch().copies, 0u);
+}
+
+// The device task tables: batches that repeat launch from the table uploaded the first time (a
+// version alternates between slots), still copying the sources' current bytes; batches that
+// differ, more than the tables kept, are uploaded again. Every destination byte is checked.
+TEST(CopyBatchTables, RepeatedAndNewBatchesCopyTheirCurrentBytes) {
+  if (!cudaDeviceAvailable(0)) GTEST_SKIP() << "no usable CUDA device";
+  ASSERT_TRUE(cudaUseDevice(0).isOk());
+  constexpr size_t kBytes = 1 << 20;
+  DeviceBytes src(kBytes), dst(kBytes);
+  Result<std::unique_ptr<CopyBatch>> batch = CopyBatch::create(/*timed=*/false);
+  ASSERT_TRUE(batch.isOk()) << batch.status().toString();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  std::vector<uint8_t> host(kBytes), back(kBytes);
+  // Batch `shape` (0..9): 8 + shape regions of 4096 bytes at offsets that differ per shape.
+  auto runAndCheck = [&](int shape, uint8_t seed) {
+    for (size_t i = 0; i < kBytes; ++i)
+      host[i] = static_cast<uint8_t>(i * 31 + seed);
+    ASSERT_EQ(cudaMemcpy(src.data, host.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dst.data, 0, kBytes), cudaSuccess);
+    std::vector<uint8_t> expected(kBytes, 0);
+    for (int r = 0; r < 8 + shape; ++r) {
+      const size_t from = static_cast<size_t>(r) * 8192 + static_cast<size_t>(shape) * 16;
+      const size_t to = static_cast<size_t>(r) * 32768 + static_cast<size_t>(shape) * 256;
+      CopyTask t;
+      t.src = src.bytes() + from;
+      t.dst = dst.bytes() + to;
+      t.row_bytes = 4096;
+      (*batch)->add(t);
+      std::memcpy(expected.data() + to, host.data() + from, 4096);
+    }
+    ASSERT_TRUE((*batch)->launch(stream, kTimeout).isOk());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(back.data(), dst.data, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(back == expected) << "shape " << shape << ", seed " << int{seed};
+  };
+  uint8_t seed = 0;
+  for (int round = 0; round < 3; ++round) {  // two batches alternating: uploaded once each
+    runAndCheck(0, ++seed);
+    runAndCheck(1, ++seed);
+  }
+  for (int shape = 2; shape < 10; ++shape)  // more shapes than tables: evictions
+    runAndCheck(shape, ++seed);
+  runAndCheck(0, ++seed);  // evicted long ago: uploaded again
+  runAndCheck(9, ++seed);  // still kept
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace

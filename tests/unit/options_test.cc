@@ -54,6 +54,7 @@ TEST(Options, ReadsEveryVariableOnceAndKeepsDefaultsWhenUnset) {
   EXPECT_FALSE(options->debug_no_early_landing);
   EXPECT_FALSE(options->debug_no_copy_batch);
   EXPECT_EQ(options->debug_send_delay_ms, 0);
+  EXPECT_EQ(options->spin_wait_us, 0);  // busy polling is opt-in
   EXPECT_TRUE(options->from_environment.none());
 }
 
@@ -68,6 +69,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_CHECKSUMS", "yes"},
       {"WSYNC_CHECKSUM_RETRIES", "5"},
       {"WSYNC_HOST_COPY", "avx2"},
+      {"WSYNC_SPIN_WAIT_US", "500"},
       {"WSYNC_DEBUG_TIMING", "TRUE"},
       {"WSYNC_DEBUG_NO_EARLY_LANDING", "on"},
       {"WSYNC_DEBUG_NO_COPY_BATCH", "yes"},
@@ -83,6 +85,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_TRUE(options->log);
   EXPECT_EQ(options->heartbeat_timeout_ms, 1500);
   EXPECT_EQ(options->host_copy, HostCopy::kAvx2);
+  EXPECT_EQ(options->spin_wait_us, 500);
   EXPECT_TRUE(options->debug_timing);
   EXPECT_TRUE(options->debug_no_early_landing);
   EXPECT_TRUE(options->debug_no_copy_batch);

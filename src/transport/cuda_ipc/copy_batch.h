@@ -5,13 +5,16 @@
 // device. (Sending long contiguous writes to cudaMemcpyAsync instead was measured on the H200 and
 // was not faster end to end: benchmarks/README.md.)
 //
-// Owns the task tables (pinned for the upload, and on the device for the kernel; reused while
-// large enough) and the events that mark a launch's end and, when timed, bracket its kernel.
+// Owns the task tables (a pinned staging table for the upload, and kCachedTables tables on the
+// device for the kernel: a batch equal to one already uploaded, as every version's is once each
+// slot was written, launches from it without an upload) and the events that mark a launch's end
+// and, when timed, bracket its kernel.
 // Callers make the transport's device current. One thread (the transport's owner).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,8 +58,18 @@ class CopyBatch {
  private:
   CopyBatch(CudaEventPtr done, CudaEventPtr started, CudaEventPtr ended)
       : done_(std::move(done)), started_(std::move(started)), ended_(std::move(ended)) {}
-  // Tables of at least `bytes` each.
-  Status reserve(size_t bytes);
+  // One task table on the device: the tasks it holds (first_tile set) and when it was last used.
+  struct DeviceTable {
+    std::vector<CopyTask> tasks;
+    CopyTask* data = nullptr;
+    size_t capacity = 0;  // bytes
+    uint64_t used = 0;    // launches_ at its last use
+  };
+  static constexpr size_t kCachedTables = 4;
+
+  // The device table holding tasks_ (uploaded on `stream` when no table holds it yet, into the
+  // least recently used one).
+  Result<const CopyTask*> tableFor(cudaStream_t stream);
   void freeTables();
   Status enqueue(cudaStream_t stream, std::chrono::milliseconds timeout);
 
@@ -68,9 +81,10 @@ class CopyBatch {
   uint64_t queued_bytes_ = 0;
   Timing last_;
   std::vector<CopyTask> tasks_;
-  CopyTask* host_tasks_ = nullptr;    // pinned
-  CopyTask* device_tasks_ = nullptr;  // what the kernel reads
-  size_t capacity_ = 0;               // bytes of each table
+  CopyTask* host_tasks_ = nullptr;  // pinned upload staging
+  size_t host_capacity_ = 0;        // bytes
+  std::array<DeviceTable, kCachedTables> tables_;
+  uint64_t launches_ = 0;
 };
 
 }  // namespace wsync

@@ -32,14 +32,19 @@ Result<CudaEventPtr> makeCudaEvent(bool timing, const std::string& what) {
 Status waitCudaEvent(cudaEvent_t event, std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + timeout;
-  for (int polls = 0;; ++polls) {
+  // Yields (no sleep) for kSpin: a sleep overshoots by the kernel's timer slack (~50-80 us), which
+  // the end of every transfer would pay; past kSpin the wait is long anyway and sleeps.
+  constexpr std::chrono::milliseconds kSpin{200};
+  const Clock::time_point spin_until = Clock::now() + kSpin;
+  for (;;) {
     const cudaError_t error = cudaEventQuery(event);
     if (error == cudaSuccess) return Status::ok();
     if (error != cudaErrorNotReady) return cudaCheck(error, "cudaEventQuery");
-    if (Clock::now() >= deadline) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
       return timeoutError("not complete after " + std::to_string(timeout.count()) + " ms");
     }
-    if (polls < 2000) {
+    if (now < spin_until) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -29,7 +29,8 @@ Result<CudaEventPtr> makeCudaEvent(bool timing, const std::string& what);
 
 // Polls `event` until it completed (success), `timeout` passed (TIMEOUT "not complete after N
 // ms", which callers reword; nothing else returns TIMEOUT) or CUDA reports an error (the
-// cudaCheck status). Spins briefly (copies usually finish within microseconds), then backs off.
+// cudaCheck status). Yields for the first 200 ms (a transfer of tens of GB ends within them), then
+// sleeps 20 us between polls.
 Status waitCudaEvent(cudaEvent_t event, std::chrono::milliseconds timeout);
 
 }  // namespace wsync

@@ -404,8 +404,10 @@ wsync_status_t wsync_commit(wsync_context_t ctx);
  *          finite and > 0); INVALID_USAGE (rollout context). */
 wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, float scale);
 
-/** Starts publishing `version` (strictly greater than the last one) and returns at once (in
- *  snapshot mode after copying the buffers into staging). Versions publish in order.
+/** Starts publishing `version` (strictly greater than the last one) and returns at once: after
+ *  sending the coordinator one control message (tens of microseconds; a peer that accepts no data
+ *  for the context's timeout fails it), in snapshot mode also after copying the buffers into
+ *  staging. Versions publish in order.
  *  @param [out] request  completes when the version is ready on every replica that takes it:
  *                        every rank of those replicas can then wsync_acquire it. A replica whose
  *                        readers hold its slot is skipped (within max_staleness) and takes a

@@ -11,8 +11,9 @@
 // Each version v (trainers publish in increasing order):
 //   trainer -> Publish(v)                  (the first Publish(v) starts v)
 //   coord -> Prepare(v, slot) to each rollout rank; rank drains leases on slot -> Prepared(v, slot)
-//            (sent ahead, for v = the last started + 1, once the previous version was delivered;
-//            a Publish of another version is prepared again, replacing it)
+//            (sent ahead, for v = the last started + 1, once the previous version was delivered,
+//            to a replica whose next slot does not hold the newest version but one; a Publish of
+//            another version is prepared again, replacing it)
 //   coord -> Go(v, slot per replica, -1 = skipped) to every trainer and rollout rank
 //   trainers write/broadcast -> Sent(v);  rollout ranks that receive broadcasts -> Received(v)
 //   coord -> Ready(v, slot) to the ranks of each replica once all of its data landed

@@ -371,8 +371,17 @@ void VersionSequencer::prepareAhead(SequencerOutput& out) {
   const uint64_t v = last_started_ + 1;
   for (auto& [id, replica] : replicas_) {
     if (replica.ahead_version == v) continue;  // asked already
+    // Never ahead of time at the cost of the newest version but one: readers may still ask for it
+    // (a rollout one step behind) until the next version starts, as without preparing ahead.
+    const int32_t slot = chooseSlot(replica);
+    uint64_t behind = 0;  // the newest version in a slot other than the ready one
+    for (int32_t s = 0; s < static_cast<int32_t>(replica.slot_version.size()); ++s)
+      if (s != replica.ready_slot)
+        behind = std::max(behind, replica.slot_version[static_cast<size_t>(s)]);
+    const uint64_t held = replica.slot_version[static_cast<size_t>(slot)];
+    if (held != 0 && held == behind) continue;
     replica.ahead_version = v;
-    replica.target_slot = chooseSlot(replica);
+    replica.target_slot = slot;
     replica.prepared.clear();
     OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
     for (int32_t r : replica.ranks)

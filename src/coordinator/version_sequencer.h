@@ -21,10 +21,13 @@
 //   in flight).
 //
 // Prepare ahead (SequencerOptions::prepare_ahead): once a version is delivered and none is
-// queued, every replica gets Prepare(last started + 1, its next slot) at once, so its ranks drain
-// that slot between versions; a Publish of exactly that version then starts without Prepare, and
-// Go follows as soon as the ranks answered (usually before the Publish arrives). A Publish of
-// another version prepares as above (the ranks give the ahead slot back and drain again).
+// queued, every replica whose next slot is empty or holds a version older than the newest but one
+// (3 or more slots) gets Prepare(last started + 1, that slot) at once, so its ranks drain it
+// between versions; a Publish of exactly that version then starts without Prepare, and Go follows
+// as soon as the ranks answered (usually before the Publish arrives). The version before the
+// newest stays readable until the next version starts, as without it (with 2 slots a replica is
+// prepared ahead only while a slot is empty). A Publish of another version prepares as above (the
+// ranks give the ahead slot back and drain again).
 //
 // Checksums (SequencerOptions::verify_checksums): trainers' Sent carries, per rollout rank, the
 // checksum of what they sent there. A replica whose data landed gets Verify(v, slot, expected

@@ -13,15 +13,17 @@ namespace {
 
 using namespace sequencer_events;  // NOLINT(google-build-using-namespace): test helpers
 
-// 1 trainer; replica 0 = rollouts {0, 1}, replica 1 = rollout {2}; 2 slots each.
+// 1 trainer; replica 0 = rollouts {0, 1}, replica 1 = rollout {2}; `slots` slots each.
 class PrepareAheadTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { build(2); }
+
+  void build(int32_t slots) {
     SequencerOptions options;
     options.prepare_ahead = true;
     seq_ = std::make_unique<VersionSequencer>(options, 1);
-    ASSERT_TRUE(seq_->addReplica({0, {0, 1}, 2}).isOk());
-    ASSERT_TRUE(seq_->addReplica({1, {2}, 2}).isOk());
+    ASSERT_TRUE(seq_->addReplica({0, {0, 1}, slots}).isOk());
+    ASSERT_TRUE(seq_->addReplica({1, {2}, slots}).isOk());
   }
 
   // Version `v` from Publish to Delivered when every rank prepares `slot`; returns the output of
@@ -73,11 +75,32 @@ TEST_F(PrepareAheadTest, TheNextVersionIsPreparedOnDeliveryAndGoesAtOnce) {
   const SequencerOutput second = finish(2);
   ASSERT_TRUE(second.delivered.has_value());
   EXPECT_EQ(second.delivered->ready_replicas, (std::vector<int32_t>{0, 1}));
-  // And again: version 3 goes back to slot 0.
-  const auto next = ofType(second, MessageType::kPrepare);
-  ASSERT_EQ(next.size(), 2u);
-  EXPECT_EQ(std::get<SlotMsg>(next[0].payload).version, 3u);
-  EXPECT_EQ(std::get<SlotMsg>(next[0].payload).slot, 0);
+  // Two slots, both holding a version: preparing ahead would take version 1 from readers that may
+  // still ask for it, so version 3 is prepared when it starts, in slot 0.
+  EXPECT_TRUE(ofType(second, MessageType::kPrepare).empty());
+  const auto prepare = ofType(ok(seq_->onPublish(0, 3, at(20))), MessageType::kPrepare);
+  ASSERT_EQ(prepare.size(), 2u);
+  EXPECT_EQ(std::get<SlotMsg>(prepare[0].payload).version, 3u);
+  EXPECT_EQ(std::get<SlotMsg>(prepare[0].payload).slot, 0);
+}
+
+// Three slots: every delivery prepares the slot of the oldest version ahead, never the one of the
+// version before the newest.
+TEST_F(PrepareAheadTest, WithThreeSlotsTheOldestSlotIsPreparedAheadEveryTime) {
+  build(3);
+  uint64_t v = 1;
+  SequencerOutput out = deliver(v, 0);
+  for (int32_t expected_slot : {1, 2, 0, 1, 2}) {
+    const auto ahead = ofType(out, MessageType::kPrepare);
+    ASSERT_EQ(ahead.size(), 2u) << "after version " << v;
+    EXPECT_EQ(std::get<SlotMsg>(ahead[0].payload).version, v + 1);
+    EXPECT_EQ(std::get<SlotMsg>(ahead[0].payload).slot, expected_slot) << "after version " << v;
+    ++v;
+    for (int32_t r = 0; r < 3; ++r)
+      ok(seq_->onPrepared(r, SlotMsg{v, expected_slot}, at(5)));
+    ASSERT_EQ(ofType(ok(seq_->onPublish(0, v, at(6))), MessageType::kGo).size(), 1u);
+    out = finish(v);
+  }
 }
 
 // A Publish that arrives before every rank drained the ahead slot: Go once the last one did.

@@ -38,7 +38,9 @@ void addFlags(cxxopts::Options& options) {
       cxxopts::value<int>()->default_value("0"))("replicas",
                                                  "rollout replicas; TP = rollout ranks / replicas",
                                                  cxxopts::value<int>()->default_value("1"))(
-      "iters", "timed versions", cxxopts::value<int>()->default_value("5"))(
+      "slots", "version slots per rollout rank (config.num_slots, >= 2)",
+      cxxopts::value<int>()->default_value("2"))("iters", "timed versions",
+                                                 cxxopts::value<int>()->default_value("5"))(
       "warmup", "untimed versions first", cxxopts::value<int>()->default_value("1"))(
       "baseline-iters", "timed baseline versions (-1: --iters)",
       cxxopts::value<int>()->default_value("-1"))("no-baseline", "skip the baseline")(
@@ -65,6 +67,7 @@ void readFlags(const cxxopts::ParseResult& args, Options* opt) {
   if (opt->dtype_name.empty()) opt->dtype_name = opt->device ? "bfloat16" : "float32";
   opt->trainers = args["trainers"].as<int>();
   opt->replicas = args["replicas"].as<int>();
+  opt->slots = args["slots"].as<int>();
   opt->iters = args["iters"].as<int>();
   opt->warmup = args["warmup"].as<int>();
   opt->baseline_iters = args["baseline-iters"].as<int>();

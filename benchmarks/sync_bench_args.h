@@ -28,6 +28,7 @@ struct Options {
   wsync_dtype_t dtype = WSYNC_DTYPE_FLOAT32;  // the rollouts' (device: the trainers' too)
   int trainers = 0;                           // 0: half the world
   int replicas = 1;
+  int slots = 2;  // the rollouts' version slots per rank (config.num_slots)
   int iters = 5;
   int warmup = 1;
   int baseline_iters = -1;  // -1: --iters

@@ -61,7 +61,7 @@ wsync_context_t createContext(const Options& opt, const Roles& roles, const Memo
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
   cfg.role = roles.trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
   cfg.replica = roles.trainer ? -1 : roles.replica;
-  cfg.num_slots = 2;
+  cfg.num_slots = opt.slots;
   cfg.timeout_ms = opt.timeout_ms;
   cfg.checksums = opt.checksums ? 1 : 0;
   memory.configure(&cfg);

@@ -172,8 +172,11 @@ typedef struct {
   uint32_t version; /**< WSYNC_API_VERSION */
   wsync_role_t role;
   wsync_bootstrap_t bootstrap;
-  int replica;       /**< rollouts: the replica (engine instance) index, >= 0 */
-  int num_slots;     /**< rollouts: version slots per rank, >= 2 (default 2) */
+  int replica; /**< rollouts: the replica (engine instance) index, >= 0 */
+  /** rollouts: version slots per rank, >= 2 (default 2). With 3 or more the coordinator drains
+      the next version's slot as soon as a version is delivered (lower latency per version), while
+      the version before the newest stays acquirable until the next one starts. */
+  int num_slots;
   int timeout_ms;    /**< bound on every internal wait (default 60000); a wait past it -> TIMEOUT */
   int max_staleness; /**< versions a replica may lag before publish waits for it; -1: unbounded */
   int snapshot;      /**< trainers: 1 = publish copies the buffers into staging before returning, so

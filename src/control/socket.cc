@@ -1,7 +1,5 @@
 #include "control/socket.h"
 
-#include <thread>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>

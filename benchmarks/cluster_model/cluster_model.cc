@@ -29,7 +29,8 @@ class LinkTable {
     trainer_nic_base_ = 0;
     rollout_nic_base_ = trainer_nic_base_ + 2 * trainer_nodes_ * spec.trainer.nics_per_node;
     rank_base_ = rollout_nic_base_ + 2 * rollout_nodes_ * spec.rollout.nics_per_node;
-    const size_t n = static_cast<size_t>(rank_base_) + kRankLinks * (trainers + rollouts);
+    region_link_ = rank_base_ + kRankLinks * static_cast<int64_t>(trainers + rollouts);
+    const size_t n = static_cast<size_t>(region_link_) + 1;
     bytes_.assign(n, 0.0);
     messages_.assign(n, 0);
     sent_.assign(trainers + rollouts, 0.0);
@@ -39,19 +40,22 @@ class LinkTable {
   int trainerNodes() const { return trainer_nodes_; }
   int rolloutNodes() const { return rollout_nodes_; }
   double overNetwork() const { return over_network_; }
+  double overNetworkDense() const { return over_network_dense_; }
   double withinNodes() const { return within_nodes_; }
   int64_t messages() const { return total_messages_; }
 
-  // `bytes` in `messages` messages from `src` to `dst` along the links they cross.
-  void addTransfer(Endpoint src, Endpoint dst, double bytes, int64_t messages) {
+  // `bytes` in `messages` messages from `src` to `dst` along the links they cross; across nodes
+  // only `wire_share` of them travel (delta encoding), inside a node all of them.
+  void addTransfer(Endpoint src, Endpoint dst, double bytes, int64_t messages,
+                   double wire_share = 1.0) {
     const NodeShape& ss = shape(src.role);
     const NodeShape& ds = shape(dst.role);
     add(rankLink(src, LinkKind::kIssue), 0, messages);
     total_messages_ += messages;
-    sent_[flat(src)] += bytes;
-    received_[flat(dst)] += bytes;
     const bool src_dev = device(src), dst_dev = device(dst);
     if (node(src) == node(dst)) {
+      sent_[flat(src)] += bytes;
+      received_[flat(dst)] += bytes;
       within_nodes_ += bytes;
       if (src_dev && dst_dev) {
         add(rankLink(src, LinkKind::kNvlinkTx), bytes, messages);
@@ -64,7 +68,12 @@ class LinkTable {
       }
       return;
     }
+    over_network_dense_ += bytes;
+    bytes *= wire_share;
     over_network_ += bytes;
+    sent_[flat(src)] += bytes;
+    received_[flat(dst)] += bytes;
+    if (spec_.region_link_gbit > 0 && src.role != dst.role) add(region_link_, bytes, messages);
     if (src_dev) add(rankLink(src, LinkKind::kPcieTx), bytes, messages);
     if (dst_dev) add(rankLink(dst, LinkKind::kPcieRx), bytes, messages);
     addNics(src, ss, /*rx=*/false, bytes, messages);
@@ -149,7 +158,11 @@ class LinkTable {
     LinkLoad l;
     l.bytes = bytes_[id];
     l.messages = messages_[id];
-    if (id < rank_base_) {
+    if (id == region_link_) {
+      l.kind = LinkKind::kRegion;
+      l.name = "region-link";
+      l.gbyte_per_s = spec_.region_link_gbit / 8.0 * spec_.wire_efficiency;
+    } else if (id < rank_base_) {
       const bool trainer = id < rollout_nic_base_;
       const NodeShape& s = shape(trainer ? Role::kTrainer : Role::kRollout);
       const int64_t rel = id - (trainer ? trainer_nic_base_ : rollout_nic_base_);
@@ -199,11 +212,11 @@ class LinkTable {
   const std::vector<MemoryKind>& trainer_memory_;
   const std::vector<MemoryKind>& rollout_memory_;
   int trainer_nodes_ = 0, rollout_nodes_ = 0;
-  int64_t trainer_nic_base_ = 0, rollout_nic_base_ = 0, rank_base_ = 0;
+  int64_t trainer_nic_base_ = 0, rollout_nic_base_ = 0, rank_base_ = 0, region_link_ = 0;
   std::vector<double> bytes_;
   std::vector<int64_t> messages_;
   std::vector<double> sent_, received_;  // per rank (trainers, then rollouts)
-  double over_network_ = 0, within_nodes_ = 0;
+  double over_network_ = 0, over_network_dense_ = 0, within_nodes_ = 0;
   int64_t total_messages_ = 0;
 };
 
@@ -265,6 +278,8 @@ const char* linkKindName(LinkKind kind) {
       return "copy";
     case LinkKind::kIssue:
       return "issue";
+    case LinkKind::kRegion:
+      return "region";
   }
   return "?";
 }
@@ -301,8 +316,9 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
     const Region region = plan.region(op);
     const double bytes = static_cast<double>(region.numElements()) * dtypeSize(op.dst_dtype);
     const int64_t messages = spec.rows_are_messages ? region.count[1] * region.count[2] : 1;
-    links.addTransfer({Role::kTrainer, op.src_rank}, {Role::kRollout, op.dst_rank}, bytes,
-                      messages);
+    const int elem = static_cast<int>(dtypeSize(op.dst_dtype));
+    links.addTransfer({Role::kTrainer, op.src_rank}, {Role::kRollout, op.dst_rank}, bytes, messages,
+                      deltaWireShare(spec.changed_share, elem, spec.delta_chunk_bytes));
     p.bytes_delivered += bytes;
   }
   double latency = 0;
@@ -317,6 +333,7 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
   if (links.overNetwork() > 0) latency = std::max(latency, spec.network_latency_us * 1e-6);
   links.finish(&p);
   p.bytes_over_network = links.overNetwork();
+  p.bytes_over_network_dense = links.overNetworkDense();
   p.bytes_within_nodes = links.withinNodes();
   p.messages = links.messages();
   if (!p.links.empty()) {

@@ -10,6 +10,9 @@
 //    the receiver's PCIe (device memory); the fabric between NICs is non-blocking;
 //  - the same node: device memory the sender's NVLink out and the receiver's NVLink in; host
 //    memory the sending process's memcpy.
+// With ClusterSpec::changed_share >= 0, a write op that crosses the network carries
+// deltaWireShare() of its bytes (delta versions); with region_link_gbit > 0 every trainer ->
+// rollout network byte also crosses the one region link.
 // Write ops go sender -> receiver; a broadcast group goes along its algorithm's edges (a ring over
 // the sender then the receivers in rank order, or a binomial tree). Each sender also has an
 // "issue" link whose time is its message count times spec.message_overhead_us.
@@ -40,9 +43,10 @@ enum class LinkKind : uint8_t {
   kNvlinkTx,
   kNvlinkRx,
   kCopy,
-  kIssue
+  kIssue,
+  kRegion  // the one link between two regions (ClusterSpec::region_link_gbit)
 };
-const char* linkKindName(LinkKind kind);  // "nic_tx", "nic_rx", "pcie_tx", ... "issue"
+const char* linkKindName(LinkKind kind);  // "nic_tx", "nic_rx", "pcie_tx", ... "issue", "region"
 
 struct LinkLoad {
   std::string name;  // e.g. "rollout-node3/nic5/rx", "trainer17/pcie/tx", "trainer17/issue"
@@ -63,9 +67,10 @@ struct Prediction {
   std::string bottleneck_link;
   std::string busiest_rank;  // "trainer 3" / "rollout 17": the most bytes sent or received
   double busiest_rank_bytes = 0;
-  double bytes_delivered = 0;     // into rollout buffers (every receiver counted)
-  double bytes_over_network = 0;  // crossing NICs (each hop once)
-  double bytes_within_nodes = 0;  // NVLink / memcpy
+  double bytes_delivered = 0;           // into rollout buffers (every receiver counted)
+  double bytes_over_network = 0;        // crossing NICs (each hop once; delta-encoded when enabled)
+  double bytes_over_network_dense = 0;  // the same transfers without delta encoding
+  double bytes_within_nodes = 0;        // NVLink / memcpy
   int64_t messages = 0;
   // The least busy NIC's time over the busiest's, among trainer NICs out and rollout NICs in
   // (1: every NIC equally busy; 0: some NIC idle).

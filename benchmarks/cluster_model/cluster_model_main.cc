@@ -42,7 +42,7 @@ void printLinks(const Prediction& p, int limit) {
 // The slowest link of each kind, for the JSON line.
 std::string slowestPerKind(const Prediction& p) {
   std::string out = "{";
-  for (int k = 0; k <= static_cast<int>(LinkKind::kIssue); ++k) {
+  for (int k = 0; k <= static_cast<int>(LinkKind::kRegion); ++k) {
     for (const LinkLoad& l : p.links) {  // slowest first
       if (static_cast<int>(l.kind) != k) continue;
       char buf[256];
@@ -65,7 +65,8 @@ void printJson(const ModelSpec& model_spec, const std::string& layout, const Clu
       "\"write_ops\":%zu,\"messages\":%lld,\"predicted_seconds\":%.6f,"
       "\"bandwidth_seconds\":%.6f,\"latency_seconds\":%.6f,\"control_seconds\":%.6f,"
       "\"bottleneck_link\":%s,\"busiest_rank\":%s,\"busiest_rank_bytes\":%.0f,"
-      "\"bytes_delivered\":%.0f,\"bytes_over_network\":%.0f,\"bytes_within_nodes\":%.0f,"
+      "\"bytes_delivered\":%.0f,\"bytes_over_network\":%.0f,\"bytes_over_network_dense\":%.0f,"
+      "\"changed_share\":%.6f,\"region_link_gbit\":%.6g,\"bytes_within_nodes\":%.0f,"
       "\"sender_imbalance\":%.6f,\"trainer_nic_balance\":%.6f,\"rollout_nic_balance\":%.6f,"
       "\"slowest_per_kind\":%s}\n",
       jsonString(model_spec.config().name).c_str(), jsonString(layout).c_str(),
@@ -75,6 +76,7 @@ void printJson(const ModelSpec& model_spec, const std::string& layout, const Clu
       pred.bandwidth_seconds, pred.latency_seconds, pred.control_seconds,
       jsonString(pred.bottleneck_link).c_str(), jsonString(pred.busiest_rank).c_str(),
       pred.busiest_rank_bytes, pred.bytes_delivered, pred.bytes_over_network,
+      pred.bytes_over_network_dense, cluster.changed_share, cluster.region_link_gbit,
       pred.bytes_within_nodes, plan_ref.stats.senderImbalance(), pred.trainer_nic_balance,
       pred.rollout_nic_balance, slowestPerKind(pred).c_str());
 }
@@ -144,6 +146,13 @@ int run(int argc, char** argv) {
       "plan       %zu broadcast groups, %zu write ops, %.6g bytes delivered, sender "
       "imbalance %.4f\n",
       plan->groups.size(), plan->writes.size(), p->bytes_delivered, plan->stats.senderImbalance());
+  if (spec->changed_share >= 0 || spec->region_link_gbit > 0)
+    std::printf(
+        "delta      changed share %g: %.6g bytes over the network against %.6g dense (%.4f); "
+        "region link %g Gbit/s\n",
+        spec->changed_share, p->bytes_over_network, p->bytes_over_network_dense,
+        p->bytes_over_network_dense > 0 ? p->bytes_over_network / p->bytes_over_network_dense : 1.0,
+        spec->region_link_gbit);
   printLinks(*p, args["links"].as<int>());
   std::printf("predicted  %.4f s = slowest link %.4f s (%s) + latency %.6f s + control %.6f s\n",
               p->predicted_seconds, p->bandwidth_seconds, p->bottleneck_link.c_str(),

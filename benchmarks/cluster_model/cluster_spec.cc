@@ -1,6 +1,8 @@
 #include "cluster_spec.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -72,9 +74,9 @@ bool applyKey(const std::string& key, const std::string& value, ClusterSpec* s) 
     (ranks ? s->rollout.ranks_per_node : s->rollout.nics_per_node) = static_cast<int>(n);
     return true;
   }
-  if (key == "broadcast_chunk_bytes") {
+  if (key == "broadcast_chunk_bytes" || key == "delta_chunk_bytes") {
     if (!parseInt(value, &n) || n <= 0) return false;
-    s->broadcast_chunk_bytes = n;
+    (key == "delta_chunk_bytes" ? s->delta_chunk_bytes : s->broadcast_chunk_bytes) = n;
     return true;
   }
   // Real keys: rates must be > 0, latencies >= 0.
@@ -96,6 +98,16 @@ bool applyKey(const std::string& key, const std::string& value, ClusterSpec* s) 
       {"message_overhead_us", &s->message_overhead_us, false},
       {"control_ms", &s->control_ms, false},
   };
+  if (key == "changed_share") {  // < 0: dense; else a share in [0, 1]
+    if (d > 1) return false;
+    s->changed_share = d < 0 ? -1 : d;
+    return true;
+  }
+  if (key == "region_link_gbit") {  // 0: one region
+    if (d < 0) return false;
+    s->region_link_gbit = d;
+    return true;
+  }
   if (key == "nic_gbit") {
     if (d <= 0) return false;
     s->trainer.nic_gbit = s->rollout.nic_gbit = d;
@@ -165,8 +177,20 @@ std::string formatClusterSpec(const ClusterSpec& s) {
     << "control_ms = " << s.control_ms << "\n"
     << "rows_are_messages = " << (s.rows_are_messages ? "true" : "false") << "\n"
     << "broadcast = " << (s.broadcast == BroadcastAlgorithm::kRing ? "ring" : "binomial") << "\n"
-    << "broadcast_chunk_bytes = " << s.broadcast_chunk_bytes << "\n";
+    << "broadcast_chunk_bytes = " << s.broadcast_chunk_bytes << "\n"
+    << "changed_share = " << s.changed_share << "\n"
+    << "delta_chunk_bytes = " << s.delta_chunk_bytes << "\n"
+    << "region_link_gbit = " << s.region_link_gbit << "\n";
   return o.str();
+}
+
+double deltaWireShare(double changed_share, int elem_bytes, int64_t chunk_bytes) {
+  if (changed_share < 0) return 1.0;
+  const double e = elem_bytes;
+  const double n = std::max<double>(1.0, std::floor(static_cast<double>(chunk_bytes) / e));
+  const double c = n * changed_share;
+  const double dense = n * e, bitmap = std::ceil(n / 8.0) + c * e, index = c * (2.0 + e);
+  return (std::min({dense, bitmap, index}) + 4.0) / dense;
 }
 
 }  // namespace wsync::cluster

@@ -48,7 +48,24 @@ struct ClusterSpec {
   bool rows_are_messages = false;  // a strided region is posted one row per message
   BroadcastAlgorithm broadcast = BroadcastAlgorithm::kRing;
   int64_t broadcast_chunk_bytes = int64_t{4} << 20;  // ring pipeline chunk
+  // Delta versions (issue 22): the share of elements that differ from the version each replica
+  // holds; a write op that crosses the network then carries its delta encoding (per chunk of
+  // delta_chunk_bytes the smallest of dense, bitmap + changed values, index list + changed values:
+  // deltaWireShare). < 0: every version dense. Broadcast groups and writes inside a node stay
+  // dense.
+  double changed_share = -1;
+  int64_t delta_chunk_bytes = 4096;
+  // Two regions: > 0 puts the trainer nodes in one region and the rollout nodes in another, joined
+  // by one link of this rate (Gbit/s per direction) that every trainer -> rollout network byte
+  // crosses (the "region" link). 0: one region (a non-blocking fabric between all NICs).
+  double region_link_gbit = 0;
 };
+
+// The delta encoding's bytes over the dense bytes for elements of `elem_bytes` that change
+// independently with probability `changed_share`, in chunks of `chunk_bytes`: per chunk of n
+// elements with c = n * share changed, min(n * e, ceil(n / 8) + c * e, c * (2 + e)) + a 4-byte
+// header, over n * e (the cost model of benchmarks/delta/changed_share.py's best-per-chunk).
+double deltaWireShare(double changed_share, int elem_bytes, int64_t chunk_bytes);
 
 // Parses the text format above into `spec` (keys not given keep their current value).
 // INVALID_ARGUMENT names the line number and the key or value at fault.

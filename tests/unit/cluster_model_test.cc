@@ -203,11 +203,50 @@ TEST(ClusterModel, MemoryKindsMustMatchThePlan) {
   EXPECT_NE(p.status().message().find("plan has 2"), std::string::npos);
 }
 
+TEST(ClusterModel, DeltaWireShareIsTheSmallestEncodingPerChunk) {
+  // 4096-byte chunks of bf16 (2048 elements, 4096 dense bytes, 4-byte header):
+  EXPECT_DOUBLE_EQ(deltaWireShare(-1, 2, 4096), 1.0);                                 // off: dense
+  EXPECT_DOUBLE_EQ(deltaWireShare(0.0, 2, 4096), 4.0 / 4096);                         // header only
+  EXPECT_DOUBLE_EQ(deltaWireShare(0.01, 2, 4096), (2048 * 0.01 * 4 + 4) / 4096);      // index list
+  EXPECT_DOUBLE_EQ(deltaWireShare(0.2, 2, 4096), (256 + 2048 * 0.2 * 2 + 4) / 4096);  // bitmap
+  EXPECT_DOUBLE_EQ(deltaWireShare(1.0, 2, 4096), (4096 + 4.0) / 4096);  // dense + header
+}
+
+TEST(ClusterModel, DeltaVersionsShrinkOnlyNetworkBytes) {
+  // Trainer 0 -> rollout 0 across nodes, 500 M bf16 = 1 GB; 1% changed: index lists of 4 bytes per
+  // changed element plus a 4-byte header per 4 KiB chunk.
+  ClusterSpec spec = simpleSpec();
+  spec.changed_share = 0.01;
+  const Plan plan = planOf(1, 1, {write(0, 0, 500'000'000, DType::kBFloat16)});
+  Result<Prediction> p = predictSync(plan, hostRanks(1), hostRanks(1), spec);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  const double share = deltaWireShare(0.01, 2, 4096);
+  EXPECT_DOUBLE_EQ(p->bytes_over_network_dense, 1e9);
+  EXPECT_DOUBLE_EQ(p->bytes_over_network, 1e9 * share);
+  EXPECT_DOUBLE_EQ(p->bytes_delivered, 1e9);  // the rollout still holds the whole version
+  EXPECT_DOUBLE_EQ(p->predicted_seconds, share);
+}
+
+TEST(ClusterModel, TwoRegionsShareOneLinkThatBecomesTheBottleneck) {
+  // Two trainers on two nodes send 1 GB each to two rollouts on two nodes: every NIC carries 1 GB
+  // (1 s), the one 8 Gbit/s region link carries 2 GB (2 s).
+  ClusterSpec spec = simpleSpec();
+  spec.region_link_gbit = 8;
+  const Plan plan = planOf(2, 2, {write(0, 0, 250'000'000), write(1, 1, 250'000'000)});
+  Result<Prediction> p = predictSync(plan, hostRanks(2), hostRanks(2), spec);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  EXPECT_EQ(p->bottleneck_link, "region-link");
+  EXPECT_DOUBLE_EQ(p->predicted_seconds, 2.0);
+  ASSERT_NE(findLink(*p, "region-link"), nullptr);
+  EXPECT_EQ(findLink(*p, "region-link")->kind, LinkKind::kRegion);
+}
+
 TEST(ClusterSpecText, ParsesKeysCommentsAndRoundTrips) {
   ClusterSpec s;
   ASSERT_TRUE(parseClusterSpec("# a comment\nname = test  # trailing\ngpus_per_node = 4\n"
                                "nic_gbit = 200\nrollout_nics_per_node = 2\n"
-                               "broadcast = binomial\nrows_are_messages = true\n",
+                               "broadcast = binomial\nrows_are_messages = true\n"
+                               "changed_share = 0.02\nregion_link_gbit = 100\n",
                                &s)
                   .isOk());
   EXPECT_EQ(s.name, "test");
@@ -218,6 +257,8 @@ TEST(ClusterSpecText, ParsesKeysCommentsAndRoundTrips) {
   EXPECT_DOUBLE_EQ(s.trainer.nic_gbit, 200);
   EXPECT_EQ(s.broadcast, BroadcastAlgorithm::kBinomial);
   EXPECT_TRUE(s.rows_are_messages);
+  EXPECT_DOUBLE_EQ(s.changed_share, 0.02);
+  EXPECT_DOUBLE_EQ(s.region_link_gbit, 100);
   ClusterSpec again;
   ASSERT_TRUE(parseClusterSpec(formatClusterSpec(s), &again).isOk());
   EXPECT_EQ(formatClusterSpec(again), formatClusterSpec(s));

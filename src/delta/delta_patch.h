@@ -1,0 +1,77 @@
+// Delta patches (issue 22): the elements of a region that differ between a base version and the
+// next one, encoded per chunk in whichever of four forms is smallest, so that only what changed
+// crosses the network; the receiver rebuilds the next version from its base plus the patch.
+//
+// A region is `num_elements` elements of `elem_bytes` (1, 2, 4 or 8) bytes, compared bit for bit
+// (so -0.0 vs 0.0 and NaN payloads count as changes: the result is exact). It is cut into chunks
+// of `chunk_elements` (1 .. 65536; the last may be shorter). Each chunk is one of:
+//   kSame    nothing changed                      payload: none
+//   kDense   the whole chunk                      payload: len * e bytes
+//   kBitmap  a bit per element + changed values   payload: ceil(len / 8) bytes, then count * e
+//   kIndex   16-bit indices + changed values      payload: count * 2 bytes, then count * e
+// Wire format (little-endian), all offsets derivable, so a GPU can decode chunks in parallel:
+//   header   24 bytes: u32 magic "WSDP", u8 version (1), u8 elem_bytes, u16 0, u32
+//            chunk_elements, u32 num_chunks, u64 num_elements
+//   table    num_chunks x u32: kind << 30 | count (count: changed elements; len for kDense)
+//   payload  each chunk's payload in chunk order, no padding
+// The decoder checks every field against the region it is applied to and the patch's length
+// (kBitmap: popcount == count; kIndex: indices strictly increasing and < len) and returns
+// WSYNC_ERR_PROTOCOL naming the chunk, before it writes anything.
+// Thread-safety: pure functions; `out` is written only by applyPatch, only after validation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace wsync::delta {
+
+enum class ChunkKind : uint8_t { kSame = 0, kDense = 1, kBitmap = 2, kIndex = 3 };
+
+inline constexpr uint32_t kPatchMagic = 0x50445357;  // "WSDP"
+inline constexpr uint8_t kPatchVersion = 1;
+inline constexpr size_t kPatchHeaderBytes = 24;
+inline constexpr int64_t kMaxChunkElements = 65536;
+inline constexpr int64_t kDefaultChunkBytes = 4096;
+
+// The shape of a patched region; both sides derive it from the plan.
+struct PatchShape {
+  int64_t num_elements = 0;
+  int elem_bytes = 2;
+  int64_t chunk_elements = kDefaultChunkBytes / 2;
+  int64_t numChunks() const {
+    return chunk_elements > 0 ? (num_elements + chunk_elements - 1) / chunk_elements : 0;
+  }
+};
+
+// The shape for `chunk_bytes` per chunk (clamped to 1 .. kMaxChunkElements elements).
+PatchShape shapeFor(int64_t num_elements, int elem_bytes, int64_t chunk_bytes = kDefaultChunkBytes);
+
+// What one encode produced.
+struct PatchStats {
+  int64_t dense_bytes = 0;  // num_elements * elem_bytes
+  int64_t patch_bytes = 0;  // header + table + payload
+  int64_t changed_elements = 0;
+  int64_t chunks[4] = {0, 0, 0, 0};  // per ChunkKind
+};
+
+// The largest patch any pair of versions of `shape` can produce (every chunk dense): the size of a
+// receive area that always fits.
+int64_t maxPatchBytes(const PatchShape& shape);
+
+// Encodes `next` against `base` (each shape.num_elements elements) into `out` (replaced).
+// INVALID_ARGUMENT for a bad shape (elem_bytes not 1/2/4/8, chunk_elements out of range).
+Status encodePatch(const PatchShape& shape, const void* base, const void* next,
+                   std::vector<uint8_t>* out, PatchStats* stats = nullptr);
+
+// Checks `patch` against `shape` without applying it (PROTOCOL naming the chunk or field).
+Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch_bytes);
+
+// out = base with `patch` applied (shape.num_elements elements each). `out` may equal `base` (in
+// place) but must not otherwise overlap it. Validates first: on error nothing is written.
+Status applyPatch(const PatchShape& shape, const uint8_t* patch, size_t patch_bytes,
+                  const void* base, void* out);
+
+}  // namespace wsync::delta

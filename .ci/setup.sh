@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what wsync needs on a fresh Debian 12 / Ubuntu 24.04 machine (as root) and builds it.
 # Usage: .ci/setup.sh [build-dir] [extra cmake args...]   (default build dir: build)
+# WSYNC_BUILD_TARGETS="t1 t2 ...": build only these targets (and what they need) instead of all of
+# them; e.g. trainer_integration/run_demo.sh builds just the two demo programs and the library.
 # Idempotent: packages already present are not reinstalled; the build is incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +26,10 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+targets=()
+read -r -a targets <<<"${WSYNC_BUILD_TARGETS:-}"
+if [ ${#targets[@]} -gt 0 ]; then
+  cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}"
+else
+  cmake --build "$build_dir" -j "$(nproc)"
+fi

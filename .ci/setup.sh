@@ -9,11 +9,26 @@ cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 shift || true
 
+targets=()
+read -r -a targets <<<"${WSYNC_BUILD_TARGETS:-}"
+
 packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libucx-dev ucx-utils
-          libeigen3-dev libcxxopts-dev libgtest-dev libgmock-dev libcpp-httplib-dev)
+          libeigen3-dev libcxxopts-dev libcpp-httplib-dev)
+test_packages=(libgtest-dev libgmock-dev)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+# A full build configures and builds the tests (GoogleTest installed here). A build of chosen
+# targets (the demo) does not need GoogleTest: the tests are configured only where it is installed.
+tests=ON
+if [ ${#targets[@]} -eq 0 ]; then
+  packages+=("${test_packages[@]}")
+else
+  for p in "${test_packages[@]}"; do
+    installed "$p" || tests=OFF
+  done
+fi
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
@@ -25,9 +40,8 @@ fi
 # mpirun as root (CI and these machines run as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-targets=()
-read -r -a targets <<<"${WSYNC_BUILD_TARGETS:-}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_BUILD_TESTS=$tests "$@" \
+  >/dev/null
 if [ ${#targets[@]} -gt 0 ]; then
   cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}"
 else

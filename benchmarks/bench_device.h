@@ -1,6 +1,6 @@
 // Device-memory helpers of wsync-sync-bench (CUDA runtime API): allocations, a stream, timed
 // device-to-device copies, and the kernels that fill trainer buffers with the demo policy's
-// checkable values (trainer_integration/demo_policy.h, expectedValue) and count the elements of
+// checkable values (src/models/demo_policy.h, expectedValue) and count the elements of
 // rollout buffers that differ from them, on the device.
 //
 // bench_device.cu implements it in a CUDA build; bench_device_none.cc in a build without CUDA,

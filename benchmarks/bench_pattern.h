@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench_device.h"
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
 
 namespace wsync_bench {
 

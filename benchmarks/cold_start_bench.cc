@@ -34,8 +34,8 @@
 #include "bench_pattern.h"
 #include "cold_start_bench.h"
 #include "coordinator/coordinator.h"
+#include "models/demo_policy.h"
 #include "safetensors_io.h"
-#include "trainer_integration/demo_policy.h"
 #include "wsync/wsync.h"
 
 namespace wsync_bench {

@@ -11,8 +11,8 @@
 
 #include "bench_device.h"
 #include "cold_start_bench.h"
+#include "models/demo_policy.h"
 #include "safetensors_io.h"
-#include "trainer_integration/demo_policy.h"
 
 namespace wsync_bench {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
 #include "wsync/wsync.h"
 
 namespace wsync_bench {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "bench_device.h"
+#include "models/demo_policy.h"
 #include "sync_bench_args.h"
 #include "sync_bench_model.h"
-#include "trainer_integration/demo_policy.h"
 
 namespace wsync_bench {
 

@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/demo_policy.h"
 #include "sync_bench_args.h"
 #include "sync_bench_common.h"
 #include "sync_bench_memory.h"
-#include "trainer_integration/demo_policy.h"
 
 namespace wsync_bench {
 

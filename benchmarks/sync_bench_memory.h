@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "bench_device.h"
+#include "models/demo_policy.h"
 #include "sync_bench_args.h"
 #include "sync_bench_common.h"
 #include "sync_bench_limits.h"
 #include "sync_bench_model.h"
-#include "trainer_integration/demo_policy.h"
 
 namespace wsync_bench {
 

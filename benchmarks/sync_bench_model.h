@@ -1,5 +1,5 @@
 // wsync-sync-bench: the model and its layouts. The model is the demo policy
-// (trainer_integration/demo_policy.h) with the real Llama-3-8B names and shapes (--model
+// (src/models/demo_policy.h) with the real Llama-3-8B names and shapes (--model
 // llama3-8b) or scaled to about --bytes. Trainers hold it FSDP-like (Shard(0) over the trainers);
 // rollouts form --replicas replicas of TP = rollouts / replicas in the --layout asked for.
 #pragma once
@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/demo_policy.h"
 #include "sync_bench_args.h"
-#include "trainer_integration/demo_policy.h"
 
 namespace wsync_bench {
 

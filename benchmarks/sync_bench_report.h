@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "models/demo_policy.h"
 #include "sync_bench_args.h"
 #include "sync_bench_common.h"
 #include "sync_bench_limits.h"
 #include "sync_bench_loop.h"
 #include "sync_bench_model.h"
-#include "trainer_integration/demo_policy.h"
 
 namespace wsync_bench {
 

@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "models/demo_policy.h"
 #include "trainer_integration/demo_device.h"
 #include "trainer_integration/demo_job.h"
 #include "trainer_integration/demo_main.h"
-#include "trainer_integration/demo_policy.h"
 #include "trainer_integration/demo_report.h"
 #include "wsync/wsync.h"
 

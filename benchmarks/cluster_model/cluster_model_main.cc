@@ -1,5 +1,5 @@
 // wsync-cluster-model: the predicted sync time of a model's weight sync on a cluster. Builds the
-// trainer and rollout registrations of the model and layouts (benchmarks/model_layouts.h), plans
+// trainer and rollout registrations of the model and layouts (src/models/model_layouts.h), plans
 // them with makePlan (the coordinator's call), places the ranks on the nodes of --cluster and
 // predicts each link's time (cluster_model.h). Prints the setup, one line per link (slowest first,
 // --links of them), and as its LAST line one JSON object (docs/cluster_model.md lists the keys).

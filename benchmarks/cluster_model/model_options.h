@@ -1,7 +1,7 @@
 // Command-line model choice shared by wsync-cluster-model and wsync-cluster-rank: a zoo model
 // (--model llama3-8b | qwen3-30b-a3b | kimi-k2) or a small llama-style model sized by flags
 // (--model custom --hidden --layers --ffn --vocab --heads --kv-heads), plus the layout flags of
-// benchmarks/model_layouts.h and --memory host|device for both roles.
+// src/models/model_layouts.h and --memory host|device for both roles.
 // Thread-safety: pure functions.
 #pragma once
 

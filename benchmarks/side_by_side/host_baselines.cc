@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
 
 namespace {
 

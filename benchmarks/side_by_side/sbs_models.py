@@ -1,6 +1,6 @@
 """Tensor lists of the side-by-side benchmark: the same lists as wsync-sync-bench's.
 
-`llama3_8b(scale)` is trainer_integration/demo_policy.cc's policyTensors(llama3_8b()) (291 tensors,
+`llama3_8b(scale)` is src/models/demo_policy.cc's policyTensors(llama3_8b()) (291 tensors,
 8,030,261,248 parameters) with the number of layers scaled by `scale` (at least one layer); scale 1
 is exactly wsync's `--model llama3-8b`. `generic(nbytes, element_bytes)` is policyShapeForBytes as
 wsync-sync-bench's `--model generic --bytes N` builds it for a trainer dtype of `element_bytes`.

@@ -46,27 +46,20 @@ struct Elem<DType::kFloat16> {
   __device__ static float toFloat(T x) { return __half2float(__ushort_as_half(x)); }
   __device__ static T fromFloat(float f) { return __half_as_ushort(__float2half_rn(f)); }
 };
-template <>
-struct Elem<DType::kFloat8E4M3> {
-  using T = __nv_fp8_storage_t;
-  // Every e4m3 value is exact in half, and every half in float.
-  __device__ static float toFloat(T x) {
-    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
-  }
-  __device__ static T fromFloat(float f) {
-    return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
-  }
-};
-template <>
-struct Elem<DType::kFloat8E5M2> {
+// The fp8 formats (kind: __NV_E4M3 or __NV_E5M2). Every fp8 value is exact in half, and every
+// half in float; to fp8, round to nearest, saturating to the largest finite value.
+template <__nv_fp8_interpretation_t kKind>
+struct Fp8Elem {
   using T = __nv_fp8_storage_t;
   __device__ static float toFloat(T x) {
-    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E5M2)));
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, kKind)));
   }
-  __device__ static T fromFloat(float f) {
-    return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
-  }
+  __device__ static T fromFloat(float f) { return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, kKind); }
 };
+template <>
+struct Elem<DType::kFloat8E4M3> : Fp8Elem<__NV_E4M3> {};
+template <>
+struct Elem<DType::kFloat8E5M2> : Fp8Elem<__NV_E5M2> {};
 
 constexpr bool isFloat8(DType t) {
   return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2;

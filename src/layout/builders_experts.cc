@@ -39,6 +39,20 @@ Result<IndexRange> localExperts(const char* fn, const std::string& name_template
   return splitRange(num_experts, ep_size, ep_rank, SplitRule::kBalanced);
 }
 
+// Declares the tensors of the experts in `local` into ids (ids[j]: expert local.begin + j), all
+// of shape expert_shape; nothing stays declared on failure.
+Status declareExperts(Registration& reg, const char* fn, const std::string& name_template,
+                      const Dims& expert_shape, IndexRange local, IdList& ids) {
+  std::string name;
+  return declareAll(
+      reg, fn, static_cast<size_t>(local.size),
+      [&](size_t j) -> const std::string& {
+        name = expertName(name_template, static_cast<int>(local.begin + static_cast<int64_t>(j)));
+        return name;
+      },
+      [&](size_t) -> const Dims& { return expert_shape; }, ids);
+}
+
 }  // namespace
 
 std::string expertName(const std::string& name_template, int expert) {
@@ -76,14 +90,7 @@ Result<int32_t> addStackedExperts(Registration& reg, const std::string& buffer_n
   }
   const auto n = static_cast<size_t>(local.size);
   IdList ids(n);
-  std::string name;
-  WSYNC_RETURN_IF_ERROR(declareAll(
-      reg, kFn, n,
-      [&](size_t j) -> const std::string& {
-        name = expertName(name_template, static_cast<int>(local.begin + static_cast<int64_t>(j)));
-        return name;
-      },
-      [&](size_t) -> const Dims& { return expert_shape; }, ids));
+  WSYNC_RETURN_IF_ERROR(declareExperts(reg, kFn, name_template, expert_shape, local, ids));
   const Dims strides = rowMajorStrides(expert_shape);
   PieceList pieces(n);
   for (size_t j = 0; j < n; ++j) {
@@ -110,14 +117,7 @@ Result<int32_t> addSeparateExperts(Registration& reg, const std::string& name_te
   }
   const auto n = static_cast<size_t>(local.size);
   IdList ids(n);
-  std::string name;
-  WSYNC_RETURN_IF_ERROR(declareAll(
-      reg, kFn, n,
-      [&](size_t j) -> const std::string& {
-        name = expertName(name_template, static_cast<int>(local.begin + static_cast<int64_t>(j)));
-        return name;
-      },
-      [&](size_t) -> const Dims& { return expert_shape; }, ids));
+  WSYNC_RETURN_IF_ERROR(declareExperts(reg, kFn, name_template, expert_shape, local, ids));
   const auto first = static_cast<int32_t>(reg.buffers.size());
   const Dims strides = rowMajorStrides(expert_shape);
   const int64_t volume = expert_shape.product();

@@ -23,15 +23,9 @@ PieceList::PieceList(const PieceList& other) {
   size_ = other.size_;
 }
 
-PieceList::PieceList(PieceList&& other) noexcept : size_(other.size_), capacity_(other.capacity_) {
-  if (other.onHeap()) {
-    store_.many = other.store_.many;
-    other.store_.many = nullptr;
-    other.capacity_ = 1;
-  } else if (other.size_ == 1) {
-    std::construct_at(&store_.one, other.store_.one);
-  }
-  other.size_ = 0;
+// An empty list (inline, capacity 1) holds nothing to free: the move assignment does the move.
+PieceList::PieceList(PieceList&& other) noexcept {
+  *this = std::move(other);
 }
 
 PieceList& PieceList::operator=(const PieceList& other) {

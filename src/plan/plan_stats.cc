@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
 #include "plan/plan.h"
@@ -16,6 +17,18 @@ double PlanStats::senderImbalance() const {
 
 // ---- compact write regions -------------------------------------------------------------------
 
+namespace {
+
+// Copies the counts and strides (the shape) between a Region and a RegionShape.
+template <typename From, typename To>
+void copyShape(const From& from, To& to) {
+  std::copy(std::begin(from.count), std::end(from.count), std::begin(to.count));
+  std::copy(std::begin(from.src_stride), std::end(from.src_stride), std::begin(to.src_stride));
+  std::copy(std::begin(from.dst_stride), std::end(from.dst_stride), std::begin(to.dst_stride));
+}
+
+}  // namespace
+
 bool RegionShape::oneD() const {
   return count[0] >= 0 && count[1] == 1 && count[2] == 1 && src_stride[0] == 0 &&
          src_stride[1] == 0 && dst_stride[0] == 0 && dst_stride[1] == 0;
@@ -29,13 +42,7 @@ Region regionOf(const WriteOp& op, const std::vector<RegionShape>& shapes) {
     r.count[0] = op.run;
     return r;
   }
-  const RegionShape& s = shapes[static_cast<size_t>(op.shapeIndex())];
-  for (int k = 0; k < 3; ++k)
-    r.count[k] = s.count[k];
-  for (int k = 0; k < 2; ++k) {
-    r.src_stride[k] = s.src_stride[k];
-    r.dst_stride[k] = s.dst_stride[k];
-  }
+  copyShape(shapes[static_cast<size_t>(op.shapeIndex())], r);
   return r;
 }
 
@@ -49,12 +56,7 @@ namespace {
 
 RegionShape shapeOf(const Region& region) {
   RegionShape s;
-  for (int k = 0; k < 3; ++k)
-    s.count[k] = region.count[k];
-  for (int k = 0; k < 2; ++k) {
-    s.src_stride[k] = region.src_stride[k];
-    s.dst_stride[k] = region.dst_stride[k];
-  }
+  copyShape(region, s);
   return s;
 }
 

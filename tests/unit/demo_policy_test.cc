@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
 
 namespace {
 

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
+#include "support/explicit_job.h"
 #include "wsync/wsync.h"
 
 namespace {
@@ -37,17 +38,8 @@ Job startCoordinator(int trainers, int rollouts, int timeout_ms) {
 
 wsync_config_t explicitConfig(const Job& job, wsync_role_t role, int rank, int trainers,
                               int rollouts) {
-  wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
-  cfg.role = role;
-  cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
-  cfg.rank = rank;
-  cfg.num_trainers = trainers;
-  cfg.num_rollouts = rollouts;
-  cfg.replica = role == WSYNC_ROLE_ROLLOUT ? rank : -1;  // one-rank replicas
-  cfg.coordinator_address = job.address.c_str();
-  cfg.secret = kSecret;
-  cfg.timeout_ms = 20000;
-  return cfg;
+  const int replica = role == WSYNC_ROLE_ROLLOUT ? rank : -1;  // one-rank replicas
+  return wsync_test::explicitConfig(job.address, kSecret, role, rank, replica, trainers, rollouts);
 }
 
 TEST(ExplicitJob, EveryVersionArrivesBitForBit) {

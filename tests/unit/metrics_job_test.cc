@@ -15,6 +15,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
 #include "coordinator/metrics_http.h"
+#include "support/explicit_job.h"
 #include "wsync/wsync.h"
 
 namespace {
@@ -36,17 +37,8 @@ double sampleOf(const std::string& text, const std::string& name) {
 }
 
 wsync_config_t explicitConfig(const std::string& address, wsync_role_t role, int rank) {
-  wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
-  cfg.role = role;
-  cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
-  cfg.rank = rank;
-  cfg.num_trainers = kTrainers;
-  cfg.num_rollouts = kRollouts;
-  cfg.replica = role == WSYNC_ROLE_ROLLOUT ? rank : -1;
-  cfg.coordinator_address = address.c_str();
-  cfg.secret = kSecret;
-  cfg.timeout_ms = 20000;
-  return cfg;
+  const int replica = role == WSYNC_ROLE_ROLLOUT ? rank : -1;
+  return wsync_test::explicitConfig(address, kSecret, role, rank, replica, kTrainers, kRollouts);
 }
 
 // Registers "w" [kRows, kCols]: trainer t holds rows [t * kRows / 2, ...); rollouts want it whole.

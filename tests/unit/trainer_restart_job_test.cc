@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
+#include "support/explicit_job.h"
 #include "wsync/wsync.h"
 
 namespace {
@@ -72,17 +73,7 @@ wsync_demo::PolicyShape smallPolicy(int hidden = 64) {
 }
 
 wsync_config_t config(const Job& job, wsync_role_t role, int rank, int replica, int rollouts = 1) {
-  wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;
-  cfg.role = role;
-  cfg.bootstrap = WSYNC_BOOTSTRAP_EXPLICIT;
-  cfg.rank = rank;
-  cfg.num_trainers = 1;
-  cfg.num_rollouts = rollouts;
-  cfg.replica = replica;
-  cfg.coordinator_address = job.address.c_str();
-  cfg.secret = kSecret;
-  cfg.timeout_ms = 20000;
-  return cfg;
+  return wsync_test::explicitConfig(job.address, kSecret, role, rank, replica, 1, rollouts);
 }
 
 // The trainer: publishes versions; lose() drops its connection without goodbye (as a crash does).

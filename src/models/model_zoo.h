@@ -1,5 +1,5 @@
 // Model zoo: the parameter tables of real models (Hugging Face tensor names and global shapes),
-// tagged by kind so that layouts (benchmarks/model_layouts.h) can place each tensor the way real
+// tagged by kind so that layouts (src/models/model_layouts.h) can place each tensor the way real
 // trainers and inference engines do. Only metadata: no weights are allocated.
 // Thread-safety: all functions are pure; a ModelSpec is immutable after makeModel().
 #pragma once

@@ -1,4 +1,4 @@
-#include "trainer_integration/demo_policy.h"
+#include "models/demo_policy.h"
 
 #include <mpi.h>
 
@@ -200,9 +200,11 @@ std::vector<BufferSpec> rolloutLayout(const std::vector<TensorSpec>& tensors, Ro
     const TensorSpec& spec = tensors[t];
     const int ti = static_cast<int>(t);
     const auto has = [&](const char* s) { return spec.name.find(s) != std::string::npos; };
-    if (layout == RolloutLayout::kMatch) {
+    if (layout == RolloutLayout::kMatch) {  // every tensor split along dim 0
       buffers.push_back(splitBuffer(tensors, ti, 0, tp, tp_rank));
-    } else if (layout == RolloutLayout::kDiffer) {
+      continue;
+    }
+    if (layout == RolloutLayout::kDiffer) {
       if (spec.shape.size() == 1) {
         buffers.push_back(boxBuffer(spec.name, ti, {0}, spec.shape));  // replicated
       } else {

@@ -1,6 +1,6 @@
 // Model layouts: the Registrations that real trainers (FSDP2 / TP / PP / EP) and inference engines
 // (vLLM-style TP with fused qkv / gate_up, EP with stacked experts, DP attention) would send to the
-// coordinator for a zoo model (benchmarks/model_zoo.h). Built with the layout builders
+// coordinator for a zoo model (src/models/model_zoo.h). Built with the layout builders
 // (src/layout/builders.h). Used by the planner benchmark, the sync benchmark and the demo.
 // Thread-safety: pure functions; distinct calls may run on distinct threads.
 #pragma once

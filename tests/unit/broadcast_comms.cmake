@@ -1,1 +1,0 @@
-wsync_add_unit_test(wsync_broadcast_comms_test ${CMAKE_CURRENT_LIST_DIR}/broadcast_comms_test.cc)

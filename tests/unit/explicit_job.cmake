@@ -1,2 +1,0 @@
-wsync_add_unit_test(wsync_explicit_job_test ${CMAKE_CURRENT_LIST_DIR}/explicit_job_test.cc)
-target_link_libraries(wsync_explicit_job_test PRIVATE wsync_demo_policy wsync)

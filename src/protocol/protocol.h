@@ -512,7 +512,7 @@ enum class Sender : uint8_t { kRank, kCoordinator, kEither };
   X(ChecksumFailed, 29, ChecksumFailedMsg, kRank)
 
 enum class MessageType : uint16_t {
-#define WSYNC_PROTOCOL_ENUM(name, id, payload, sender) k##name = id,
+#define WSYNC_PROTOCOL_ENUM(name, id, payload, sender) k##name = (id),
   WSYNC_PROTOCOL_MESSAGES(WSYNC_PROTOCOL_ENUM)
 #undef WSYNC_PROTOCOL_ENUM
 };

@@ -111,7 +111,12 @@ class FieldReader {
   void u8(uint8_t& x) { r_.u8(x); }
   void flag(bool& b) {
     uint8_t v = 0;
-    if (r_.u8(v)) v <= 1 ? (void)(b = v == 1) : (void)r_.fail();
+    if (!r_.u8(v)) return;
+    if (v > 1) {
+      r_.fail();
+      return;
+    }
+    b = v == 1;
   }
   void fixed32(uint32_t& x) { r_.fixed32(x); }
   void fixed64(uint64_t& x) { r_.fixed64(x); }
@@ -144,7 +149,12 @@ class FieldReader {
   template <class E>
   void enum8(E& e, uint8_t max) {
     uint8_t v = 0;
-    if (r_.u8(v)) v <= max ? (void)(e = static_cast<E>(v)) : (void)r_.fail();
+    if (!r_.u8(v)) return;
+    if (v > max) {
+      r_.fail();
+      return;
+    }
+    e = static_cast<E>(v);
   }
   void str(std::string& s, size_t max_bytes) { r_.str(s, max_bytes); }
   void bytes(std::vector<uint8_t>& b, uint64_t max_bytes) {

@@ -547,7 +547,8 @@ bool withPayloadOf(MessageType t, F&& f) {
   return false;
 }
 
-// "Hello message", "Publish/Sent/... message": the messages a payload struct carries, for errors.
+// "Hello message", "Publish/Sent/... message": the messages a payload struct carries, for errors
+// ("protocol record message" for a nested record decoded alone).
 template <class M>
 const std::string& payloadDescription() {
   static const std::string description = [] {
@@ -556,7 +557,7 @@ const std::string& payloadDescription() {
   if (std::is_same_v<M, payload>) names += (names.empty() ? "" : "/") + std::string(#name);
     WSYNC_PROTOCOL_MESSAGES(WSYNC_PROTOCOL_NAME)
 #undef WSYNC_PROTOCOL_NAME
-    return names + " message";
+    return (names.empty() ? "protocol record" : names) + " message";
   }();
   return description;
 }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "coordinator/protocol.h"
 #include "plan/plan.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 

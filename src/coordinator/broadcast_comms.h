@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/protocol.h"
 #include "plan/plan.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 

@@ -1,7 +1,7 @@
 // The coordinator: one per job. Admits ranks (authenticated control connections), gathers their
 // registrations, computes the plan once, hands each rank its part, then sequences versions:
 // picks the slot each replica writes into, says when every replica may start, and marks a version
-// ready on a replica only when all of its data landed (see coordinator/protocol.h for the
+// ready on a replica only when all of its data landed (see protocol/protocol.h for the
 // messages; the per-version state machine is coordinator/version_sequencer.h).
 //
 // Membership: trainers are fixed (losing one fails the job, unless trainer_restart: then the

@@ -1,4 +1,4 @@
-// Peer cold start (coordinator/protocol.h, "Peer cold start"): a replica that finished joining is
+// Peer cold start (protocol/protocol.h, "Peer cold start"): a replica that finished joining is
 // filled with the newest ready version from a running replica's ranks, over the data plane, before
 // it takes part in versions. Runs on the coordinator's event thread.
 //

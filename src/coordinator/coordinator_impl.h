@@ -27,10 +27,10 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/delivery_gate.h"
 #include "coordinator/metrics.h"
-#include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration.h"
 #include "plan/plan.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 namespace coordinator_internal {

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "control/handshake_admission.h"
-#include "coordinator/protocol.h"
 #include "coordinator/version_sequencer.h"
 #include "plan/plan.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 

@@ -5,7 +5,7 @@
 // caller must call advance() at the latest. Not thread-safe; the coordinator's event thread owns
 // it.
 //
-// One version at a time (coordinator/protocol.h):
+// One version at a time (protocol/protocol.h):
 //   the first Publish(v) of any trainer queues v; versions start in increasing order, each once
 //   the previous one was delivered;
 //   start: Prepare(v, slot) to every rank of every replica (the slot: not the replica's newest
@@ -56,8 +56,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "coordinator/protocol.h"
 #include "layout/registration.h"  // Role
+#include "protocol/protocol.h"
 
 namespace wsync {
 

@@ -12,8 +12,8 @@
 #include "common/status.h"
 #include "control/frame_channel.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/protocol.h"
 #include "layout/registration.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 

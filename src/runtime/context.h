@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "coordinator/protocol.h"
 #include "layout/registration.h"
 #include "plan/plan.h"
+#include "protocol/protocol.h"
 #include "runtime/bootstrap.h"
 #include "transport/backend.h"
 

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <optional>
 
-#include "coordinator/protocol.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 

@@ -1,7 +1,7 @@
 // Writes the seed corpus of every fuzz target: real encodings of valid registrations, plans (from
-// the planner), rank plans, coordinator messages, control frames and CUDA IPC wire formats, one
-// file per input, into <corpus root>/<target>/. Deterministic: running it again rewrites the
-// same bytes. Usage: wsync_fuzz_make_seeds <corpus root>
+// the planner), rank plans, every message of the coordinator protocol's table, control frames and
+// CUDA IPC wire formats, one file per input, into <corpus root>/<target>/. Deterministic: running
+// it again rewrites the same bytes. Usage: wsync_fuzz_make_seeds <corpus root>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -12,9 +12,10 @@
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "control/frame_channel.h"
-#include "coordinator/protocol.h"
 #include "layout/builders.h"
 #include "plan/planner.h"
+#include "protocol/protocol.h"
+#include "protocol_sample.h"
 #ifdef WSYNC_FUZZ_CUDA_IPC
 #include "transport/cuda_ipc/cuda_ipc_encoding.h"
 #endif
@@ -96,73 +97,20 @@ bool makeRegistrations(std::vector<Registration>& trainers, std::vector<Registra
   return true;
 }
 
-void writeProtocolSeeds(SeedWriter& out, const Bytes& registration, const Bytes& rank_plan) {
-  const std::string t = "protocol";
-  HelloMsg hello;
-  out.writeTagged(t, "hello-trainer", 0, encode(hello));
-  hello.role = Role::kRollout;
-  hello.role_rank = 2;
-  hello.replica = 1;
-  hello.host = "node-b";
-  out.writeTagged(t, "hello-rollout", 0, encode(hello));
-  WelcomeMsg welcome{1, 2, 3, {0, 1}, {2, 3, 4}};
-  out.writeTagged(t, "welcome", 1, encode(welcome));
-  RegisterMsg reg;
-  reg.registration = registration;
-  reg.transport = "cuda_ipc";
-  reg.transport_address = {1, 2, 3, 4};
-  reg.device_id = "node-a/GPU-0123";
-  reg.nccl_unique_id = Bytes(128, 0xab);
-  reg.slot_descriptors = {{1, 1}, {2, 2, 2}};
-  reg.buffer_byte_offsets = {0, 4096, 4160};
-  out.writeTagged(t, "register", 2, encode(reg));
-  PlanAssignmentMsg pa;
-  pa.rank_plan = rank_plan;
-  pa.peers.push_back({1, "ucx", {4, 4}, {{1}, {2}}, {0, 512}});
-  pa.comms = {{0, {0, 2, 3}}, {1, {1, 4}}};
-  pa.group_comm = {1, 0};
-  pa.replica_of_rollout = {0, 0, 1};
-  out.writeTagged(t, "plan-assignment-mpi", 3, encode(pa));
-  pa.broadcast.backend = "nccl";
-  pa.broadcast.world_token = Bytes(128, 0xcd);
-  pa.broadcast.world_rank = 4;
-  pa.broadcast.world_size = 5;
-  pa.broadcast.root_ranks = {0, 1};
-  out.writeTagged(t, "plan-assignment-nccl", 3, encode(pa));
-  out.writeTagged(t, "version", 4, encode(VersionMsg{42}));
-  out.writeTagged(t, "slot", 5, encode(SlotMsg{42, 1}));
-  out.writeTagged(t, "go", 6, encode(GoMsg{42, {0, -1, 1}}));
-  out.writeTagged(t, "error", 7, encode(ErrorMsg{WSYNC_ERR_PROTOCOL, "bad registration"}));
-  DeliveredMsg delivered;
-  delivered.version = 42;
-  delivered.ready_replicas = {0, 2};
-  delivered.skipped_replicas = {1};
-  delivered.lost_replicas = {3};
-  out.writeTagged(t, "delivered-bare", 8, encode(delivered));
-  delivered.has_stats = true;
-  delivered.stats = {1 << 20, 1500, 2, 1, 1, 2, 2};
-  out.writeTagged(t, "delivered-stats", 8, encode(delivered));
-  out.writeTagged(t, "replica-dropped", 9, encode(ReplicaMsg{1, {2, 3}}));
-  PlanExtensionMsg extension;
-  extension.replica = 2;
-  extension.ranks = {4, 5};
-  extension.rank_plan = rank_plan;
-  extension.peers.push_back({4, "ucx", {4, 4}, {{1}, {2}}, {0, 512}});
-  out.writeTagged(t, "plan-extension", 10, encode(extension));
-  ColdFillMsg fill;
-  fill.fill = 7;
-  fill.version = 42;
-  fill.target_slot = 1;
-  fill.rank_plan = rank_plan;
-  fill.peers.push_back({4, "cuda_ipc", {9, 9}, {{1}, {2}}, {0, 512}});
-  out.writeTagged(t, "cold-fill", 11, encode(fill));
-  out.writeTagged(t, "cold-fill-done", 12,
-                  encode(ColdFillDoneMsg{7, WSYNC_ERR_REMOTE, "rollout 3 lost", 4096}));
-  out.writeTagged(t, "sent-checksums", 13,
-                  encode(SentChecksumsMsg{42, {{0, 0x0123456789abcdefULL}, {2, 17}}}));
-  out.writeTagged(t, "verify", 14, encode(VerifyMsg{42, 1, {{0, 5}, {1, 0xffffffffffffffffULL}}}));
-  out.writeTagged(t, "checksum-failed", 15,
-                  encode(ChecksumFailedMsg{42, {0, 1}, "rollout 2: tensor w differs"}));
+// Two seeds per message of the protocol's table (protocol/protocol.h): its payload struct default
+// constructed and populated (protocol_sample.h), after the selector byte the fuzz target reads
+// (the message's index in kMessages). A message added to the table gets its seeds here.
+void writeProtocolSeeds(SeedWriter& out) {
+  for (size_t i = 0; i < std::size(kMessages); ++i) {
+    const MessageInfo& info = kMessages[i];
+    withPayloadOf(info.type, [&](auto t) {
+      using Payload = typename decltype(t)::type;
+      const auto selector = static_cast<uint8_t>(i);
+      out.writeTagged("protocol", std::string(info.name) + "-default", selector, encode(Payload{}));
+      out.writeTagged("protocol", std::string(info.name) + "-sample", selector,
+                      encode(test::samplePayload<Payload>()));
+    });
+  }
 }
 
 void writeFrameSeeds(SeedWriter& out, const Bytes& registration) {
@@ -236,7 +184,6 @@ int run(const char* root) {
     out.writeRecord("registration", "trainer-" + std::to_string(r.rank), encodeRegistration(r));
   for (const Registration& r : rollouts)
     out.writeRecord("registration", "rollout-" + std::to_string(r.rank), encodeRegistration(r));
-  Bytes some_rank_plan;
   for (const bool broadcast : {true, false}) {
     Result<Plan> plan = makePlan(trainers, rollouts, PlannerOptions{broadcast});
     if (!check(plan.status(), "makePlan")) return 1;
@@ -246,7 +193,6 @@ int run(const char* root) {
       const int32_t ranks = role == Role::kTrainer ? 2 : 3;
       for (int32_t rank = 0; rank < ranks; ++rank) {
         const Bytes bytes = encodeRankPlan(rankView(*plan, role, rank));
-        if (some_rank_plan.empty() && role == Role::kRollout) some_rank_plan = bytes;
         out.writeRecord(
             "rank_plan",
             kind + (role == Role::kTrainer ? "-trainer-" : "-rollout-") + std::to_string(rank),
@@ -255,7 +201,7 @@ int run(const char* root) {
     }
   }
   const Bytes registration = encodeRegistration(rollouts[0]);
-  writeProtocolSeeds(out, registration, some_rank_plan);
+  writeProtocolSeeds(out);
   writeFrameSeeds(out, registration);
 #ifdef WSYNC_FUZZ_CUDA_IPC
   writeCudaIpcSeeds(out);

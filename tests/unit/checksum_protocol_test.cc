@@ -1,10 +1,10 @@
-// The checksum messages of the coordinator protocol (coordinator/protocol.h, version 5):
+// The checksum messages of the coordinator protocol (protocol/protocol.h, version 5):
 // SentChecksums, Verify, ChecksumFailed and Welcome's checksums flag round-trip; malformed ones
 // (ranks out of order or negative, truncated, a bad flag) are PROTOCOL errors.
 #include <gtest/gtest.h>
 
 #include "common/wire.h"
-#include "coordinator/protocol.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 namespace {

@@ -1,5 +1,5 @@
 // The coordinator's metrics (coordinator/metrics.h) fed by a real VersionSequencer driven by
-// hand (time as an argument), the Delivered stats codec (coordinator/protocol.h), the bytes a
+// hand (time as an argument), the Delivered stats codec (protocol/protocol.h), the bytes a
 // plan delivers per replica, and the Prometheus text.
 #include "coordinator/metrics.h"
 

@@ -1,9 +1,12 @@
-// The coordinator protocol's codecs (coordinator/protocol.h): round trips of the messages that
+// The coordinator protocol's codecs (protocol/protocol.h): round trips of the messages that
 // carry registrations and plan assignments, the NCCL world included, and clean failures on
 // truncated or inconsistent input.
 #include <gtest/gtest.h>
 
-#include "coordinator/protocol.h"
+#include <set>
+
+#include "fuzz/protocol_sample.h"
+#include "protocol/protocol.h"
 
 namespace wsync {
 namespace {
@@ -197,6 +200,60 @@ TEST(Protocol, ColdFillWithoutAVersionOrTheTargetSlotIsRejected) {
   m = sampleColdFill();
   m.peers[0].rank = -3;
   EXPECT_EQ(decode(encode(m), d).message(), "ColdFill: negative rollout rank");
+}
+
+// Every message of the table: a type id of its own, a name, and a payload whose populated
+// instance (and default one, unless its checks refuse it) round-trips, and every strict prefix of
+// which fails as PROTOCOL.
+TEST(ProtocolTable, EveryMessageRoundTripsAndRejectsItsPrefixes) {
+  std::set<uint16_t> ids;
+  for (const MessageInfo& info : kMessages) {
+    EXPECT_TRUE(ids.insert(static_cast<uint16_t>(info.type)).second) << info.name;
+    EXPECT_STREQ(messageTypeName(info.type), info.name);
+    const bool known = withPayloadOf(info.type, [&](auto t) {
+      using Payload = typename decltype(t)::type;
+      for (const bool populated : {false, true}) {
+        const Payload m = populated ? test::samplePayload<Payload>() : Payload{};
+        const std::vector<uint8_t> bytes = encode(m);
+        Payload d;
+        const Status s = decode(bytes, d);
+        // A default ColdFill (version 0) or PlanExtension (replica -1) fails its own checks.
+        if (!populated && !s.isOk()) {
+          EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL) << info.name;
+          continue;
+        }
+        ASSERT_TRUE(s.isOk()) << info.name << ": " << s.toString();
+        EXPECT_EQ(encode(d), bytes) << info.name;
+        for (size_t n = 0; n < bytes.size(); ++n) {
+          // Delivered's stats block is optional: its lists alone decode.
+          if (info.type == MessageType::kDelivered) break;
+          Payload p;
+          EXPECT_EQ(decode(std::vector<uint8_t>(bytes.begin(), bytes.begin() + n), p).code(),
+                    WSYNC_ERR_PROTOCOL)
+              << info.name << " cut to " << n << " bytes";
+        }
+      }
+    });
+    EXPECT_TRUE(known) << info.name;
+  }
+  EXPECT_STREQ(messageTypeName(static_cast<MessageType>(999)), "Unknown");
+}
+
+// A rank of another protocol version is refused at Hello, naming both versions, whatever the
+// rest of its Hello looks like.
+TEST(ProtocolTable, HelloOfAnotherProtocolVersionNamesBoth) {
+  HelloMsg hello;
+  hello.protocol_version = kProtocolVersion + 1;
+  std::vector<uint8_t> bytes = encode(hello);
+  bytes.push_back(0x7f);  // a newer Hello may carry more
+  HelloMsg d;
+  const Status s = decode(bytes, d);
+  EXPECT_EQ(s.code(), WSYNC_ERR_PROTOCOL);
+  EXPECT_EQ(
+      s.message().find("protocol version " + std::to_string(kProtocolVersion + 1) +
+                       " of the rank, " + std::to_string(kProtocolVersion) + " of the coordinator"),
+      0u)
+      << s.message();
 }
 
 }  // namespace

@@ -4,10 +4,9 @@
 
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <random>
 
-#include "common/wire.h"
+#include "common/field_codec.h"
 
 namespace wsync {
 namespace {
@@ -48,98 +47,103 @@ std::string cudaIpcHostIdentity() {
   return identity;
 }
 
+namespace {
+
+// The address's fields, in wire order (common/field_codec.h): A is CudaIpcProcessInfo, const when
+// encoding. The tag and the version come first and are checked before anything else is read.
+template <class V, class A>
+void addressFields(V& v, A& info) {
+  uint32_t tag = kAddressTag;
+  v.fixed32(tag);
+  v.check(
+      [&] { return tag == kAddressTag; },
+      [] {
+        return protocolError("not a CUDA IPC address (wrong tag; another backend's, or garbage)");
+      });
+  uint8_t version = kWireVersion;
+  v.u8(version);
+  v.check([&] { return version == kWireVersion; },
+          [&] {
+            return protocolError("CUDA IPC address of wire version " + std::to_string(version) +
+                                 ", expected " + std::to_string(kWireVersion));
+          });
+  v.str(info.host, kMaxHostBytes);
+  v.i64(info.pid);
+  v.fixed64(info.nonce);
+  v.i32(info.device);
+  v.raw(info.device_uuid.data(), info.device_uuid.size());
+}
+
+// The descriptor's fields (D: CudaIpcDescriptor); what follows the export kind depends on it.
+template <class V, class D>
+void descriptorFields(V& v, D& d) {
+  uint32_t tag = kDescriptorTag;
+  v.fixed32(tag);
+  v.check([&] { return tag == kDescriptorTag; },
+          [] {
+            return protocolError(
+                "not a CUDA IPC memory descriptor (wrong tag; another backend's, or garbage)");
+          });
+  uint8_t version = kDescriptorVersion;
+  v.u8(version);
+  v.check([&] { return version == kDescriptorVersion; },
+          [&] {
+            return protocolError("wire version " + std::to_string(version) + ", expected " +
+                                 std::to_string(kDescriptorVersion));
+          });
+  v.enum8(d.kind, static_cast<uint8_t>(CudaIpcExportKind::kVmm));
+  v.check(
+      [&] { return d.kind == CudaIpcExportKind::kIpcHandle || d.kind == CudaIpcExportKind::kVmm; },
+      [&] {
+        return protocolError("unknown export kind " + std::to_string(static_cast<int>(d.kind)));
+      });
+  if (d.kind == CudaIpcExportKind::kIpcHandle) {
+    v.raw(&d.handle, kHandleBytes);
+  } else {
+    v.str(d.fd_server, kMaxServerNameBytes);
+    v.fixed64(d.offer_id);
+    v.fixed64(d.offer_token);
+    v.u64(d.mapped_size);
+  }
+  v.u64(d.size);
+  v.fixed64(d.base);
+  v.i64(d.pid);
+  v.fixed64(d.nonce);
+  v.i64(d.device);
+}
+
+}  // namespace
+
 std::vector<uint8_t> encodeCudaIpcAddress(const CudaIpcProcessInfo& info) {
-  ByteWriter w;
-  w.fixed32(kAddressTag);
-  w.u8(kWireVersion);
-  w.str(info.host);
-  w.vari(info.pid);
-  w.fixed64(info.nonce);
-  w.vari(info.device);
-  w.bytes(info.device_uuid.data(), info.device_uuid.size());
+  FieldWriter w;
+  addressFields(w, info);
   return w.take();
 }
 
 Result<CudaIpcProcessInfo> decodeCudaIpcAddress(const std::vector<uint8_t>& address) {
-  ByteReader r(address);
-  uint32_t tag = 0;
-  uint8_t version = 0;
-  if (!r.fixed32(tag) || tag != kAddressTag) {
-    return protocolError("not a CUDA IPC address (wrong tag; another backend's, or garbage)");
-  }
-  if (!r.u8(version) || version != kWireVersion) {
-    return protocolError("CUDA IPC address of wire version " + std::to_string(version) +
-                         ", expected " + std::to_string(kWireVersion));
-  }
+  FieldReader r(address);
   CudaIpcProcessInfo info;
-  int64_t device = 0;
-  if (!r.str(info.host, kMaxHostBytes) || !r.vari(info.pid) || !r.fixed64(info.nonce) ||
-      !r.vari(device) || !r.bytes(info.device_uuid.data(), info.device_uuid.size())) {
-    return protocolError("truncated CUDA IPC address (" + std::to_string(address.size()) +
-                         " bytes)");
-  }
-  if (!r.atEnd()) {
-    return protocolError("CUDA IPC address with " + std::to_string(r.remaining()) +
-                         " unexpected bytes at the end");
-  }
-  if (info.host.empty() || info.pid <= 0 || device < 0 ||
-      device > std::numeric_limits<int32_t>::max()) {
+  addressFields(r, info);
+  WSYNC_RETURN_IF_ERROR(
+      r.finish("CUDA IPC address (" + std::to_string(address.size()) + " bytes)"));
+  if (info.host.empty() || info.pid <= 0 || info.device < 0) {
     return protocolError("CUDA IPC address with an empty host, pid " + std::to_string(info.pid) +
-                         " or device " + std::to_string(device));
+                         " or device " + std::to_string(info.device));
   }
-  info.device = static_cast<int32_t>(device);
   return info;
 }
 
 std::vector<uint8_t> encodeCudaIpcDescriptor(const CudaIpcDescriptor& d) {
-  ByteWriter w;
-  w.fixed32(kDescriptorTag);
-  w.u8(kDescriptorVersion);
-  w.u8(static_cast<uint8_t>(d.kind));
-  if (d.kind == CudaIpcExportKind::kIpcHandle) {
-    w.bytes(&d.handle, kHandleBytes);
-  } else {
-    w.str(d.fd_server);
-    w.fixed64(d.offer_id);
-    w.fixed64(d.offer_token);
-    w.varu(d.mapped_size);
-  }
-  w.varu(d.size);
-  w.fixed64(d.base);
-  w.vari(d.pid);
-  w.fixed64(d.nonce);
-  w.vari(d.device);
+  FieldWriter w;
+  descriptorFields(w, d);
   return w.take();
 }
 
 std::string decodeCudaIpcDescriptor(const std::vector<uint8_t>& bytes, CudaIpcDescriptor& d) {
-  ByteReader r(bytes);
-  uint32_t tag = 0;
-  uint8_t version = 0;
-  if (!r.fixed32(tag) || tag != kDescriptorTag) {
-    return "not a CUDA IPC memory descriptor (wrong tag; another backend's, or garbage)";
-  }
-  if (!r.u8(version) || version != kDescriptorVersion) {
-    return "wire version " + std::to_string(version) + ", expected " +
-           std::to_string(kDescriptorVersion);
-  }
-  uint8_t kind = 0;
-  if (!r.u8(kind)) return "truncated (" + std::to_string(bytes.size()) + " bytes)";
-  d.kind = static_cast<CudaIpcExportKind>(kind);
-  bool complete = false;
-  if (d.kind == CudaIpcExportKind::kIpcHandle) {
-    complete = r.bytes(&d.handle, kHandleBytes);
-  } else if (d.kind == CudaIpcExportKind::kVmm) {
-    complete = r.str(d.fd_server, kMaxServerNameBytes) && r.fixed64(d.offer_id) &&
-               r.fixed64(d.offer_token) && r.varu(d.mapped_size);
-  } else {
-    return "unknown export kind " + std::to_string(kind);
-  }
-  if (!complete || !r.varu(d.size) || !r.fixed64(d.base) || !r.vari(d.pid) || !r.fixed64(d.nonce) ||
-      !r.vari(d.device)) {
-    return "truncated (" + std::to_string(bytes.size()) + " bytes)";
-  }
-  if (!r.atEnd()) return std::to_string(r.remaining()) + " unexpected bytes at the end";
+  FieldReader r(bytes);
+  descriptorFields(r, d);
+  const Status s = r.finish("descriptor (" + std::to_string(bytes.size()) + " bytes)");
+  if (!s.isOk()) return s.message();
   if (d.size == 0 || d.base == 0 || d.base + d.size < d.base) {
     return "empty, null or wrapping region";
   }

@@ -319,7 +319,8 @@ def check_mirrors() -> List[str]:
         if whole[1] != ctypes.sizeof(mirror):
             problems.append(f"sizeof({type_name}): library {whole[1]}, Python "
                             f"{ctypes.sizeof(mirror)}")
-        for name, ctype in mirror._fields_:
+        for field in mirror._fields_:
+            name, ctype = field[0], field[1]
             lib = struct_layout(type_name, name)
             mine = (getattr(mirror, name).offset, ctypes.sizeof(ctype))
             if lib != mine:

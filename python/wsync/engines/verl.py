@@ -87,7 +87,8 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         a, r = actor_wg_world_size, rollout_world_size
         meta = list(metadata) + [{}] * max(0, a + r - len(metadata))
         actor_meta, rollout_meta = meta[:a], meta[a:a + r]
-        placed = [m.get("wsync_topology") for m in actor_meta if m.get("wsync_topology")]
+        placed: List[Dict[str, Any]] = [m["wsync_topology"] for m in actor_meta
+                                        if m.get("wsync_topology")]
         fixed_rollouts = placed[0]["num_rollouts"] if placed else r
         actor: Dict[str, List[Any]] = {"role": ["trainer"] * a, "rank": list(range(a)),
                                        "num_trainers": [a] * a,
@@ -196,7 +197,7 @@ def remove_replicas(manager: Any, replicas: List[Any]) -> None:
     ``execute_checkpoint_engine("close")`` on the worker actors), so the trainers stop writing to
     them at once; then the manager forgets them. (Adding needs nothing beyond verl's
     ``add_replicas``: the new workers join at the next update, see the module docstring.)"""
-    import ray
+    import ray  # type: ignore[import-not-found]  # verl's dependency
 
     ray.get([w.execute_checkpoint_engine.remote("close") for r in replicas for w in r.workers])
     manager.remove_replicas(replicas)

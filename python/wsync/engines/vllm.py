@@ -131,19 +131,23 @@ def tp_rank() -> int:
 
 def replica_place() -> Tuple[int, int]:
     """(ranks of this engine's replica, this worker's index in it): vLLM's TP x PP world, rank
-    pp_rank * tp_size + tp_rank ((1, 0) without initialized vLLM groups)."""
+    pp_rank * tp_size + tp_rank ((1, 0) where vLLM's parallel groups are not initialized)."""
     try:
-        from vllm.distributed import (get_pipeline_model_parallel_group,
-                                      get_tensor_model_parallel_rank,
+        from vllm.distributed import (get_pp_group, get_tensor_model_parallel_rank,
                                       get_tensor_model_parallel_world_size)
-
+    except ImportError:
+        return 1, 0
+    try:
         tp, rank = int(get_tensor_model_parallel_world_size()), \
             int(get_tensor_model_parallel_rank())
-        pp_group = get_pipeline_model_parallel_group()
-        pp, pp_rank = int(pp_group.world_size), int(pp_group.rank_in_group)
-        return tp * pp, pp_rank * tp + rank
-    except Exception:
+    except Exception:  # vLLM's groups not initialized (no engine around this model)
         return 1, 0
+    try:
+        pp_group = get_pp_group()
+        pp, pp_rank = int(pp_group.world_size), int(pp_group.rank_in_group)
+    except Exception:
+        pp, pp_rank = 1, 0
+    return tp * pp, pp_rank * tp + rank
 
 
 def bootstrap_for(info: WsyncInitInfo, engine_id: str = "") -> Tuple[Bootstrap, int]:

@@ -58,8 +58,8 @@ class Piece:
         return n
 
 
-# ContextConfig field -> (the C field, how to convert the Python value); every field of
-# wsync_config_t but size / magic / version (the library's own) has a Python field.
+# The fields of wsync_config_t that ContextConfig sets (the same names): every one but size /
+# magic / version, which the library's wsync_config_init fills (test_parity.py checks the list).
 _C_FIELDS = ("role", "bootstrap", "replica", "num_slots", "timeout_ms", "max_staleness",
              "snapshot", "rank", "num_trainers", "num_rollouts", "coordinator_address", "secret",
              "cuda_device", "device_transport", "cuda_ipc_export", "replica_size",

@@ -522,6 +522,28 @@ wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda
                                uint64_t* flipped);
 /**@}*/
 
+/** @name Defaults and layout for bindings (Python's ctypes, other languages' FFI) */
+/**@{*/
+/** Fills `*config` with WSYNC_CONFIG_INITIALIZER as this library was compiled (its `size` is this
+ *  library's sizeof(wsync_config_t)), so that bindings take every default from the library
+ *  instead of repeating them.
+ *  @return SUCCESS; INVALID_ARGUMENT (NULL). */
+wsync_status_t wsync_config_init(wsync_config_t* config);
+
+/** Fills `*stats` with WSYNC_VERSION_STATS_INITIALIZER as this library was compiled.
+ *  @return SUCCESS; INVALID_ARGUMENT (NULL). */
+wsync_status_t wsync_version_stats_init(wsync_version_stats_t* stats);
+
+/** The layout of a public struct as this library was compiled: `type` is one of
+ *  "wsync_config_t", "wsync_version_stats_t", "wsync_plan_info_t", "wsync_piece_t"; `field` is a
+ *  field's name, or NULL for the whole struct. Writes the field's offset (0 for the struct) and
+ *  size (sizeof the struct for NULL); either pointer may be NULL. Bindings check their mirrors of
+ *  the structs against it.
+ *  @return SUCCESS; INVALID_ARGUMENT (unknown type or field: nothing is written). */
+wsync_status_t wsync_struct_layout(const char* type, const char* field, size_t* offset,
+                                   size_t* size);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

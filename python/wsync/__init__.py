@@ -11,18 +11,19 @@ from typing import Any
 
 from ._lib import find_coordinator, library_path, library_version
 from ._version import __version__
-from .bootstrap import Bootstrap, Coordinator
+from .bootstrap import Bootstrap, Coordinator, replica_id
 from .core import (Context, ContextConfig, Lease, Piece, PlanInfo, Request, VersionStats,
                    status_name)
 from .errors import (AbortedError, InternalError, InvalidArgumentError, InvalidUsageError,
                      LibraryNotFoundError, MismatchError, NotReadyError, ProtocolError,
                      RemoteError, UnpublishableError, UnsupportedError, WsyncError,
                      WsyncSystemError, WsyncTimeoutError)
-from .types import VERSION_NEWEST, DType, Memory, Replicas, Role, Status
+from .types import (VERSION_NEWEST, CudaIpcExport, DeviceTransport, DType, Memory, Replicas,
+                    Role, Status)
 
 __all__ = [
     "__version__", "library_path", "library_version", "find_coordinator", "Bootstrap",
-    "Coordinator", "Context", "ContextConfig", "Lease", "Piece", "PlanInfo", "Request",
+    "Coordinator", "replica_id", "DeviceTransport", "CudaIpcExport", "Context", "ContextConfig", "Lease", "Piece", "PlanInfo", "Request",
     "VersionStats", "status_name", "Trainer", "Rollout", "VERSION_NEWEST", "DType", "Memory",
     "Replicas", "Role", "Status", "WsyncError", "InvalidArgumentError",
     "InvalidUsageError", "MismatchError", "WsyncTimeoutError", "NotReadyError",

@@ -19,7 +19,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from .errors import LibraryNotFoundError
 
@@ -30,7 +30,9 @@ c_int64_p = ctypes.POINTER(ctypes.c_int64)
 
 
 class Config(ctypes.Structure):
-    """wsync_config_t (same field order; `size` tells the library which fields we know)."""
+    """wsync_config_t: every field, in the header's order (tests/python/test_parity.py checks the
+    sizes and offsets against include/wsync/wsync.h). `size` tells the library which fields we
+    know; :func:`default_config` fills them from the library's WSYNC_CONFIG_INITIALIZER."""
 
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -49,17 +51,42 @@ class Config(ctypes.Structure):
         ("coordinator_address", ctypes.c_char_p),
         ("secret", ctypes.c_char_p),
         ("cuda_device", ctypes.c_int),
+        # the data-plane layout
+        ("device_transport", ctypes.c_int),  # wsync_device_transport_t
+        ("cuda_ipc_export", ctypes.c_int),  # wsync_cuda_ipc_export_t
+        # the joining layout
+        ("replica_size", ctypes.c_int),
+        ("replica_rank", ctypes.c_int),
+        # the checksums layout
+        ("checksums", ctypes.c_int),
+        ("checksum_retries", ctypes.c_int),
     ]
 
 
 CONFIG_MAGIC = 0x7773796E
 API_VERSION = 1
 
+# WSYNC_CONFIG_INITIALIZER of the first library layouts, for a library without wsync_config_init
+# (one older than this package: a WSYNC_LIBRARY from another checkout) only.
+_FALLBACK_CONFIG = dict(magic=CONFIG_MAGIC, version=API_VERSION, role=0, bootstrap=0, replica=-1,
+                        num_slots=2, timeout_ms=60000, max_staleness=-1, snapshot=0, rank=-1,
+                        num_trainers=0, num_rollouts=0, cuda_device=-1)
+
 
 def default_config() -> Config:
-    """A Config equal to WSYNC_CONFIG_INITIALIZER."""
-    return Config(ctypes.sizeof(Config), CONFIG_MAGIC, API_VERSION, 0, 0, -1, 2, 60000, -1, 0,
-                  -1, 0, 0, None, None, -1)
+    """A Config equal to the loaded library's WSYNC_CONFIG_INITIALIZER (wsync_config_init), its
+    `size` that of this mirror (the fields this package knows)."""
+    c = Config()
+    lib = load()
+    init = getattr(lib, "wsync_config_init", None)
+    if init is not None:
+        if init(ctypes.byref(c)) != 0:
+            raise RuntimeError("wsync_config_init failed")
+    else:
+        for name, value in _FALLBACK_CONFIG.items():
+            setattr(c, name, value)
+    c.size = ctypes.sizeof(Config)
+    return c
 
 
 class Piece(ctypes.Structure):
@@ -77,7 +104,8 @@ class Piece(ctypes.Structure):
 
 
 class VersionStats(ctypes.Structure):
-    """wsync_version_stats_t (same field order; `size` tells the library which fields we know)."""
+    """wsync_version_stats_t: every field, in the header's order (checked like Config). `size`
+    tells the library which fields we know."""
 
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -92,6 +120,10 @@ class VersionStats(ctypes.Structure):
         ("age_ms", ctypes.c_int64),
         ("newest_started", ctypes.c_uint64),
         ("lag", ctypes.c_uint64),
+        # the first-version layout
+        ("first_version", ctypes.c_uint64),
+        ("first_version_seconds", ctypes.c_double),
+        ("first_version_from_peer", ctypes.c_int),
     ]
 
 
@@ -143,7 +175,16 @@ _OPTIONAL_PROTOTYPES = {
     "wsync_request_error": (ctypes.c_char_p, [_vp]),
     "wsync_version_stats": (_st, [_vp, ctypes.POINTER(VersionStats)]),
     "wsync_request_replicas": (_st, [_vp, ctypes.c_int, ctypes.c_int, _int_p, _int_p]),
+    "wsync_config_init": (_st, [ctypes.POINTER(Config)]),
+    "wsync_version_stats_init": (_st, [ctypes.POINTER(VersionStats)]),
+    "wsync_struct_layout": (_st, [ctypes.c_char_p, ctypes.c_char_p,
+                                  ctypes.POINTER(ctypes.c_size_t),
+                                  ctypes.POINTER(ctypes.c_size_t)]),
 }
+
+# The ctypes mirrors of the header's structs (tests/python/test_parity.py checks each one).
+MIRRORS = {"wsync_config_t": Config, "wsync_version_stats_t": VersionStats,
+           "wsync_plan_info_t": PlanInfo, "wsync_piece_t": Piece}
 
 
 def candidate_paths() -> List[Path]:
@@ -252,6 +293,39 @@ def library_version() -> str:
     major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     load().wsync_get_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
     return f"{major.value}.{minor.value}.{patch.value}"
+
+
+def struct_layout(type_name: str, field: Optional[str] = None) -> Optional[Tuple[int, int]]:
+    """``(offset, size)`` of `field` of C struct `type_name` (the struct's ``(0, sizeof)`` when
+    `field` is None) as the loaded library was compiled (wsync_struct_layout); None when the
+    library does not know the field (or has no wsync_struct_layout)."""
+    fn = getattr(load(), "wsync_struct_layout", None)
+    if fn is None:
+        return None
+    offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+    status = fn(type_name.encode(), field.encode() if field else None, ctypes.byref(offset),
+                ctypes.byref(size))
+    return (offset.value, size.value) if status == 0 else None
+
+
+def check_mirrors() -> List[str]:
+    """Differences between the ctypes mirrors (:data:`MIRRORS`) and the loaded library's layout
+    of the same structs (wsync_struct_layout): [] when they agree (or the library cannot tell)."""
+    problems: List[str] = []
+    for type_name, mirror in MIRRORS.items():
+        whole = struct_layout(type_name)
+        if whole is None:
+            continue
+        if whole[1] != ctypes.sizeof(mirror):
+            problems.append(f"sizeof({type_name}): library {whole[1]}, Python "
+                            f"{ctypes.sizeof(mirror)}")
+        for field in mirror._fields_:
+            name, ctype = field[0], field[1]
+            lib = struct_layout(type_name, name)
+            mine = (getattr(mirror, name).offset, ctypes.sizeof(ctype))
+            if lib != mine:
+                problems.append(f"{type_name}.{name}: library (offset, size) {lib}, Python {mine}")
+    return problems
 
 
 def has_symbol(name: str) -> bool:

@@ -5,7 +5,8 @@ mpirun (``Bootstrap.mpi()``) MPI_COMM_WORLD holds every trainer and rollout and 
 runs on world rank 0 (a thread of trainer 0, or a ``wsync-coordinator --mpi`` process). Everywhere
 else (torchrun, Ray, an engine started by its own launcher) ranks join a standalone
 ``wsync-coordinator`` (:class:`Coordinator` starts one) with an explicit rank, counts, address and
-shared secret.
+shared secret. A rollout replica may also join a running job (:meth:`Bootstrap.join`) with only
+the coordinator's address and secret, its replica's size and its rank in it.
 """
 from __future__ import annotations
 
@@ -23,14 +24,23 @@ from .types import Bootstrap as BootstrapKind
 
 @dataclass
 class Bootstrap:
-    """Bootstrap settings (the explicit fields matter only when `kind` is EXPLICIT)."""
+    """Bootstrap settings (the explicit fields matter only when `kind` is EXPLICIT). Fields left
+    None take the library's defaults. `replica_size` > 0: a rollout replica joining a running
+    job (:meth:`join`)."""
 
     kind: BootstrapKind = BootstrapKind.MPI
-    rank: int = -1
-    num_trainers: int = 0
-    num_rollouts: int = 0
+    rank: Optional[int] = None
+    num_trainers: Optional[int] = None
+    num_rollouts: Optional[int] = None
     coordinator_address: Optional[str] = None
     secret: Optional[str] = None
+    replica_size: Optional[int] = None
+    replica_rank: Optional[int] = None
+
+    @property
+    def joins(self) -> bool:
+        """Whether this is a rollout replica joining a running job."""
+        return bool(self.replica_size)
 
     @staticmethod
     def mpi() -> "Bootstrap":
@@ -44,6 +54,21 @@ class Bootstrap:
         ``"host:port"`` and secret."""
         return Bootstrap(BootstrapKind.EXPLICIT, rank, num_trainers, num_rollouts,
                          coordinator_address, secret)
+
+    @staticmethod
+    def join(coordinator_address: str, secret: str, replica_size: int = 1,
+             replica_rank: int = 0) -> "Bootstrap":
+        """A rank of a rollout replica joining a running job (explicit bootstrap, no job-wide
+        counts): the coordinator's ``"host:port"`` and secret, the number of ranks of this
+        replica (e.g. the engine's TP size) and this rank's index in it. Every rank of the
+        replica joins with the same `replica_size` and the same replica id (``Rollout(replica=)``,
+        an id no live replica of the job has: an explicit one, or :func:`replica_id` of the
+        engine's own id); commit returns once all of them committed. Its first version comes from
+        a running replica when one holds a ready version (peer cold start:
+        ``version_stats().first_version_from_peer``), else from the trainers' next publish."""
+        return Bootstrap(BootstrapKind.EXPLICIT, coordinator_address=coordinator_address,
+                         secret=secret, replica_size=int(replica_size),
+                         replica_rank=int(replica_rank))
 
     @staticmethod
     def from_torch_distributed(coordinator_address: Optional[str] = None,
@@ -71,9 +96,26 @@ class Bootstrap:
             config.rank, config.num_trainers = self.rank, self.num_trainers
             config.num_rollouts = self.num_rollouts
             config.coordinator_address, config.secret = self.coordinator_address, self.secret
+            config.replica_size, config.replica_rank = self.replica_size, self.replica_rank
         else:
             config.secret = self.secret
         return config
+
+
+# Derived replica ids (replica_id) are in [_DERIVED_LOW, _DERIVED_HIGH): above the ids fixed
+# membership jobs number from 0, below the library's bound (a rollout's replica < 65536).
+_DERIVED_LOW, _DERIVED_HIGH = 1 << 12, 1 << 16
+
+
+def replica_id(engine_id: str) -> int:
+    """A replica id derived from an engine's own id (a vLLM / SGLang instance id, a Ray actor
+    id, a host:port): stable for the same id, in [4096, 65536), so it does not collide with the
+    ids 0, 1, ... a fixed-membership job uses. Two engine ids may map to the same replica id
+    (about 1 in 61000 per pair); the second to join then fails its create with wsync's error
+    naming the replica: pass an explicit replica id where engines are numbered anyway."""
+    import zlib
+
+    return _DERIVED_LOW + zlib.crc32(engine_id.encode()) % (_DERIVED_HIGH - _DERIVED_LOW)
 
 
 def _torch_rank_world() -> "tuple[int, int]":

@@ -7,13 +7,15 @@ the library. :mod:`wsync.trainer` and :mod:`wsync.rollout` build the torch-facin
 from __future__ import annotations
 
 import ctypes
+import enum
 import threading
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .errors import WsyncError, error_for
-from .types import VERSION_NEWEST, Bootstrap, DType, Memory, Replicas, Role, Status
+from .types import (VERSION_NEWEST, Bootstrap, CudaIpcExport, DeviceTransport, DType, Memory,
+                    Replicas, Role, Status)
 
 
 def status_name(status: int) -> str:
@@ -56,41 +58,115 @@ class Piece:
         return n
 
 
+# The fields of wsync_config_t that ContextConfig sets (the same names): every one but size /
+# magic / version, which the library's wsync_config_init fills (test_parity.py checks the list).
+_C_FIELDS = ("role", "bootstrap", "replica", "num_slots", "timeout_ms", "max_staleness",
+             "snapshot", "rank", "num_trainers", "num_rollouts", "coordinator_address", "secret",
+             "cuda_device", "device_transport", "cuda_ipc_export", "replica_size",
+             "replica_rank", "checksums", "checksum_retries")
+
+
 @dataclass
 class ContextConfig:
-    """The fields of wsync_config_t (defaults as WSYNC_CONFIG_INITIALIZER).
+    """Every settable field of wsync_config_t (include/wsync/wsync.h documents each one).
 
-    Under ``bootstrap=Bootstrap.MPI`` (mpirun) rank and counts come from MPI_COMM_WORLD; under
-    ``Bootstrap.EXPLICIT`` set `rank`, `num_trainers`, `num_rollouts`, `coordinator_address`
-    (``"host:port"`` of a wsync-coordinator) and `secret`."""
+    A field left None takes the library's default (WSYNC_CONFIG_INITIALIZER, read from the
+    library by wsync_config_init: see :meth:`defaults`), so Python never repeats a default.
+
+    Args:
+        role: TRAINER or ROLLOUT.
+        bootstrap: MPI (mpirun: rank and counts from MPI_COMM_WORLD) or EXPLICIT (a standalone
+            wsync-coordinator: `coordinator_address` ``"host:port"`` and `secret`, plus either
+            `rank` / `num_trainers` / `num_rollouts` (fixed membership) or, for a rollout
+            replica joining a running job, `replica_size` / `replica_rank`).
+        replica: rollouts: the replica (engine instance) id, >= 0; a joining replica's id must
+            be one no live replica of the job has.
+        num_slots: rollouts: version slots per rank (>= 2).
+        timeout_ms: bound on every internal wait.
+        max_staleness: versions a replica may lag before publish waits for it (-1: unbounded).
+        snapshot: trainers: publish copies the buffers into staging before returning.
+        rank, num_trainers, num_rollouts: explicit bootstrap, fixed membership: this rank's index
+            among the ranks of its role and the job's counts (unused when joining).
+        coordinator_address, secret: explicit bootstrap: the coordinator and its shared secret.
+        cuda_device: the CUDA device of device-memory buffers (-1: none).
+        device_transport: :class:`~wsync.types.DeviceTransport` of device-memory versions.
+        cuda_ipc_export: :class:`~wsync.types.CudaIpcExport` of the CUDA IPC transport.
+        replica_size: a rollout replica joining a running job: its number of ranks (> 0);
+            0: fixed membership.
+        replica_rank: this rank's index in the joining replica, in ``[0, replica_size)``.
+        checksums: versions are checksummed and verified on every rollout rank (read by the
+            coordinator: trainer rank 0's config under mpirun).
+        checksum_retries: with checksums, re-sends of a version whose checksum failed (0: the
+            library's default count; -1: never)."""
 
     role: Role = Role.TRAINER
     bootstrap: Bootstrap = Bootstrap.MPI
-    replica: int = -1
-    num_slots: int = 2
-    timeout_ms: int = 60000
-    max_staleness: int = -1
-    snapshot: bool = False
-    rank: int = -1
-    num_trainers: int = 0
-    num_rollouts: int = 0
+    replica: Optional[int] = None
+    num_slots: Optional[int] = None
+    timeout_ms: Optional[int] = None
+    max_staleness: Optional[int] = None
+    snapshot: Optional[bool] = None
+    rank: Optional[int] = None
+    num_trainers: Optional[int] = None
+    num_rollouts: Optional[int] = None
     coordinator_address: Optional[str] = None
     secret: Optional[str] = None
-    cuda_device: int = -1
+    cuda_device: Optional[int] = None
+    device_transport: Optional[DeviceTransport] = None
+    cuda_ipc_export: Optional[CudaIpcExport] = None
+    replica_size: Optional[int] = None
+    replica_rank: Optional[int] = None
+    checksums: Optional[bool] = None
+    checksum_retries: Optional[int] = None
+
+    @staticmethod
+    def defaults() -> "ContextConfig":
+        """The library's defaults (WSYNC_CONFIG_INITIALIZER via wsync_config_init), every
+        field set."""
+        return ContextConfig.from_c(_lib.default_config())
+
+    @staticmethod
+    def from_c(c: _lib.Config) -> "ContextConfig":
+        """The ContextConfig of a ctypes wsync_config_t (every field set)."""
+        def text(raw: Optional[bytes]) -> Optional[str]:
+            return raw.decode() if raw else None
+
+        return ContextConfig(
+            role=Role(c.role), bootstrap=Bootstrap(c.bootstrap), replica=c.replica,
+            num_slots=c.num_slots, timeout_ms=c.timeout_ms, max_staleness=c.max_staleness,
+            snapshot=bool(c.snapshot), rank=c.rank, num_trainers=c.num_trainers,
+            num_rollouts=c.num_rollouts, coordinator_address=text(c.coordinator_address),
+            secret=text(c.secret), cuda_device=c.cuda_device,
+            device_transport=_enum_or_int(DeviceTransport, c.device_transport),
+            cuda_ipc_export=_enum_or_int(CudaIpcExport, c.cuda_ipc_export),
+            replica_size=c.replica_size, replica_rank=c.replica_rank,
+            checksums=bool(c.checksums), checksum_retries=c.checksum_retries)
+
+    def resolved(self) -> "ContextConfig":
+        """This config with every None replaced by the library's default."""
+        return ContextConfig.from_c(self.to_c())
 
     def to_c(self) -> _lib.Config:
-        """The ctypes struct (its char* fields point into this object's strings)."""
+        """The ctypes struct: the library's defaults, then every field set here (its char*
+        fields point into this object's strings)."""
         c = _lib.default_config()
-        c.role, c.bootstrap, c.replica = int(self.role), int(self.bootstrap), self.replica
-        c.num_slots, c.timeout_ms, c.max_staleness = self.num_slots, self.timeout_ms, \
-            self.max_staleness
-        c.snapshot, c.rank = int(bool(self.snapshot)), self.rank
-        c.num_trainers, c.num_rollouts = self.num_trainers, self.num_rollouts
-        c.coordinator_address = self.coordinator_address.encode() \
-            if self.coordinator_address else None
-        c.secret = self.secret.encode() if self.secret else None
-        c.cuda_device = self.cuda_device
+        for name in _C_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                value = value.encode()
+            elif isinstance(value, bool) or isinstance(value, enum.IntEnum):
+                value = int(value)
+            setattr(c, name, value)
         return c
+
+
+def _enum_or_int(kind: Any, value: int) -> Any:
+    try:
+        return kind(value)
+    except ValueError:  # a value a newer library knows
+        return value
 
 
 @dataclass
@@ -106,9 +182,13 @@ class PlanInfo:
 
 @dataclass
 class VersionStats:
-    """wsync_version_stats_t. Trainer: the last delivered `version`, its `bytes`, `seconds` and
-    replica counts (coordinator's measurements). Rollout: the newest `version` ready here, its
-    `age_ms`, the coordinator's `newest_started` and `lag` (versions behind it)."""
+    """wsync_version_stats_t. Trainer: the last delivered `version`, its `bytes`, `seconds`,
+    replica counts and checksum re-sends / failures (coordinator's measurements). Rollout: the
+    newest `version` ready here, its `age_ms`, the coordinator's `newest_started` and `lag`
+    (versions behind it), and this rank's first readable version: `first_version`,
+    `first_version_seconds` (from context creation until it was readable here) and
+    `first_version_from_peer` (True: a running replica filled it, peer cold start; False: the
+    trainers sent it). Fields a library older than the package does not fill are 0."""
 
     version: int
     bytes: int
@@ -121,6 +201,9 @@ class VersionStats:
     age_ms: int
     newest_started: int
     lag: int
+    first_version: int = 0
+    first_version_seconds: float = 0.0
+    first_version_from_peer: bool = False
 
 
 def _require_symbol(name: str) -> None:
@@ -259,8 +342,8 @@ class Context:
     it; a Context is also a context manager."""
 
     def __init__(self, config: ContextConfig) -> None:
-        self.config = config
         self._c_config = config.to_c()  # keeps the strings alive during the call
+        self.config = ContextConfig.from_c(self._c_config)  # every field set
         handle = ctypes.c_void_p()
         status = _lib.load().wsync_context_create(ctypes.byref(self._c_config),
                                                   ctypes.byref(handle))
@@ -340,12 +423,17 @@ class Context:
         yet (NOT_READY)."""
         _require_symbol("wsync_version_stats")
         c = _lib.VersionStats()
+        init = getattr(_lib.load(), "wsync_version_stats_init", None)
+        if init is not None:
+            init(ctypes.byref(c))
         c.size = ctypes.sizeof(_lib.VersionStats)
         status = _lib.load().wsync_version_stats(self._h(), ctypes.byref(c))
         if status == Status.ERR_NOT_READY:
             return None
         _check(status, self.handle, "wsync_version_stats")
-        return VersionStats(*(getattr(c, f[0]) for f in _lib.VersionStats._fields_[1:]))
+        values = {f[0]: getattr(c, f[0]) for f in _lib.VersionStats._fields_[1:]}
+        values["first_version_from_peer"] = bool(values["first_version_from_peer"])
+        return VersionStats(**values)
 
     def set_tensor_scale(self, tensor: str, scale: float) -> None:
         """wsync_set_tensor_scale: the float8 conversion scale of global tensor `tensor`."""

@@ -14,6 +14,7 @@ Engines that load weights themselves use :meth:`Rollout.named_tensors` (a lease'
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from .bootstrap import Bootstrap
 from .core import Context, ContextConfig, Lease, PlanInfo, VersionStats
 from .errors import NotReadyError, UnpublishableError, WsyncTimeoutError
 from .layout import pieces_for
-from .types import VERSION_NEWEST, Memory, Role, torch_dtype_to_wsync, wsync_dtype_to_torch
+from .types import (VERSION_NEWEST, CudaIpcExport, DeviceTransport, Memory, Role,
+                    torch_dtype_to_wsync, wsync_dtype_to_torch)
 
 SlotSpec = Union[torch.Tensor, Tuple[Sequence[int], torch.dtype]]
 
@@ -81,18 +83,31 @@ class Rollout:
     """A rollout rank's wsync endpoint (one GPU worker of an engine replica).
 
     Args:
-        bootstrap: how to join the job (default: under mpirun).
-        replica: this engine instance's index (>= 0); ranks of one replica get versions together.
+        bootstrap: how to join the job (default: under mpirun). ``Bootstrap.join(address,
+            secret, replica_size, replica_rank)``: a replica joining a running job.
+        replica: this engine instance's id (>= 0); ranks of one replica get versions together.
+            A joining replica's id is one no live replica has (e.g. :func:`wsync.replica_id` of
+            the engine's own id).
         num_slots: version slots per rank (>= 2).
         timeout_ms: bound on every internal wait.
-        cuda_device: the device of the registered tensors (default: found from them)."""
+        cuda_device: the device of the registered tensors (default: found from them).
+        device_transport, cuda_ipc_export: the device data plane (:class:`wsync.DeviceTransport`,
+            :class:`wsync.CudaIpcExport`).
+        config: any other field of wsync_config_t (:class:`wsync.ContextConfig`); the arguments
+            above and the bootstrap's fields override it.
+    Arguments left None take the library's defaults (WSYNC_CONFIG_INITIALIZER)."""
 
     def __init__(self, bootstrap: Optional[Bootstrap] = None, *, replica: int = 0,
-                 num_slots: int = 2, timeout_ms: int = 60000,
-                 cuda_device: Optional[int] = None) -> None:
+                 num_slots: Optional[int] = None, timeout_ms: Optional[int] = None,
+                 cuda_device: Optional[int] = None,
+                 device_transport: Optional[DeviceTransport] = None,
+                 cuda_ipc_export: Optional[CudaIpcExport] = None,
+                 config: Optional[ContextConfig] = None) -> None:
         self.bootstrap = bootstrap or Bootstrap.mpi()
         self.replica, self.num_slots, self.timeout_ms = replica, num_slots, timeout_ms
         self.cuda_device = cuda_device
+        self.device_transport, self.cuda_ipc_export = device_transport, cuda_ipc_export
+        self.base_config = config
         self.ctx: Optional[Context] = None
         self.views: List[_View] = []
         self.memory: Optional[Memory] = None
@@ -107,9 +122,13 @@ class Rollout:
         """Creates the context (joins the job). Idempotent."""
         if self.ctx is None:
             device = cuda_device if cuda_device is not None else self.cuda_device
-            cfg = ContextConfig(role=Role.ROLLOUT, replica=self.replica,
-                                num_slots=self.num_slots, timeout_ms=self.timeout_ms,
-                                cuda_device=-1 if device is None else int(device))
+            cfg = dataclasses.replace(self.base_config or ContextConfig(), role=Role.ROLLOUT)
+            cfg.replica = self.replica
+            for name in ("num_slots", "timeout_ms", "device_transport", "cuda_ipc_export"):
+                if getattr(self, name) is not None:
+                    setattr(cfg, name, getattr(self, name))
+            if device is not None:
+                cfg.cuda_device = int(device)
             self.ctx = Context(self.bootstrap.apply(cfg))
         return self.ctx
 
@@ -213,7 +232,8 @@ class Rollout:
 
     def version_stats(self) -> Optional[VersionStats]:
         """The newest version ready here, its age in ms and its lag behind the newest version
-        the trainers started (None: none ready yet)."""
+        the trainers started, and this rank's first version (when, and whether a peer replica
+        filled it: ``first_version_from_peer``); None: none ready yet."""
         return self.connect().version_stats()
 
     def wait_for_version(self, after: Optional[int] = None, timeout_ms: int = -1) -> int:

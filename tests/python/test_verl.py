@@ -45,3 +45,35 @@ def test_verl_checkpoint_engine_moves_each_version(tmp_path):
                        for n in ("actor0.log", "actor1.log", "rollout0.log"))
         assert codes == [0, 0, 0], logs + c.stderr
     assert json.loads((tmp_path / "verl_ok.json").read_text()) == {"versions": 3}
+
+
+def test_verl_added_replica_joins_and_removed_replica_leaves(tmp_path):
+    """verl's elastic calls mapped to wsync membership: a replica present at the first update is
+    a fixed member; one added later (add_replicas: build_topology sees the others in the job)
+    joins the running job, gets its first version from the running replica (peer cold start,
+    bit-checked), follows later versions, and leaves (close, as remove_replicas does); the
+    actors' last version completes without it."""
+    why = _verl_ready()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
+        base = {"address": c.address, "secret": c.secret, "actors": 2, "versions": 6,
+                "out": str(tmp_path), "elastic": True}
+        procs, names = [], []
+        for role, rank in (("actor", 0), ("actor", 1), ("rollout", 0), ("added", 0)):
+            names.append(f"{role}{rank}.log")
+            procs.append(subprocess.Popen(
+                [VERL_PYTHON, str(HERE / "verl_jobs.py"), role, json.dumps(dict(base, rank=rank))],
+                env=env, stdout=open(tmp_path / names[-1], "w"), stderr=subprocess.STDOUT))
+        codes = wait_all(procs, timeout_s=400)
+        logs = "".join((tmp_path / n).read_text()[-2500:] for n in names)
+        assert codes == [0, 0, 0, 0], logs + c.stderr
+        coordinator_log = c.stderr
+    added = json.loads((tmp_path / "added.json").read_text())
+    assert added["first_version_from_peer"] is True, added
+    seen = added["seen"]
+    assert seen[0] >= 2 and seen[-1] == 5 and seen == sorted(set(seen)), added
+    assert "cold-started from replica 0" in coordinator_log
+    for r in range(2):  # the last version reached replica 0 only: the added one had left
+        assert json.loads((tmp_path / f"actor{r}_last_ready.json").read_text()) == [0]

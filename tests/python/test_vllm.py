@@ -48,9 +48,22 @@ MODELS = ("qwen2", "qwen2_moe", "gpt2")
 
 
 def test_vllm_backend_receives_each_tp_rank_bytes(tmp_path):
+    run_models(tmp_path, MODELS)
+
+
+def test_vllm_draft_model_flips_with_the_target(tmp_path):
+    """Speculative decoding: a draft model (vLLM's "draft_model" method builds it with vLLM's
+    own model classes: a 1-layer Qwen2 here) registered in the target's wsync context as
+    WsyncWorkerExtension does with model_runner.get_draft_model(); both models' TP-rank
+    parameters equal vLLM's own load_weights of the trainer's tensors at every version."""
+    run_models(tmp_path, ("qwen2_draft",))
+
+
+def run_models(tmp_path: Path, models) -> None:
     why = _vllm_ready()
     if why:
         pytest.skip(why)
+    MODELS = tuple(models)
     tp, versions = 2, 3
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", OMP_NUM_THREADS="1",
                PYTHONPATH=str(HERE))
@@ -78,6 +91,8 @@ def test_vllm_backend_receives_each_tp_rank_bytes(tmp_path):
 
 
 def check_model(out: Path, r: int, model: str, report: dict, versions: int) -> None:
+    if model == "qwen2_draft":
+        assert "model.layers.0.self_attn.qkv_proj.weight" in report["registered"]
     if model == "gpt2":  # vLLM's loader transposes HF's Conv1D weights: received whole
         assert report["fallback"] == [f"transformer.h.{i}.{m}.weight" for i in range(2)
                                       for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc",

@@ -41,7 +41,7 @@ def _ready() -> str:
     return "" if r.returncode == 0 else f"vLLM's CPU build does not import: {r.stderr[-300:]}"
 
 
-def run_engine(tmp_path: Path, driver: str) -> dict:
+def run_engine(tmp_path: Path, driver: str, join: bool = False) -> dict:
     """Runs the trainer and the engine (driven by `driver`) under a standalone coordinator, then
     the reference; asserts what both drivers promise; returns the engine's record."""
     why = _ready()
@@ -50,7 +50,7 @@ def run_engine(tmp_path: Path, driver: str) -> dict:
     tp, versions = 2, 3
     env = dict(os.environ, PYTHONPATH=str(HERE), OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_CPU_OMP_THREADS_BIND="|".join(str(i % os.cpu_count()) for i in range(tp)))
-    args = {"tp": tp, "versions": versions, "out": str(tmp_path), "driver": driver}
+    args = {"tp": tp, "versions": versions, "out": str(tmp_path), "driver": driver, "join": join}
 
     def start(role: str, extra: dict) -> subprocess.Popen:
         return subprocess.Popen([PYTHON, str(JOBS), role, json.dumps(dict(args, **extra))],
@@ -62,8 +62,12 @@ def run_engine(tmp_path: Path, driver: str) -> dict:
 
     with wsync.Coordinator(trainers=1, rollouts=tp, timeout_ms=300000, quiet=False) as c:
         job = {"address": c.address, "secret": c.secret}
-        codes = wait_all([start("trainer", job), start("engine", job)], timeout_s=500)
-        assert codes == [0, 0], logs() + c.stderr
+        procs = [start("trainer", job), start("engine", job)]
+        if join:
+            procs.append(start("joiner", job))
+        codes = wait_all(procs, timeout_s=500)
+        assert codes == [0] * len(procs), logs() + c.stderr
+        engine_stderr = c.stderr
     assert wait_all([start("reference", {})], timeout_s=300) == [0], logs()
     engine = json.loads((tmp_path / "engine.json").read_text())
     reference = json.loads((tmp_path / "reference.json").read_text())
@@ -75,11 +79,37 @@ def run_engine(tmp_path: Path, driver: str) -> dict:
     outputs = [engine["dummy_tokens"]] + [s["tokens"] for s in seen]
     for before, after in zip(outputs, outputs[1:]):
         assert before != after, outputs  # every version reached the computation
+    if join:
+        joiner = json.loads((tmp_path / "joiner.json").read_text())
+        engine["joiner"] = joiner
+        engine["coordinator_log"] = engine_stderr
+        for s in joiner["seen"]:  # engine B serves exactly what vLLM's own load gives
+            want = reference[str(s["version"])]
+            assert (s["tokens"], s["logprobs"]) == (want["tokens"], want["logprobs"]), s
     return engine
 
 
 def test_vllm_engine_serves_each_wsync_version(tmp_path):
     run_engine(tmp_path, "backend")
+
+
+def test_vllm_engine_joins_mid_run_from_init_info_alone(tmp_path):
+    """Engine A (fixed membership, WsyncWorkerExtension) serves; engine B (a second real vLLM
+    engine, TP 2) is started after version 1 and joins with only the coordinator's address and
+    secret (and the tensors' names and shapes): TP size from vLLM, replica id from vLLM's
+    instance_id. Its first version is copied from engine A (peer cold start), it then follows
+    the trainer, and every version it serves matches vLLM's own load of that checkpoint."""
+    engine = run_engine(tmp_path, "extension", join=True)
+    joiner = engine["joiner"]
+    assert [p["rank"] for p in joiner["places"]] != [], joiner
+    assert len({p["replica"] for p in joiner["places"]}) == 1 and \
+        joiner["places"][0]["replica"] >= 4096, joiner["places"]
+    assert all(s["first_version_from_peer"] for s in joiner["stats"]), joiner["stats"]
+    assert joiner["seen"][0]["version"] >= 1 and joiner["seen"][-1]["version"] == 3
+    assert "cold-started from replica 0" in engine["coordinator_log"]
+    print("engine B:", json.dumps({"first": joiner["seen"][0]["version"],
+                                   "join_to_first_version_s": joiner["join_to_first_version_s"],
+                                   "stats": joiner["stats"]}))
 
 
 def test_vllm_worker_extension_serves_each_wsync_version(tmp_path):

@@ -91,6 +91,8 @@ def trainer(a: dict) -> None:
         torch.save({"tokens": tokens, "logprobs": logprobs, "loss": float(loss)},
                    out / f"trainer_v{v}.pt")
         wait_for(out / f"checked_v{v}", timeout_s=600)
+        if a.get("join"):  # engine B joins after version 1 and checks every later version
+            wait_for(out / f"joiner_checked_v{v}", timeout_s=600)
     t.close()
 
 
@@ -152,6 +154,41 @@ def engine(a: dict) -> None:
     (out / "engine.json").write_text(json.dumps({"dummy_tokens": dummy_tokens, "seen": seen}))
 
 
+def joiner(a: dict) -> None:
+    """Engine B, started while the job runs (after engine A checked version 1): joins from init
+    info alone (address, secret, hf_shapes; TP size from vLLM, replica id from vLLM's
+    instance_id) through WsyncWorkerExtension. Its first version must come from engine A (peer
+    cold start); then it follows the trainer's versions. Leaves by wsync_close."""
+    from vllm import LLM
+
+    out = Path(a["out"])
+    wait_for(out / "checked_v1")
+    (out / "joiner_started").write_text(str(time.time()))
+    llm = LLM(model=str(out / "model"), load_format="dummy", tensor_parallel_size=a["tp"],
+              worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension", **ENGINE_ARGS)
+    init_info = {"coordinator_address": a["address"], "secret": a["secret"],
+                 "hf_shapes": json.loads((out / "hf_shapes.json").read_text())}
+    t0 = time.time()
+    places = llm.collective_rpc("wsync_init", args=(init_info,))
+    live = llm.collective_rpc("wsync_update", args=(None,))
+    stats = llm.collective_rpc("wsync_stats")
+    joined_s = time.time() - t0
+    first = live[0]
+    seen = []
+    tokens, logprobs = generate(llm)
+    seen.append({"version": first, "tokens": tokens, "logprobs": logprobs, "live": live})
+    (out / f"joiner_checked_v{first}").write_text("")
+    for v in range(first + 1, a["versions"] + 1):
+        wait_for(out / f"trainer_v{v}.pt")
+        live = llm.collective_rpc("wsync_update", args=(v,))
+        tokens, logprobs = generate(llm)
+        seen.append({"version": v, "tokens": tokens, "logprobs": logprobs, "live": live})
+        (out / f"joiner_checked_v{v}").write_text("")
+    llm.collective_rpc("wsync_close")
+    (out / "joiner.json").write_text(json.dumps({"places": places, "stats": stats, "seen": seen,
+                                                 "join_to_first_version_s": joined_s}))
+
+
 def reference(a: dict) -> None:
     """vLLM loading each version's checkpoint with its own loader: a fresh engine on the last
     version (the strongest check where the test ends), vLLM's reload_weights for the others."""
@@ -171,4 +208,5 @@ def reference(a: dict) -> None:
 
 if __name__ == "__main__":
     role, args = sys.argv[1], json.loads(sys.argv[2])
-    run(lambda: {"trainer": trainer, "engine": engine, "reference": reference}[role](args))
+    run(lambda: {"trainer": trainer, "engine": engine, "joiner": joiner,
+                 "reference": reference}[role](args))

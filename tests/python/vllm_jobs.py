@@ -14,6 +14,11 @@ vLLM's own load_weights gives from the trainer's full state. Models:
   qwen2      fused qkv_proj (grouped-query heads, biases) and gate_up_proj, padded vocabulary
   qwen2_moe  FusedMoE experts: transformers' stacked [E, 2I, H] gate_up_proj into vLLM's w13
   gpt2       Conv1D weights that vLLM's loader transposes: received whole, through load_weights
+  qwen2_draft  speculative decoding with a draft model (vLLM's "draft_model" method builds the
+             draft with the same model classes): the target Qwen2 and a 1-layer draft Qwen2, both
+             built by vLLM's initialize_model, registered in one wsync context the way
+             WsyncWorkerExtension does with model_runner.get_draft_model() (WsyncReceiver with
+             draft=..., draft_hf_shapes); the trainer publishes the draft's tensors as "draft."+name
 """
 from __future__ import annotations
 
@@ -35,7 +40,13 @@ VOCAB = 250
 def hf_config(model: str):
     import transformers
 
-    if model == "qwen2":
+    if model == "qwen2_small":  # the draft model of qwen2_draft
+        cfg = transformers.Qwen2Config(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=128, tie_word_embeddings=False)
+        cfg.architectures = ["Qwen2ForCausalLM"]
+    elif model in ("qwen2", "qwen2_draft"):
         cfg = transformers.Qwen2Config(
             vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -59,16 +70,36 @@ def hf_model(model: str):
     import transformers
 
     cls = {"qwen2": transformers.Qwen2ForCausalLM, "qwen2_moe": transformers.Qwen2MoeForCausalLM,
-           "gpt2": transformers.GPT2LMHeadModel}[model]
-    torch.manual_seed(0)
+           "gpt2": transformers.GPT2LMHeadModel, "qwen2_draft": transformers.Qwen2ForCausalLM,
+           "qwen2_small": transformers.Qwen2ForCausalLM}[model]
+    torch.manual_seed(0 if model != "qwen2_small" else 5)
     return cls(hf_config(model)).float()
+
+
+class TargetAndDraft(torch.nn.Module):
+    """The trainer's policy of qwen2_draft: the target's tensors under their names, the draft's
+    under "draft." + theirs; both trained."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target, self.drafter = hf_model("qwen2_draft"), hf_model("qwen2_small")
+
+    def named_parameters(self, *args, **kwargs):  # type: ignore[override]
+        yield from self.target.named_parameters()
+        for n, p in self.drafter.named_parameters():
+            yield "draft." + n, p
+
+    def forward(self, input_ids, labels):
+        out = self.target(input_ids=input_ids, labels=labels)
+        out.loss = out.loss + self.drafter(input_ids=input_ids, labels=labels).loss
+        return out
 
 
 def train(a: dict, model_name: str, job: dict) -> None:
     import wsync
 
-    model = hf_model(model_name)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model = TargetAndDraft() if model_name == "qwen2_draft" else hf_model(model_name)
+    opt = torch.optim.AdamW([p for _, p in model.named_parameters()], lr=1e-2)
     t = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, a["tp"], job["address"], job["secret"]),
                       timeout_ms=300000)
     # The checkpoint's names and shapes go to the workers first: joining the job (inside
@@ -77,7 +108,7 @@ def train(a: dict, model_name: str, job: dict) -> None:
     shapes.with_suffix(".tmp").write_text(json.dumps(
         {n: list(p.shape) for n, p in model.named_parameters()}))
     os.replace(shapes.with_suffix(".tmp"), shapes)
-    t.register_module(model)
+    t.register_module(dict(model.named_parameters()))
     t.commit()
     tokens = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
     for v in range(1, a["versions"] + 1):
@@ -106,7 +137,66 @@ def vllm_config(model_name: str, tp: int, model_dir: Path):
                       parallel_config=ParallelConfig(tensor_parallel_size=tp))
 
 
+def serve_draft(a: dict, job: dict) -> dict:
+    """qwen2_draft: target and draft built by vLLM, received as WsyncWorkerExtension.wsync_init /
+    wsync_update do (WsyncReceiver with the draft)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    from wsync.engines.vllm import WsyncInitInfo, WsyncReceiver
+
+    rank, out = a["rank"], Path(a["out"])
+    vc = vllm_config("qwen2_draft", a["tp"], out / f"qwen2_draft_{rank}")
+    vc_draft = vllm_config("qwen2_small", a["tp"], out / f"qwen2_small_{rank}")
+    with set_current_vllm_config(vc):
+        model = initialize_model(vc)
+        reference = initialize_model(vc, prefix="reference")
+    with set_current_vllm_config(vc_draft):
+        draft = initialize_model(vc_draft, prefix="draft_model")
+        draft_reference = initialize_model(vc_draft, prefix="draft_reference")
+    shapes_file = out / "hf_shapes_qwen2_draft.json"
+    while not shapes_file.exists():
+        time.sleep(0.05)
+    shapes = json.loads(shapes_file.read_text())
+    info = WsyncInitInfo(coordinator_address=job["address"], secret=job["secret"],
+                         num_trainers=1, num_rollouts=a["tp"], timeout_ms=300000,
+                         hf_shapes={n: s for n, s in shapes.items() if not n.startswith("draft.")},
+                         draft_hf_shapes={n[len("draft."):]: s for n, s in shapes.items()
+                                          if n.startswith("draft.")})
+    with set_current_vllm_config(vc):
+        receiver = WsyncReceiver(model, model.load_weights, info, dtype=torch.float32,
+                                 draft=draft)
+    assert receiver.draft is not None
+    report = {"fallback": receiver.fallback + receiver.draft.fallback,
+              "registered": sorted(receiver.boxes) + sorted(
+                  n for n, _ in draft.named_parameters()),
+              "box_elements": {n: sum(b.numel() for b in bs) for n, bs in receiver.boxes.items()},
+              "param_elements": {n: p.numel() for n, p in model.named_parameters()
+                                 if n in receiver.boxes}}
+    for v in range(1, a["versions"] + 1):
+        with set_current_vllm_config(vc):  # WsyncWorkerExtension.wsync_update's order
+            receiver.start_reload()
+            live = receiver.receive(v)
+            receiver.finish_reload(vc.model_config)
+            state = torch.load(out / f"trainer_qwen2_draft_v{v}.pt")
+            reference.load_weights((n, t) for n, t in state.items() if not n.startswith("draft."))
+        with set_current_vllm_config(vc_draft):
+            draft_reference.load_weights((n[len("draft."):], t) for n, t in state.items()
+                                         if n.startswith("draft."))
+        got = {n: p.detach().clone() for n, p in model.named_parameters()}
+        got.update({"draft." + n: p.detach().clone() for n, p in draft.named_parameters()})
+        want = {n: p.detach().clone() for n, p in reference.named_parameters()}
+        want.update({"draft." + n: p.detach().clone()
+                     for n, p in draft_reference.named_parameters()})
+        torch.save({"got": got, "want": want, "version": live},
+                   out / f"worker{rank}_qwen2_draft_v{v}.pt")
+    receiver.close()
+    return report
+
+
 def serve(a: dict, model_name: str, job: dict) -> dict:
+    if model_name == "qwen2_draft":
+        return serve_draft(a, job)
     from vllm.config import set_current_vllm_config
     from vllm.config.weight_transfer import WeightTransferConfig
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory

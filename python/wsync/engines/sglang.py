@@ -21,6 +21,12 @@ Two paths:
       parts = gather_to_driver(serialize_rank(tensors))      # any channel, e.g. gather_object
       if driver: update_engine(engine, parts, load_format="direct")
 
+* **Joining a running job** (:func:`join_rollout`): an SGLang engine started at any time makes
+  each TP rank's rollout with only the coordinator's address and secret: the replica's size is
+  SGLang's TP size, its rank the TP rank, its id explicit or derived from the engine's own id
+  (:func:`wsync.replica_id`); its first version is copied from a running replica (peer cold
+  start) and ``rollout.close()`` leaves. Everything else is as above.
+
 * **In one process** (:func:`apply_version`): the newest version's ``(hf_name, tensor)`` views
   of ``Rollout.register_slots`` buffers straight into ``engine.update_weights_from_tensor`` (or
   an SGLang ``ModelRunner``'s weight updater, :func:`load_into_model_runner`) under one lease.
@@ -31,6 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ..bootstrap import Bootstrap, replica_id
 from ..errors import UnpublishableError
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
@@ -52,6 +59,22 @@ def _require_sglang() -> None:
     if not HAVE_SGLANG:
         raise ImportError("wsync.engines.sglang needs sglang (its MultiprocessingSerializer and "
                           "LocalSerializedTensor); pip install sglang")
+
+
+def join_rollout(coordinator_address: str, secret: str, tp_size: int, tp_rank: int, *,
+                 replica: Optional[int] = None, engine_id: str = "", **rollout_args: Any
+                 ) -> Rollout:
+    """The wsync Rollout of SGLang TP rank `tp_rank` of an engine joining the running job: one
+    replica of `tp_size` ranks (wsync config.replica_size / replica_rank), its id `replica` or
+    :func:`wsync.replica_id` of `engine_id` (the same on every TP rank of the engine, e.g. its
+    server address). Register (:func:`rank_tensors`) and commit as usual; every TP rank of the
+    engine must join. `rollout_args` go to :class:`wsync.Rollout` (num_slots, timeout_ms, ...)."""
+    if replica is None:
+        if not engine_id:
+            raise ValueError("join_rollout needs a replica id or the engine's own id")
+        replica = replica_id(engine_id)
+    return Rollout(Bootstrap.join(coordinator_address, secret, tp_size, tp_rank),
+                   replica=replica, **rollout_args)
 
 
 def rank_tensors(rollout: Rollout, local: Shapes, *, device: Union[str, torch.device] = "cpu",

@@ -9,15 +9,27 @@ publishes ``global_steps``. So the transfer itself has no rank-0 funnel: each ro
 its bytes from every actor rank directly. Rollout workers receive whole tensors in wsync slots
 and yield them to verl's server adapter. The job's coordinator is a standalone
 wsync-coordinator (``coordinator_address`` and ``secret`` in the engine's kwargs).
+
+Elastic replicas. verl's ``CheckpointEngineManager.add_replicas`` / ``remove_replicas`` change
+the replica list; the manager then calls prepare / build_topology / init_process_group again on
+every worker before each update. Here the rollout workers present at the first update are the
+job's fixed members (the coordinator's ``--rollouts``); the workers of a replica added later
+join the running job (wsync config.replica_size / replica_rank: ``replica_size`` in the engine's
+kwargs is the rollout replica's worker count, e.g. its TP size), with a replica id derived from
+the worker's own id, and get their first version from a running replica (peer cold start).
+Workers already in the job keep their place. :func:`remove_replicas` makes the removed
+replicas' workers leave (wsync_context_destroy) before verl's own ``remove_replicas``; a replica
+whose process dies is dropped by the coordinator and the actors go on.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, AsyncGenerator, AsyncIterator, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from .. import layout
-from ..bootstrap import Bootstrap
+from ..bootstrap import Bootstrap, replica_id
 from ..rollout import Rollout
 from ..trainer import Trainer
 
@@ -32,14 +44,19 @@ except Exception:  # verl (and ray) not installed
 
 class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
     """verl CheckpointEngine over wsync. kwargs: coordinator_address, secret, hf_shapes
-    ({name: shape} the rollouts allocate), dtype (rollout dtype), device, timeout_ms."""
+    ({name: shape} the rollouts allocate), dtype (rollout dtype), device, timeout_ms,
+    replica_size (workers per rollout replica; None: the fixed rollout workers form one
+    replica, and a replica added later joins with one worker per replica)."""
 
     def __init__(self, bucket_size: int = 0, is_master: bool = False, *,
                  coordinator_address: str = "", secret: str = "",
                  hf_shapes: Optional[Dict[str, List[int]]] = None,
                  dtype: torch.dtype = torch.bfloat16, device: str = "cpu",
-                 timeout_ms: int = 60000, **_: Any) -> None:
+                 timeout_ms: int = 60000, replica_size: Optional[int] = None,
+                 **_: Any) -> None:
         self.is_master = is_master
+        self.uid = uuid.uuid4().hex  # this worker's own id (a joined replica's id derives from it)
+        self.replica_size = replica_size
         self.address, self.secret = coordinator_address, secret
         self.hf_shapes = hf_shapes or {}
         self.dtype, self.device, self.timeout_ms = dtype, device, timeout_ms
@@ -48,29 +65,74 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         self.buffers: Dict[str, torch.Tensor] = {}
         self.topology: Dict[str, Any] = {}
 
+    @property
+    def in_job(self) -> bool:
+        """Whether this worker's wsync context exists (it joined the job)."""
+        return self.trainer is not None or self.rollout is not None
+
     def prepare(self) -> Dict[str, Any]:
-        """Nothing to allocate per step: wsync registered its buffers once."""
-        return {}
+        """Nothing to allocate per step (wsync registered its buffers once); tells build_topology
+        this worker's id, replica size, and its place when it is in the job already."""
+        return {"wsync_uid": self.uid, "wsync_replica_size": self.replica_size,
+                "wsync_topology": dict(self.topology) if self.in_job else None}
 
     @classmethod
     def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
                        metadata: List[dict]) -> Tuple[Dict[str, List[Any]], Dict[str, List[Any]]]:
-        """Actor ranks are wsync trainers 0..A-1, rollout ranks wsync rollouts 0..R-1."""
+        """First update: actor ranks are wsync trainers 0..A-1, rollout ranks wsync rollouts
+        0..R-1 (fixed membership; replica rank // replica_size, or 0 without replica_size).
+        Later: workers in the job keep their place; rollout workers not in it (replicas added
+        by add_replicas) join, grouped by replica_size in order, each group's replica id
+        derived from its first worker's id. `metadata` is prepare()'s, actors first."""
         a, r = actor_wg_world_size, rollout_world_size
+        meta = list(metadata) + [{}] * max(0, a + r - len(metadata))
+        actor_meta, rollout_meta = meta[:a], meta[a:a + r]
+        placed: List[Dict[str, Any]] = [m["wsync_topology"] for m in actor_meta
+                                        if m.get("wsync_topology")]
+        fixed_rollouts = placed[0]["num_rollouts"] if placed else r
         actor: Dict[str, List[Any]] = {"role": ["trainer"] * a, "rank": list(range(a)),
-                                       "num_trainers": [a] * a, "num_rollouts": [r] * a}
-        rollout: Dict[str, List[Any]] = {"role": ["rollout"] * r, "rank": list(range(r)), "num_trainers": [a] * r,
-                   "num_rollouts": [r] * r}
+                                       "num_trainers": [a] * a,
+                                       "num_rollouts": [fixed_rollouts] * a}
+        rollout: Dict[str, List[Any]] = {k: [] for k in (
+            "role", "rank", "num_trainers", "num_rollouts", "replica", "replica_size",
+            "replica_rank")}
+        group_left, group_replica, group_size = 0, 0, 1
+        for i, m in enumerate(rollout_meta):
+            size = m.get("wsync_replica_size")
+            if m.get("wsync_topology"):
+                t = m["wsync_topology"]
+                values = [t.get(k) for k in rollout]
+            elif not placed:  # the first update: the fixed members
+                replica = i // size if size else 0
+                values = ["rollout", i, a, r, replica, 0, 0]
+            else:  # a worker of a replica added after the first update: joins
+                if group_left == 0:
+                    group_size = size or 1
+                    group_left = group_size
+                    group_replica = replica_id(str(m.get("wsync_uid", i)))
+                values = ["rollout", -1, a, fixed_rollouts, group_replica, group_size,
+                          group_size - group_left]
+                group_left -= 1
+            for k, v in zip(rollout, values):
+                rollout[k].append(v)
         return actor, rollout
 
     def init_process_group(self, role: str, rank: int, num_trainers: int, num_rollouts: int,
+                           replica: int = 0, replica_size: int = 0, replica_rank: int = 0,
                            **_: Any) -> None:
-        """Remembers this rank's place; the wsync context is created with the first weights."""
+        """Remembers this rank's place (nothing when it is in the job already: its wsync context
+        keeps it); the wsync context is created with the first weights."""
+        if self.in_job:
+            return
         self.topology = {"role": role, "rank": rank, "num_trainers": num_trainers,
-                         "num_rollouts": num_rollouts}
+                         "num_rollouts": num_rollouts, "replica": replica,
+                         "replica_size": replica_size, "replica_rank": replica_rank}
 
     def _bootstrap(self) -> Bootstrap:
         t = self.topology
+        if t.get("replica_size"):
+            return Bootstrap.join(self.address, self.secret, t["replica_size"],
+                                  t["replica_rank"])
         return Bootstrap.explicit(t["rank"], t["num_trainers"], t["num_rollouts"], self.address,
                                   self.secret)
 
@@ -101,7 +163,8 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         """Waits for `global_steps` (default: a version newer than the last) and yields the
         whole tensors of that version."""
         if self.rollout is None:
-            self.rollout = Rollout(self._bootstrap(), timeout_ms=self.timeout_ms)
+            self.rollout = Rollout(self._bootstrap(), replica=self.topology.get("replica", 0),
+                                   timeout_ms=self.timeout_ms)
             self.rollout.register_slots({n: (tuple(s), self.dtype)
                                          for n, s in self.hf_shapes.items()},
                                         device=self.device)
@@ -120,11 +183,24 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         """Per-step cleanup: none (the plan and buffers are kept for the next step)."""
 
     def close(self) -> None:
-        """Leaves the wsync job."""
+        """Leaves the wsync job (wsync_context_destroy: later versions do not wait for it)."""
         for endpoint in (self.trainer, self.rollout):
             if endpoint is not None:
                 endpoint.close()
         self.trainer = self.rollout = None
+        self.topology = {}
+
+
+def remove_replicas(manager: Any, replicas: List[Any]) -> None:
+    """verl's ``CheckpointEngineManager.remove_replicas`` with a wsync leave first: every worker
+    of the removed replicas closes its wsync context (through verl's own
+    ``execute_checkpoint_engine("close")`` on the worker actors), so the trainers stop writing to
+    them at once; then the manager forgets them. (Adding needs nothing beyond verl's
+    ``add_replicas``: the new workers join at the next update, see the module docstring.)"""
+    import ray  # type: ignore[import-not-found]  # verl's dependency
+
+    ray.get([w.execute_checkpoint_engine.remote("close") for r in replicas for w in r.workers])
+    manager.remove_replicas(replicas)
 
 
 async def _iterate(weights: Any) -> AsyncIterator[Tuple[str, torch.Tensor]]:

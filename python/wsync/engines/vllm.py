@@ -19,15 +19,29 @@ wsync.engines.vllm:register, declared in pyproject.toml), so that vLLM's own
     the copy-flipped ones).
 Each TP rank receives only its own bytes of the copy-flipped tensors, directly from the trainers;
 the fallback tensors arrive whole.
+
+Membership. Init info with only ``coordinator_address``, ``secret`` and ``hf_shapes`` makes the
+engine a replica that joins the running job (docs/engines.md): its size is the engine's own
+TP x PP world (from vLLM), its id ``replica`` or, when absent, :func:`wsync.replica_id` of the
+engine's ``instance_id``; its first version is copied from a running replica that holds one
+(peer cold start), and on shutdown it leaves (wsync_context_destroy). Init info with
+``num_rollouts`` (and ``rollout_rank_base``) keeps fixed membership: the job's rollout ranks are
+counted up front.
+
+Speculative decoding: WsyncWorkerExtension registers the draft (EAGLE / MTP / draft-model)
+model's parameters too, from the worker's ``model_runner.get_draft_model()`` (``draft_hf_shapes``
+in the init info: the draft's tensors, published by the trainers under ``draft_prefix`` + their
+names), in the same wsync context: target and draft flip to the same version together.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ..bootstrap import Bootstrap
+from ..bootstrap import Bootstrap, replica_id
 from ..layout import Box
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
@@ -64,19 +78,37 @@ def register() -> None:
 class WsyncInitInfo(WeightTransferInitInfo):
     """How this worker joins the wsync job (explicit bootstrap; see wsync.Coordinator).
 
-    rollout_rank_base: this replica's first rollout rank (its TP rank is added);
+    coordinator_address, secret: the job's wsync-coordinator and its shared secret (all a
+    joining engine needs besides hf_shapes).
     hf_shapes: {hf_name: shape} of the tensors the trainers publish (their names and shapes:
-    the worker cannot learn them from its fused parameters)."""
+    the worker cannot learn them from its fused parameters).
+    replica: this engine's replica id (None: 0 with fixed membership; when joining,
+    wsync.replica_id of vLLM's instance_id).
+    num_rollouts: None (default): the engine joins the running job as one replica of TP x PP
+    ranks (config.replica_size / replica_rank from vLLM's own parallel state). Set: fixed
+    membership, the job's rollout rank count; this replica's ranks are rollout_rank_base + its
+    TP rank, and num_trainers the job's trainer count.
+    num_slots, timeout_ms: None: the library's defaults.
+    draft_hf_shapes, draft_prefix: the speculative-decoding draft model's tensors (names as its
+    load_weights takes them), published by the trainers as draft_prefix + name
+    (WsyncWorkerExtension)."""
 
     coordinator_address: str = ""
     secret: str = ""
-    num_trainers: int = 1
-    num_rollouts: int = 1
-    rollout_rank_base: int = 0
-    replica: int = 0
-    num_slots: int = 2
-    timeout_ms: int = 60000
     hf_shapes: Dict[str, List[int]] = field(default_factory=dict)
+    replica: Optional[int] = None
+    num_trainers: Optional[int] = None
+    num_rollouts: Optional[int] = None
+    rollout_rank_base: int = 0
+    num_slots: Optional[int] = None
+    timeout_ms: Optional[int] = None
+    draft_hf_shapes: Dict[str, List[int]] = field(default_factory=dict)
+    draft_prefix: str = "draft."
+
+    @property
+    def joins(self) -> bool:
+        """Whether the engine joins the running job (no job-wide rollout count given)."""
+        return self.num_rollouts is None
 
 
 @dataclass
@@ -95,6 +127,42 @@ def tp_rank() -> int:
         return int(get_tensor_model_parallel_rank())
     except Exception:
         return 0
+
+
+def replica_place() -> Tuple[int, int]:
+    """(ranks of this engine's replica, this worker's index in it): vLLM's TP x PP world, rank
+    pp_rank * tp_size + tp_rank ((1, 0) where vLLM's parallel groups are not initialized)."""
+    try:
+        from vllm.distributed import (get_pp_group, get_tensor_model_parallel_rank,
+                                      get_tensor_model_parallel_world_size)
+    except ImportError:
+        return 1, 0
+    try:
+        tp, rank = int(get_tensor_model_parallel_world_size()), \
+            int(get_tensor_model_parallel_rank())
+    except Exception:  # vLLM's groups not initialized (no engine around this model)
+        return 1, 0
+    try:
+        pp_group = get_pp_group()
+        pp, pp_rank = int(pp_group.world_size), int(pp_group.rank_in_group)
+    except Exception:
+        pp, pp_rank = 1, 0
+    return tp * pp, pp_rank * tp + rank
+
+
+def bootstrap_for(info: WsyncInitInfo, engine_id: str = "") -> Tuple[Bootstrap, int]:
+    """The wsync bootstrap and replica id of this worker: joining (info.num_rollouts None) or
+    fixed membership."""
+    if info.joins:
+        size, rank = replica_place()
+        replica = info.replica if info.replica is not None else \
+            replica_id(engine_id or info.coordinator_address)
+        return Bootstrap.join(info.coordinator_address, info.secret, size, rank), replica
+    assert info.num_rollouts is not None
+    return Bootstrap.explicit(info.rollout_rank_base + tp_rank(),
+                              info.num_trainers if info.num_trainers is not None else 1,
+                              info.num_rollouts, info.coordinator_address, info.secret), \
+        info.replica if info.replica is not None else 0
 
 
 def quantized_modules(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
@@ -146,7 +214,8 @@ class WsyncReceiver:
     engine's loader (vLLM: model.load_weights); `dtype` that of the trainers' tensors."""
 
     def __init__(self, model: torch.nn.Module, load_weights: Any, info: WsyncInitInfo,
-                 rank: int, dtype: Optional[torch.dtype] = None) -> None:
+                 rank: Optional[int] = None, dtype: Optional[torch.dtype] = None,
+                 engine_id: str = "", draft: Optional[torch.nn.Module] = None) -> None:
         self.model = model
         shapes: List[Tuple[str, Tuple[int, ...]]] = [(n, tuple(s))
                                                      for n, s in info.hf_shapes.items()]
@@ -159,10 +228,9 @@ class WsyncReceiver:
             self.boxes, self.fallback = whole_modules_to_fallback(self.boxes, self.fallback,
                                                                   self.reloaded)
         self.load_weights = load_weights
-        bootstrap = Bootstrap.explicit(info.rollout_rank_base + rank, info.num_trainers,
-                                       info.num_rollouts, info.coordinator_address, info.secret)
+        bootstrap, self.replica = bootstrap_for(info, engine_id)
         device = next(iter(params.values())).device
-        self.rollout = Rollout(bootstrap, replica=info.replica, num_slots=info.num_slots,
+        self.rollout = Rollout(bootstrap, replica=self.replica, num_slots=info.num_slots,
                                timeout_ms=info.timeout_ms,
                                cuda_device=device.index if device.type == "cuda" else None)
         live = {n: params[n] for n in self.boxes}
@@ -170,6 +238,8 @@ class WsyncReceiver:
         if self.fallback:  # full HF tensors in slots, applied through the engine's loader
             self.rollout.register_slots({n: (dict(shapes)[n], dtype or params_dtype(params))
                                          for n in self.fallback}, device=device)
+        self.draft = DraftPart(draft, info, self.rollout, dtype, params) \
+            if draft is not None and info.draft_hf_shapes else None
         self.rollout.commit()
 
     def receive(self, version: Optional[int], timeout_ms: int = -1) -> int:
@@ -182,15 +252,24 @@ class WsyncReceiver:
             while (self.rollout.newest_version() or 0) < target:
                 self.rollout.wait_for_version(after=target - 1, timeout_ms=timeout_ms)
         wanted = target if version is not None else VERSION_NEWEST
-        if not self.fallback:
+        draft_fallback = self.draft.fallback if self.draft is not None else []
+        if not self.fallback and not draft_fallback:
             flipped = self.rollout.flip(wanted)
             return int(flipped if flipped is not None else target)
         # One lease over both steps: the fallback tensors come from the version just flipped.
         with self.rollout.lease(wanted) as lease:
             self.rollout.flip(lease.version)
-            self.load_weights(list(self.rollout.lease_tensors(lease, names=self.fallback)
-                                   .items()))
+            if self.fallback:
+                self.load_weights(list(self.rollout.lease_tensors(lease, names=self.fallback)
+                                       .items()))
+            if self.draft is not None and draft_fallback:
+                self.draft.load(self.rollout.lease_tensors(lease, names=draft_fallback))
             return lease.version
+
+    def first_version(self) -> Optional[Any]:
+        """This rank's wsync.VersionStats once a version is ready (first_version,
+        first_version_seconds, first_version_from_peer: whether a running replica filled it)."""
+        return self.rollout.version_stats()
 
     def start_reload(self) -> None:
         """Puts the processed layers (quantized, or repacked by vLLM's CPU backend; loaded whole
@@ -217,6 +296,37 @@ class WsyncReceiver:
         self.rollout.close()
 
 
+class DraftPart:
+    """The speculative-decoding draft model's parameters, registered in the target's wsync
+    context (one version for both): its loaders probed like the target's, its tensors named
+    draft_prefix + the draft's own HF names. Parameters the draft shares with the target (tied
+    embeddings / lm_head of EAGLE heads) are the target's memory already and are skipped."""
+
+    def __init__(self, draft: torch.nn.Module, info: WsyncInitInfo, rollout: Rollout,
+                 dtype: Optional[torch.dtype], target_params: Dict[str, torch.nn.Parameter]
+                 ) -> None:
+        self.prefix = info.draft_prefix
+        self.load_weights = draft.load_weights
+        shared = {p.data_ptr() for p in target_params.values()}
+        params = {n: p for n, p in draft.named_parameters() if p.data_ptr() not in shared}
+        shapes = [(n, tuple(s)) for n, s in info.draft_hf_shapes.items()]
+        boxes, fallback = probe_loaders(params, shapes, draft.load_weights)
+        renamed = {self.prefix + n: [dataclasses.replace(b, tensor=self.prefix + b.tensor)
+                                     for b in bs] for n, bs in boxes.items()}
+        live = {self.prefix + n: params[n] for n in boxes}
+        rollout.register_module(live, specs=renamed, mode="copy_flip")
+        self.fallback = [self.prefix + n for n in fallback]
+        if self.fallback:
+            device = next(iter(params.values())).device
+            rollout.register_slots({self.prefix + n: (dict(shapes)[n],
+                                                      dtype or params_dtype(params))
+                                    for n in fallback}, device=device)
+
+    def load(self, tensors: Dict[str, torch.Tensor]) -> None:
+        """The draft's fallback tensors (leased views) through the draft's load_weights."""
+        self.load_weights([(n[len(self.prefix):], t) for n, t in tensors.items()])
+
+
 def params_dtype(params: Dict[str, torch.nn.Parameter]) -> torch.dtype:
     """The dtype of the model's first floating-point parameter."""
     for p in params.values():
@@ -225,11 +335,19 @@ def params_dtype(params: Dict[str, torch.nn.Parameter]) -> torch.dtype:
     return torch.float32
 
 
+def engine_id(vllm_config: Any) -> str:
+    """vLLM's id of this engine instance (VllmConfig.instance_id, the same on all its workers)."""
+    return str(getattr(vllm_config, "instance_id", "") or "")
+
+
 class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,valid-type]
     """vLLM's WeightTransferEngine over wsync (see the module docstring)."""
 
     init_info_cls = WsyncInitInfo
     update_info_cls = WsyncUpdateInfo
+    # The backend is built with the target model only (vLLM passes no draft to it): draft
+    # weights are updated through WsyncWorkerExtension, which registers both in one context.
+    supports_draft_weight_update = False
 
     receiver: Optional[WsyncReceiver] = None
     version: Optional[int] = None  # the version live in the parameters
@@ -241,8 +359,8 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
 
         with set_current_vllm_config(self.vllm_config):
             self.receiver = WsyncReceiver(self.model, self.model.load_weights, init_info,
-                                          tp_rank(), dtype=getattr(self.model_config, "dtype",
-                                                                   None))
+                                          dtype=getattr(self.model_config, "dtype", None),
+                                          engine_id=engine_id(self.vllm_config))
 
     def start_weight_update(self) -> None:
         """Copy-flipped weights need nothing; processed layers enter vLLM's layerwise reload
@@ -266,6 +384,8 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
             self.receiver.finish_reload(self.model_config)
 
     def shutdown(self) -> None:
+        """Leaves the wsync job (vLLM's worker calls it on shutdown): wsync_context_destroy, so
+        later versions do not wait for this replica."""
         if self.receiver is not None:
             self.receiver.close()
             self.receiver = None
@@ -284,17 +404,30 @@ class WsyncWorkerExtension:
 
     _wsync: Optional[WsyncReceiver]  # set by wsync_init (annotation only: no Worker attribute)
 
-    def wsync_init(self, init_info: Dict[str, Any]) -> None:
-        """Joins the wsync job as rollout rank rollout_rank_base + this worker's TP rank, probes
-        vLLM's loaders under the worker's vLLM config, registers, commits with the trainers
-        (every worker of the replica must call it: collective_rpc does)."""
+    def wsync_init(self, init_info: Dict[str, Any]) -> Dict[str, Any]:
+        """Joins the wsync job (as a replica joining the running job, or with fixed membership as
+        rollout rank rollout_rank_base + this worker's TP rank: WsyncInitInfo), probes vLLM's
+        loaders under the worker's vLLM config, registers (the draft model's parameters too when
+        the engine has one and draft_hf_shapes names its tensors), commits (every worker of the
+        replica must call it: collective_rpc does). Returns {"replica": id, "rank": wsync rank}."""
         from vllm.config import set_current_vllm_config
 
         worker: Any = self
         model = worker.model_runner.get_model()
+        get_draft = getattr(worker.model_runner, "get_draft_model", None)
+        draft = get_draft() if callable(get_draft) else None
         with set_current_vllm_config(worker.vllm_config):
             self._wsync = WsyncReceiver(model, model.load_weights, WsyncInitInfo(**init_info),
-                                        tp_rank(), dtype=worker.vllm_config.model_config.dtype)
+                                        dtype=worker.vllm_config.model_config.dtype,
+                                        engine_id=engine_id(worker.vllm_config), draft=draft)
+        return {"replica": self._wsync.replica, "rank": self._wsync.rollout.rank}
+
+    def wsync_stats(self) -> Optional[Dict[str, Any]]:
+        """This worker's wsync.VersionStats as a dict (None before its first version): the newest
+        version, and its first one (first_version_from_peer: filled by a running replica)."""
+        receiver: Optional[WsyncReceiver] = getattr(self, "_wsync", None)
+        stats = receiver.first_version() if receiver is not None else None
+        return dataclasses.asdict(stats) if stats is not None else None
 
     def wsync_update(self, version: Optional[int] = None, timeout_ms: int = -1) -> int:
         """Waits for `version` (None: one newer than the live one), copy-flips it and loads the

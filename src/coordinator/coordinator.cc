@@ -416,6 +416,7 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   replica_of_rollout_.assign(rollouts.size(), -1);
   SequencerOptions options{opt_.timeout,   opt_.skip_grace,       opt_.max_staleness,
                            opt_.checksums, opt_.checksum_retries, /*prepare_ahead=*/true};
+  options.replica_timeout = replicaBound();
   sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
   for (auto& [id, ranks] : members) {
     const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
@@ -536,8 +537,13 @@ void Coordinator::Impl::checkTimers() {
     return;
   }
   if (phase_ == Phase::kRunning) {
-    Status s = apply(sequencer_->advance(now));
+    Result<SequencerOutput> advanced = sequencer_->advance(now);
+    const std::vector<int32_t> stalled =
+        advanced.isOk() ? advanced->stalled_replicas : std::vector<int32_t>{};
+    Status s = apply(std::move(advanced));
     if (!s.isOk()) return fail(s);
+    dropStalled(stalled, now);
+    if (phase_ != Phase::kRunning) return;
     if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
     sendDueLefts();

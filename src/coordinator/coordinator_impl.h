@@ -218,6 +218,13 @@ class Coordinator::Impl {
   void onLeave(Participant& p);
   void sendDueLefts();
   void checkHeartbeats(Clock::time_point now);
+  // How long a version waits on one replica (or its confirmation of Ready) before the replica is
+  // dropped as stalled: the heartbeat timeout, at most half the job's timeout (so the version
+  // still completes for the others within it, whatever the two settings are).
+  std::chrono::milliseconds replicaBound() const;
+  // Drops the replicas the version in flight waited on past replicaBound() (`stalled`, from the
+  // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
+  void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
   void onJoinHello(ConnectionId conn, const HelloMsg& hello);
   Status checkJoinHello(const HelloMsg& hello) const;
   void welcomeJoiners(JoiningReplica& g);

@@ -111,6 +111,44 @@ void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
   }
 }
 
+std::chrono::milliseconds Coordinator::Impl::replicaBound() const {
+  const std::chrono::milliseconds half = opt_.timeout / 2;
+  if (opt_.heartbeat_timeout.count() <= 0) return half;
+  return std::min(opt_.heartbeat_timeout, half);
+}
+
+// A replica whose ranks owe the version in flight a message past replicaBound() is dropped like a
+// silent one (a stopped process may keep heartbeating from before, or the heartbeat timeout may
+// exceed the job's timeout): the version completes for the others and the trainers go on.
+void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now) {
+  const std::string bound = std::to_string(replicaBound().count()) + " ms";
+  const uint64_t version = sequencer_->inFlightVersion();
+  std::vector<std::pair<int32_t, std::string>> drops;  // replica, reason
+  drops.reserve(stalled.size());
+  for (int32_t id : stalled) {
+    drops.emplace_back(id, "it held version " + std::to_string(version) + " for " + bound +
+                               " (stalled: its ranks did not answer; the bound is the heartbeat "
+                               "timeout, at most half the job's timeout)");
+  }
+  for (int32_t r : delivery_gate_.overdueRanks(now, replicaBound())) {
+    if (static_cast<size_t>(r) >= replica_of_rollout_.size()) continue;
+    drops.emplace_back(replica_of_rollout_[static_cast<size_t>(r)],
+                       "rollout " + std::to_string(r) + " did not confirm a ready version within " +
+                           bound + " (stalled)");
+  }
+  for (const auto& drop : drops) {
+    if (phase_ != Phase::kRunning) return;
+    const int32_t id = drop.first;
+    auto p = std::find_if(participants_.begin(), participants_.end(), [&](const Participant& q) {
+      return q.hello.role == Role::kRollout && q.hello.replica == id && !q.dropped && q.committed;
+    });
+    // Ranks of an MPI-bootstrap job cannot be dropped (dropReplicaOf would fail the job): their
+    // versions keep the job's own timeout, as before.
+    if (p == participants_.end() || (opt_.mpi_world_size > 0 && !p->joiner)) continue;
+    dropReplicaOf(*p, drop.second, /*crashed=*/true);
+  }
+}
+
 // ---- joining the running job -----------------------------------------------------------------
 Status Coordinator::Impl::checkJoinHello(const HelloMsg& h) const {
   const std::string what = "joining " + replicaName(h.replica);

@@ -74,6 +74,13 @@ struct SequencerOptions {
   bool verify_checksums = false;
   int max_checksum_retries = 3;
   bool prepare_ahead = false;  // see the file comment
+  // Bound on how long a version waits on one replica's ranks (0: none, only `timeout`): a replica
+  // whose ranks still owe the version a message this long after they were asked for it (Prepared
+  // past the grace when it cannot be skipped, from the version's start; Received, from its Go; a
+  // Verify answer, from the Verify) is reported by advance() in SequencerOutput::stalled_replicas;
+  // the caller drops it (removeReplica), so a stopped or hung replica never holds the version up
+  // to `timeout`. Below `timeout`.
+  std::chrono::milliseconds replica_timeout{0};
 };
 
 struct ReplicaSpec {
@@ -120,6 +127,9 @@ struct SequencerOutput {
   std::vector<OutgoingMessage> messages;    // send in this order
   std::vector<std::string> notes;           // progress lines for the log (skipped replicas)
   std::optional<VersionOutcome> delivered;  // set when this event completed a version
+  // advance(): replicas that held the in-flight version past options.replica_timeout (see there);
+  // each is reported once per version.
+  std::vector<int32_t> stalled_replicas;
 };
 
 class VersionSequencer {
@@ -158,8 +168,9 @@ class VersionSequencer {
   // on a Publish must be above the last started version (INVALID_USAGE naming both), so versions
   // continue to increase for the rollouts.
   SequencerOutput abortVersions();
-  // Time passed: skips busy replicas once the grace is over; TIMEOUT when the in-flight version
-  // was not delivered within options.timeout of its start.
+  // Time passed: skips busy replicas once the grace is over; reports the replicas it still waits
+  // on past options.replica_timeout (stalled_replicas); TIMEOUT when the in-flight version was not
+  // delivered within options.timeout of its start.
   Result<SequencerOutput> advance(SequencerTime now);
 
   // The latest time at which advance() must be called next; none while no version is in flight.
@@ -194,6 +205,10 @@ class VersionSequencer {
     bool verify_failed = false;
     uint32_t checksum_failures = 0;
     uint32_t retries = 0;
+    // replica_timeout: when its ranks were asked for what they owe now (Prepare: the version's
+    // start; Go; Verify), and whether advance() reported it stalled in this version.
+    SequencerTime asked;
+    bool stall_reported = false;
   };
 
   struct InFlight {
@@ -233,6 +248,7 @@ class VersionSequencer {
   GoMsg goFor(int32_t replica, int32_t slot) const;  // a Go giving only `replica` a slot
   bool allTrainersSentEveryGo() const;
   std::string lateReport() const;
+  bool waitsOn(const Replica& r) const;  // the in-flight version waits for a message of its ranks
 
   SequencerOptions options_;
   int32_t num_trainers_;

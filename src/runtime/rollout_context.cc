@@ -172,7 +172,7 @@ void RolloutContext::receiverLoop() {
       if (frame.status().code() == WSYNC_ERR_TIMEOUT) {
         transport_->progress();  // emulated writes into exposed memory need the target's progress
         if (draining_) {
-          const Status drained = continueDraining(std::chrono::milliseconds(0));
+          const Status drained = coordinatorVerdict(continueDraining(std::chrono::milliseconds(0)));
           if (!drained.isOk()) {
             setFailed(drained);
             (void)sendError(drained.withContext("rollout " + std::to_string(rank())));
@@ -192,7 +192,7 @@ void RolloutContext::receiverLoop() {
       if (!stopping_) setFailed(frame.status().withContext("control channel"));
       break;
     }
-    Status s = handle(*frame);
+    Status s = coordinatorVerdict(handle(*frame));
     if (!s.isOk()) {
       setFailed(s);
       (void)sendError(s.withContext("rollout " + std::to_string(rank())));
@@ -205,6 +205,20 @@ void RolloutContext::receiverLoop() {
     receiver_ended_ = true;
   }
   membership_cv_.notify_all();
+}
+
+Status RolloutContext::coordinatorVerdict(const Status& failure) {
+  if (failure.code() != WSYNC_ERR_REMOTE) return failure;
+  // Frames the coordinator sent before it closed are still readable; an Error among them says
+  // why (e.g. this replica was dropped as stalled) better than the broken connection does.
+  for (int i = 0; i < 64; ++i) {
+    Result<Frame> frame = job_.channel->recv(std::chrono::milliseconds(100));
+    if (!frame.isOk()) break;
+    if (static_cast<MessageType>(frame->type) != MessageType::kError) continue;
+    ErrorMsg err;
+    if (decode(frame->payload, err).isOk()) return Status(err.code, err.message);
+  }
+  return failure;
 }
 
 Status RolloutContext::handle(const Frame& frame) {

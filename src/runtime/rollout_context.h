@@ -61,6 +61,9 @@ class RolloutContext final : public Context {
   bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
 
   void receiverLoop();
+  // A message to the coordinator failed with `failure` (REMOTE): when the coordinator said why
+  // before it closed the connection (an Error: this rank's replica was dropped), that error.
+  Status coordinatorVerdict(const Status& failure);
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
   Status continueDraining(std::chrono::milliseconds wait);

@@ -16,6 +16,9 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
   wsync_add_fault_test(wsync_fault_kill_rollout kill 10)
   # SIGSTOP past the heartbeat timeout, SIGCONT: dropped, then joins again by peer cold start.
   wsync_add_fault_test(wsync_fault_stop_rollout stop 2)
+  # SIGSTOP with the job's timeout below the heartbeat timeout: the replica is dropped as stalled
+  # (the job never fails waiting on it); after SIGCONT its error says it was dropped.
+  wsync_add_fault_test(wsync_fault_stall_rollout stall 3)
   # A replica joins while versions stream: its first version comes from a peer, bit-exact.
   wsync_add_fault_test(wsync_fault_join_replica join 3)
   # A replica joins while the trainers hold: it reads their last version, which only a peer has.

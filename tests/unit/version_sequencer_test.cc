@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "coordinator/delivery_gate.h"
+
 #include "support/sequencer_events.h"
 
 namespace wsync {
@@ -324,6 +326,94 @@ TEST_F(VersionSequencerTest, VersionNotDeliveredInTimeNamesWhoIsLate) {
   s = failure(seq_->advance(at(60000)));
   EXPECT_EQ(s.message(),
             "version 1 not delivered within 60000 ms; waiting on replica 1; trainers done: 1 of 2");
+}
+
+// A replica whose ranks owe the version a message past replica_timeout is reported stalled (once),
+// well before the version's own timeout; removing it lets the version complete for the others.
+TEST_F(VersionSequencerTest, ReplicaHoldingTheVersionPastItsBoundIsReportedStalled) {
+  SequencerOptions options;
+  options.timeout = milliseconds(5000);
+  options.replica_timeout = milliseconds(2500);
+  build(options);
+  deliver(1, 0);
+  ok(seq_->onPublish(0, 2, at(100)));
+  for (int32_t r = 0; r < 4; ++r)
+    prepare(r, 2, 1, 100);
+  ok(seq_->onSent(0, 2, at(110)));
+  ok(seq_->onSent(1, 2, at(110)));
+  for (int32_t r = 0; r < 3; ++r)
+    ok(seq_->onReceived(r, 2, at(110)));      // rollout 3 (replica 1) is stopped: never Received
+  EXPECT_EQ(seq_->nextDeadline(), at(2600));  // from Go (at 100, all prepared)
+  EXPECT_TRUE(ok(seq_->advance(at(2599))).stalled_replicas.empty());
+  SequencerOutput out = ok(seq_->advance(at(2600)));
+  EXPECT_EQ(out.stalled_replicas, (std::vector<int32_t>{1}));
+  EXPECT_TRUE(ok(seq_->advance(at(2700))).stalled_replicas.empty());  // reported once
+  EXPECT_EQ(seq_->nextDeadline(), at(5100));
+  out = ok(seq_->removeReplica(1, at(2700)));
+  ASSERT_TRUE(out.delivered.has_value());
+  EXPECT_EQ(out.delivered->ready_replicas, (std::vector<int32_t>{0}));
+  EXPECT_EQ(out.delivered->lost_replicas, (std::vector<int32_t>{1}));
+}
+
+// Not prepared and not skippable (no staleness allowed): stalled too; a replica waiting only on
+// the trainers is not.
+TEST_F(VersionSequencerTest, UnskippableBusyReplicaIsStalledButNotOneWaitingOnTrainers) {
+  SequencerOptions options;
+  options.timeout = milliseconds(5000);
+  options.replica_timeout = milliseconds(1000);
+  options.max_staleness = 0;
+  build(options);
+  deliver(1, 0);
+  ok(seq_->onPublish(0, 2, at(0)));
+  for (int32_t r = 0; r < 3; ++r)
+    prepare(r, 2, 1);
+  EXPECT_EQ(ok(seq_->advance(at(1000))).stalled_replicas, (std::vector<int32_t>{1}));
+  ok(seq_->removeReplica(1, at(1001)));
+  ok(seq_->onReceived(0, 2, at(1002)));
+  ok(seq_->onReceived(1, 2, at(1002)));  // the trainers have not sent: nobody is stalled
+  ok(seq_->onPublish(0, 3, at(1003)));
+  SequencerOutput out = ok(seq_->onSent(0, 2, at(1003)));
+  out = ok(seq_->onSent(1, 2, at(1003)));
+  ASSERT_TRUE(out.delivered.has_value());
+  ok(seq_->onPrepared(0, SlotMsg{3, 0}, at(1004)));
+  ok(seq_->onPrepared(1, SlotMsg{3, 0}, at(1004)));
+  ok(seq_->onReceived(0, 3, at(1005)));
+  ok(seq_->onReceived(1, 3, at(1005)));
+  EXPECT_TRUE(ok(seq_->advance(at(2500))).stalled_replicas.empty());
+}
+
+// The bound runs from what the replica was asked: a replica that got Go late (the version waited
+// for another, unskippable one) is not stalled by the time spent before its Go.
+TEST_F(VersionSequencerTest, StallBoundRunsFromTheGoNotTheVersionStart) {
+  SequencerOptions options;
+  options.timeout = milliseconds(5000);
+  options.replica_timeout = milliseconds(1000);
+  options.max_staleness = 0;
+  build(options);
+  deliver(1, 0);
+  ok(seq_->onPublish(0, 2, at(0)));
+  for (int32_t r = 0; r < 2; ++r)
+    prepare(r, 2, 1);  // replica 1 never prepares
+  EXPECT_EQ(ok(seq_->advance(at(1000))).stalled_replicas, (std::vector<int32_t>{1}));
+  SequencerOutput out = ok(seq_->removeReplica(1, at(1000)));  // Go to replica 0 now
+  ASSERT_EQ(ofType(out, MessageType::kGo).size(), 1u);
+  EXPECT_EQ(seq_->nextDeadline(), at(2000));
+  EXPECT_TRUE(ok(seq_->advance(at(1999))).stalled_replicas.empty());
+  EXPECT_EQ(ok(seq_->advance(at(2000))).stalled_replicas, (std::vector<int32_t>{0}));
+}
+
+// The delivery gate names the ranks whose confirmation of a Ready is overdue past a bound.
+TEST(DeliveryGateOverdue, RanksPastTheBoundInOrder) {
+  DeliveryGate gate;
+  gate.readySent(1, 3, at(0));
+  gate.readySent(1, 2, at(0));
+  gate.readySent(2, 5, at(500));
+  EXPECT_TRUE(gate.overdueRanks(at(999), milliseconds(1000)).empty());
+  EXPECT_EQ(gate.overdueRanks(at(1000), milliseconds(1000)), (std::vector<int32_t>{2, 3}));
+  ASSERT_TRUE(gate.readied(1, 2).isOk());
+  EXPECT_EQ(gate.overdueRanks(at(1500), milliseconds(1000)), (std::vector<int32_t>{3, 5}));
+  (void)gate.forget(3);
+  EXPECT_EQ(gate.overdueRanks(at(1500), milliseconds(1000)), (std::vector<int32_t>{5}));
 }
 
 TEST_F(VersionSequencerTest, ReplicaSpecsAreChecked) {

@@ -91,6 +91,7 @@ struct ColdStart {
   std::vector<int32_t> source_ranks;  // the fill plan's sender i is rollout source_ranks[i]
   Clock::time_point started;          // the first attempt
   Clock::time_point attempt_started;  // this one
+  Clock::time_point fill_sent;        // this attempt's ColdFills (stage kFilling)
 };
 
 // A replica joining the running job, from its first Hello until it is in the version sequencer:

@@ -308,7 +308,11 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
   JoiningReplica g = std::move(it->second);
   joining_.erase(it);
   log(replicaName(replica) + " could not join: " + status.toString());
-  const auto payload = encode(ErrorMsg{status.code(), status.message()});
+  // Only this replica's join ended (not the job): REMOTE, which its ranks do not read as the
+  // job failing.
+  const auto payload = encode(
+      ErrorMsg{status.code() == WSYNC_ERR_TIMEOUT ? WSYNC_ERR_REMOTE : status.code(),
+               status.message() + " (the job goes on without " + replicaName(replica) + ")"});
   for (int32_t member : g.members) {
     if (member < 0) continue;
     Participant& p = participants_[static_cast<size_t>(member)];
@@ -324,7 +328,19 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
 // A join not complete within the job's timeout of its first Hello is aborted, naming why.
 void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
   std::vector<std::pair<int32_t, std::string>> late;
+  std::vector<std::pair<int32_t, std::string>> stalled_sources;  // replica, reason
   for (const auto& [id, g] : joining_) {
+    // A source that holds a fill past half the job's timeout (a fill moves a version's bytes, as
+    // trainers do within the timeout) is stalled: it is dropped, and the fill goes on from
+    // another replica, in another slot, or the joiner's first version comes from the trainers.
+    if (g.cold && g.cold->stage == ColdStart::Stage::kFilling &&
+        now - g.cold->fill_sent >= opt_.timeout / 2) {
+      stalled_sources.emplace_back(g.cold->source,
+                                   "it did not finish its part of " + replicaName(id) +
+                                       "'s cold start (version " + std::to_string(g.cold->version) +
+                                       ") within " + std::to_string((opt_.timeout / 2).count()) +
+                                       " ms (stalled)");
+    }
     if (g.cold) {  // each attempt is bounded; writers may still be busy, so the join ends
       if (now - g.cold->attempt_started < opt_.timeout) continue;
       late.emplace_back(id, "its cold start from " + replicaName(g.cold->source) + " (version " +
@@ -350,6 +366,16 @@ void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
   for (const auto& [id, why] : late) {
     abortJoin(id, timeoutError(replicaName(id) + " did not join within " +
                                std::to_string(opt_.timeout.count()) + " ms: " + why));
+  }
+  for (const auto& source : stalled_sources) {
+    if (phase_ != Phase::kRunning) return;
+    const int32_t id = source.first;
+    auto p = std::find_if(participants_.begin(), participants_.end(), [&](const Participant& q) {
+      return q.hello.role == Role::kRollout && q.hello.replica == id && !q.dropped && q.committed;
+    });
+    // MPI-bootstrap ranks cannot be dropped: their fills keep the attempt's bound.
+    if (p == participants_.end() || (opt_.mpi_world_size > 0 && !p->joiner)) continue;
+    dropReplicaOf(*p, source.second, /*crashed=*/true);
   }
 }
 

@@ -25,6 +25,9 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
   wsync_add_fault_test(wsync_fault_cold_start coldstart 3)
   # The cold start's source replica is killed mid-fill: the fill fails over to another replica.
   wsync_add_fault_test(wsync_fault_cold_start_failover failover 2)
+  # The cold start's source replica is stopped mid-fill: dropped as stalled past half the job's
+  # timeout, the fill fails over to another replica (the joiner never fails).
+  wsync_add_fault_test(wsync_fault_cold_start_stalled_source stallsource 2)
   # coordinator --trainer-restart: a trainer is killed; the rollouts serve their last version (its
   # age growing), a repeated version and a changed registration are refused, then restarted
   # trainers publish higher versions and every rollout reads them bit-exact.

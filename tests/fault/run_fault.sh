@@ -22,6 +22,9 @@
 #         start source, replica 0 (whose fills wait 3 s: WSYNC_DEBUG_COLD_FILL_DELAY_MS), gets
 #         kill -9 mid-fill: the fill fails over to replica 1, the joiner reads version 5 bit-exact
 #         and follows; the last version is ready on replicas 1 and 2.
+#   stallsource  as failover, but replica 0 gets SIGSTOP mid-fill (heartbeat timeout 30 s, job
+#         timeout 6 s): the coordinator drops the stalled source once the fill took half the job's
+#         timeout, the fill fails over to replica 1; the joiner never fails.
 #   coldstart  1 replica of 2 ranks (TP 2); the trainers publish 5 versions and hold; replica 1
 #         (2 ranks, TP 2) joins and must read version 5 (only a peer has it) bit-exact on both
 #         ranks; then the trainers go on and it follows.
@@ -318,6 +321,43 @@ run_failover() {
   done
   expect_exit "$coordinator_pid" coordinator 10000
   echo "failover iteration $iteration: $(grep -o 'replica 2 cold start, attempt 1 failed.*' "$work/coordinator.log" | head -n 1); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
+}
+
+# stallsource: as failover, but the source (replica 0) gets SIGSTOP mid-fill, with the heartbeat
+# timeout (30 s) above the job's timeout (6 s): once the fill took half the job's timeout the
+# coordinator drops the source as stalled and the fill fails over to replica 1; the joiner never
+# fails.
+run_stallsource() {
+  local versions=40 hold=5
+  local resume="$work/resume"
+  start_coordinator 2 --timeout-ms 6000 --heartbeat-timeout-ms 30000
+  start_holding_trainers 2 $versions $hold "$resume" --may-lose 0 --final-ready 1,2
+  start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=1000 rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
+  local r0=$last_pid
+  start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions
+  local r1=$last_pid
+  wait_for_version "$work/rollout1.log" $hold 20000 || fail "rollout 1 never read version $hold"
+  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
+  start_rank joiner --role rollout --replica 2 --join --expect-peer --versions $versions
+  local j=$last_pid
+  wait_for_line "$work/coordinator.log" "replica 2 cold start, attempt 1: version $hold from replica 0" 20000 ||
+    fail "the joiner's cold start did not pick replica 0"
+  sleep 0.3  # replica 0 holds its lease, about to write
+  kill -STOP "$r0"
+  wait_for_line "$work/coordinator.log" "replica 0 .*dropped: .*cold start .*stalled" 10000 ||
+    fail "the coordinator did not drop the stalled source"
+  wait_for_line "$work/joiner.log" "first version $hold from peer" 20000 ||
+    fail "the joiner did not get version $hold after its source stalled"
+  grep -qE "replica 2 cold-started from replica 1 with version $hold: .*attempt 2" "$work/coordinator.log" ||
+    fail "the cold start did not fail over to replica 1"
+  kill -CONT "$r0"
+  wait_pid "$r0" 20000
+  touch "$resume"
+  for p in "$t0:trainer 0" "$t1:trainer 1" "$r1:rollout 1" "$j:joiner"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  echo "stallsource iteration $iteration: $(grep -o 'replica 0 (rollout ranks 0) dropped.*' "$work/coordinator.log" | head -n 1 | cut -c1-120); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
 }
 
 run_restart() {

@@ -298,7 +298,7 @@ void Coordinator::Impl::admitAll() {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   welcome.checksums = opt_.checksums;
   if (opt_.mpi_world_size > 0) {
     for (int32_t i : trainer_index_)

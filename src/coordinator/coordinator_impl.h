@@ -223,6 +223,9 @@ class Coordinator::Impl {
   // dropped as stalled: the heartbeat timeout, at most half the job's timeout (so the version
   // still completes for the others within it, whatever the two settings are).
   std::chrono::milliseconds replicaBound() const;
+  // How often rollouts heartbeat (Welcome): a quarter of the heartbeat timeout, at most an eighth
+  // of the job's timeout (so a stopped rank's silence shows within replicaBound()); 0: none.
+  std::chrono::milliseconds heartbeatInterval() const;
   // Drops the replicas the version in flight waited on past replicaBound() (`stalled`, from the
   // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
   void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);

@@ -117,6 +117,12 @@ std::chrono::milliseconds Coordinator::Impl::replicaBound() const {
   return std::min(opt_.heartbeat_timeout, half);
 }
 
+std::chrono::milliseconds Coordinator::Impl::heartbeatInterval() const {
+  if (opt_.heartbeat_timeout.count() <= 0) return std::chrono::milliseconds(0);
+  return std::max(std::chrono::milliseconds(1),
+                  std::min(opt_.heartbeat_timeout / 4, opt_.timeout / 8));
+}
+
 // A replica whose ranks owe the version in flight a message past replicaBound() is dropped like a
 // silent one (a stopped process may keep heartbeating from before, or the heartbeat timeout may
 // exceed the job's timeout): the version completes for the others and the trainers go on.
@@ -129,6 +135,22 @@ void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::
     drops.emplace_back(id, "it held version " + std::to_string(version) + " for " + bound +
                                " (stalled: its ranks did not answer; the bound is the heartbeat "
                                "timeout, at most half the job's timeout)");
+  }
+  // A replica holding Go past the bound whose rank is silent (two heartbeats missed) is stopped,
+  // not busy with readers: it is dropped too.
+  if (opt_.heartbeat_timeout.count() > 0) {
+    const std::chrono::milliseconds silence = 2 * heartbeatInterval();
+    for (int32_t id : sequencer_->holdingGo(now)) {
+      for (const Participant& q : participants_) {
+        if (q.hello.role != Role::kRollout || q.hello.replica != id || q.dropped ||
+            now - q.last_heard < silence)
+          continue;
+        drops.emplace_back(id, "it held version " + std::to_string(version) + "'s start for " +
+                                   bound + " and " + nameOf(q) + " sent nothing for " +
+                                   std::to_string(silence.count()) + " ms (stalled)");
+        break;
+      }
+    }
   }
   for (int32_t r : delivery_gate_.overdueRanks(now, replicaBound())) {
     if (static_cast<size_t>(r) >= replica_of_rollout_.size()) continue;
@@ -219,7 +241,7 @@ void Coordinator::Impl::welcomeJoiners(JoiningReplica& g) {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size()) + g.size;
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   for (int32_t member : g.members) {
     Participant& p = participants_[static_cast<size_t>(member)];
     p.role_rank = static_cast<int32_t>(rollout_index_.size());

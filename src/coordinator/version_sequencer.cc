@@ -104,6 +104,18 @@ uint64_t VersionSequencer::readyVersion(int32_t replica) const {
   return it == replicas_.end() ? 0 : it->second.ready_version;
 }
 
+std::vector<int32_t> VersionSequencer::holdingGo(SequencerTime now) const {
+  std::vector<int32_t> ids;
+  if (!in_flight_ || in_flight_->go_sent || options_.replica_timeout.count() <= 0 ||
+      now - in_flight_->started < options_.replica_timeout)
+    return ids;
+  for (const auto& [id, replica] : replicas_) {
+    if (replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size())
+      ids.push_back(id);
+  }
+  return ids;
+}
+
 uint64_t VersionSequencer::inFlightVersion() const {
   return in_flight_ ? in_flight_->version : 0;
 }
@@ -116,7 +128,7 @@ std::optional<SequencerTime> VersionSequencer::nextDeadline() const {
   }
   if (options_.replica_timeout.count() > 0) {
     for (const auto& [id, replica] : replicas_) {
-      if (!replica.stall_reported && waitsOn(replica))
+      if (!replica.stall_reported && owesAnswer(replica))
         deadline = std::min(deadline, replica.asked + options_.replica_timeout);
     }
   }
@@ -293,7 +305,7 @@ Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
   tryGo(now, out);
   if (options_.replica_timeout.count() > 0) {
     for (auto& [id, replica] : replicas_) {
-      if (replica.stall_reported || !waitsOn(replica) ||
+      if (replica.stall_reported || !owesAnswer(replica) ||
           now - replica.asked < options_.replica_timeout)
         continue;
       replica.stall_reported = true;
@@ -573,6 +585,12 @@ bool VersionSequencer::waitsOn(const Replica& replica) const {
                 replica.received.size() < replica.ranks.size()) ||
                    replica.stage == Stage::kVerifying
              : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
+}
+
+bool VersionSequencer::owesAnswer(const Replica& replica) const {
+  return (replica.stage == Stage::kTaking && in_flight_->go_sent &&
+          replica.received.size() < replica.ranks.size()) ||
+         (replica.stage == Stage::kVerifying && replica.verified.size() < replica.ranks.size());
 }
 
 // Who the in-flight version waits for, for the timeout error.

@@ -75,11 +75,12 @@ struct SequencerOptions {
   int max_checksum_retries = 3;
   bool prepare_ahead = false;  // see the file comment
   // Bound on how long a version waits on one replica's ranks (0: none, only `timeout`): a replica
-  // whose ranks still owe the version a message this long after they were asked for it (Prepared
-  // past the grace when it cannot be skipped, from the version's start; Received, from its Go; a
-  // Verify answer, from the Verify) is reported by advance() in SequencerOutput::stalled_replicas;
-  // the caller drops it (removeReplica), so a stopped or hung replica never holds the version up
-  // to `timeout`. Below `timeout`.
+  // whose ranks still owe the version an answer they give at once when running (Received, from
+  // its Go; a Verify answer, from the Verify) this long after they were asked is reported by
+  // advance() in SequencerOutput::stalled_replicas; the caller drops it (removeReplica), so a
+  // stopped or hung replica never holds the version up to `timeout`. Below `timeout`. Prepared is
+  // not bounded by it: readers' leases may hold a slot (the replica is skipped, or with the
+  // staleness bound the version waits up to `timeout`, as before).
   std::chrono::milliseconds replica_timeout{0};
 };
 
@@ -176,6 +177,10 @@ class VersionSequencer {
   // The latest time at which advance() must be called next; none while no version is in flight.
   std::optional<SequencerTime> nextDeadline() const;
 
+  // Replicas whose ranks have not all prepared the in-flight version's slot while its Go waits for
+  // them, the version started at least options.replica_timeout before `now` (readers' leases, or a
+  // stopped rank: the caller tells them apart).
+  std::vector<int32_t> holdingGo(SequencerTime now) const;
   uint64_t inFlightVersion() const;  // 0: none
   uint64_t lastStartedVersion() const { return last_started_; }
   std::optional<int32_t> replicaOf(int32_t rollout) const;
@@ -249,6 +254,9 @@ class VersionSequencer {
   bool allTrainersSentEveryGo() const;
   std::string lateReport() const;
   bool waitsOn(const Replica& r) const;  // the in-flight version waits for a message of its ranks
+  // Its ranks owe the in-flight version an answer their receiver gives at once (Received after
+  // Go, a Verify answer): replica_timeout applies.
+  bool owesAnswer(const Replica& r) const;
 
   SequencerOptions options_;
   int32_t num_trainers_;

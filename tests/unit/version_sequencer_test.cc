@@ -355,9 +355,10 @@ TEST_F(VersionSequencerTest, ReplicaHoldingTheVersionPastItsBoundIsReportedStall
   EXPECT_EQ(out.delivered->lost_replicas, (std::vector<int32_t>{1}));
 }
 
-// Not prepared and not skippable (no staleness allowed): stalled too; a replica waiting only on
-// the trainers is not.
-TEST_F(VersionSequencerTest, UnskippableBusyReplicaIsStalledButNotOneWaitingOnTrainers) {
+// Not prepared (readers hold the slot; no staleness allowed): not stalled, the version waits up
+// to its timeout as before; nor is a replica waiting only on the trainers. The bound runs from
+// the Go, not the version's start.
+TEST_F(VersionSequencerTest, OnlyMissingAnswersToGoAreStalls) {
   SequencerOptions options;
   options.timeout = milliseconds(5000);
   options.replica_timeout = milliseconds(1000);
@@ -367,39 +368,21 @@ TEST_F(VersionSequencerTest, UnskippableBusyReplicaIsStalledButNotOneWaitingOnTr
   ok(seq_->onPublish(0, 2, at(0)));
   for (int32_t r = 0; r < 3; ++r)
     prepare(r, 2, 1);
-  EXPECT_EQ(ok(seq_->advance(at(1000))).stalled_replicas, (std::vector<int32_t>{1}));
-  ok(seq_->removeReplica(1, at(1001)));
-  ok(seq_->onReceived(0, 2, at(1002)));
-  ok(seq_->onReceived(1, 2, at(1002)));  // the trainers have not sent: nobody is stalled
-  ok(seq_->onPublish(0, 3, at(1003)));
-  SequencerOutput out = ok(seq_->onSent(0, 2, at(1003)));
-  out = ok(seq_->onSent(1, 2, at(1003)));
-  ASSERT_TRUE(out.delivered.has_value());
-  ok(seq_->onPrepared(0, SlotMsg{3, 0}, at(1004)));
-  ok(seq_->onPrepared(1, SlotMsg{3, 0}, at(1004)));
-  ok(seq_->onReceived(0, 3, at(1005)));
-  ok(seq_->onReceived(1, 3, at(1005)));
-  EXPECT_TRUE(ok(seq_->advance(at(2500))).stalled_replicas.empty());
-}
-
-// The bound runs from what the replica was asked: a replica that got Go late (the version waited
-// for another, unskippable one) is not stalled by the time spent before its Go.
-TEST_F(VersionSequencerTest, StallBoundRunsFromTheGoNotTheVersionStart) {
-  SequencerOptions options;
-  options.timeout = milliseconds(5000);
-  options.replica_timeout = milliseconds(1000);
-  options.max_staleness = 0;
-  build(options);
-  deliver(1, 0);
-  ok(seq_->onPublish(0, 2, at(0)));
-  for (int32_t r = 0; r < 2; ++r)
-    prepare(r, 2, 1);  // replica 1 never prepares
-  EXPECT_EQ(ok(seq_->advance(at(1000))).stalled_replicas, (std::vector<int32_t>{1}));
-  SequencerOutput out = ok(seq_->removeReplica(1, at(1000)));  // Go to replica 0 now
-  ASSERT_EQ(ofType(out, MessageType::kGo).size(), 1u);
-  EXPECT_EQ(seq_->nextDeadline(), at(2000));
-  EXPECT_TRUE(ok(seq_->advance(at(1999))).stalled_replicas.empty());
-  EXPECT_EQ(ok(seq_->advance(at(2000))).stalled_replicas, (std::vector<int32_t>{0}));
+  EXPECT_TRUE(ok(seq_->advance(at(1500))).stalled_replicas.empty()) << "readers hold its slot";
+  EXPECT_TRUE(seq_->holdingGo(at(999)).empty());
+  EXPECT_EQ(seq_->holdingGo(at(1000)), (std::vector<int32_t>{1}));  // the caller tells why
+  prepare(3, 2, 1, 1500);  // Go now
+  EXPECT_EQ(seq_->nextDeadline(), at(2500));
+  ok(seq_->onReceived(0, 2, at(1502)));
+  ok(seq_->onReceived(1, 2, at(1502)));
+  ok(seq_->onReceived(2, 2, at(1502)));
+  EXPECT_TRUE(ok(seq_->advance(at(2499))).stalled_replicas.empty());
+  EXPECT_EQ(ok(seq_->advance(at(2500))).stalled_replicas, (std::vector<int32_t>{1}));
+  ok(seq_->removeReplica(1, at(2500)));
+  // The trainers have not sent: nobody owes an answer.
+  EXPECT_TRUE(ok(seq_->advance(at(4000))).stalled_replicas.empty());
+  ok(seq_->onSent(0, 2, at(4001)));
+  EXPECT_TRUE(ok(seq_->onSent(1, 2, at(4001))).delivered.has_value());
 }
 
 // The delivery gate names the ranks whose confirmation of a Ready is overdue past a bound.

@@ -201,6 +201,7 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
       if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning && !p.dropped) {
         dropReplicaOf(p, nameOf(p) + " said goodbye", /*crashed=*/false);
       }
+      if (p.hello.role == Role::kTrainer) tellTrainersDone();
       maybeAllGone();
       return Status::ok();
     case MessageType::kError: {
@@ -210,6 +211,20 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     }
     default:
       return protocolError(std::string("unexpected message ") + messageTypeName(type));
+  }
+}
+
+void Coordinator::Impl::tellTrainersDone() {
+  if (phase_ != Phase::kRunning || restart_ || trainer_index_.empty()) return;
+  for (int32_t t = 0; t < numTrainers(); ++t) {
+    if (!trainer(t).said_bye) return;
+  }
+  const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
+  log("the trainers finished at version " + std::to_string(last));
+  const auto payload = encode(VersionMsg{last});
+  for (const Participant& p : participants_) {
+    if (p.hello.role == Role::kRollout && p.connected && p.committed && !p.dropped)
+      sendTo(p, MessageType::kTrainersDone, payload);
   }
 }
 

@@ -185,6 +185,9 @@ class Coordinator::Impl {
   void onClose(size_t index, const Status& status);
   Status dispatch(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
   void maybeAllGone();
+  // Every trainer said goodbye (the trainers finished cleanly): the rollouts still in the job get
+  // TrainersDone(last started version), so their waits for newer versions end.
+  void tellTrainersDone();
 
   // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
   JobShape jobShape() const {

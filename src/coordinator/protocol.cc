@@ -143,6 +143,8 @@ const char* messageTypeName(MessageType t) {
       return "Verified";
     case MessageType::kChecksumFailed:
       return "ChecksumFailed";
+    case MessageType::kTrainersDone:  // issue 20 (elastic helper)
+      return "TrainersDone";
   }
   return "Unknown";
 }

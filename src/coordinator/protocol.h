@@ -97,6 +97,9 @@ enum class MessageType : uint16_t {
   kVerify = 27,          // coord -> rollout, VerifyMsg
   kVerified = 28,        // rollout -> coord, VersionMsg
   kChecksumFailed = 29,  // rollout -> coord, ChecksumFailedMsg
+  // ---- issue 20 (elastic helper): every trainer said goodbye; payload VersionMsg (the last
+  // version started). Rollouts stop waiting for newer versions (WSYNC_ERR_TRAINERS_DONE).
+  kTrainersDone = 30,  // coord -> rollout, VersionMsg
 };
 const char* messageTypeName(MessageType t);
 

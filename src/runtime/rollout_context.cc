@@ -128,9 +128,26 @@ Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
   if (!committed()) return invalidUsage("wait_version before commit");
   // A failed job answers with its failure every time (never TIMEOUT, which means "wait again").
   if (failedOrAborted()) return failure();
-  Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);
-  if (!v.isOk() && failedOrAborted()) return failure();
-  return v;
+  // Waits in steps, so that the trainers finishing (TrainersDone) ends the wait at once.
+  constexpr std::chrono::milliseconds kStep(50);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const bool finished = trainers_finished_.load();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    Result<uint64_t> v = store_->waitForNewer(
+        newer_than, finished ? std::chrono::milliseconds(0)
+                             : std::max(std::chrono::milliseconds(0), std::min(left, kStep)));
+    if (!v.isOk() && failedOrAborted()) return failure();
+    if (v.isOk() || v.status().code() != WSYNC_ERR_TIMEOUT) return v;
+    if (finished) {
+      return Status(WSYNC_ERR_TRAINERS_DONE,
+                    "the trainers finished at version " + std::to_string(trainers_done_.load()) +
+                        "; no version newer than " + std::to_string(newer_than) +
+                        " will come to this rank");
+    }
+    if (left <= kStep) return v;
+  }
 }
 
 void* RolloutContext::bufferData(const Lease& lease, int32_t index) const {
@@ -275,6 +292,7 @@ Status RolloutContext::handle(const Frame& frame) {
       }
       // Before readers see it. Ready without Go: a peer replica wrote it (peer cold start).
       staleness_.onReady(m.version, RolloutStaleness::Clock::now(), m.version != go_version_);
+      if (m.version > trainers_done_.load()) trainers_finished_ = false;  // trainers came back
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       // Readable here now: the trainers' requests complete once every rank of the replica says so.
@@ -294,6 +312,13 @@ Status RolloutContext::handle(const Frame& frame) {
     }
     case MessageType::kColdFill:
       return startColdFill(frame);
+    case MessageType::kTrainersDone: {
+      VersionMsg m;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      trainers_done_ = m.version;
+      trainers_finished_ = true;
+      return Status::ok();
+    }
     case MessageType::kLeft: {
       {
         std::lock_guard lock(membership_mu_);

@@ -142,4 +142,33 @@ TEST(DefectsJob, UnconvertiblePairIsRejectedAtPlanningOnEveryRank) {
   }
 }
 
+// Defect (issue 20, 4): a rollout waiting for a newer version after the trainers finished cleanly
+// got TIMEOUT on every call forever. Now the coordinator tells it (TrainersDone) and the wait ends
+// at once with WSYNC_ERR_TRAINERS_DONE, the last error naming the trainers' last version.
+TEST(DefectsJob, RolloutLearnsThatTheTrainersFinished) {
+  JobSpec spec;
+  auto job = startJob(spec);
+  ASSERT_TRUE(job && job->committed()) << (job ? job->errors() : "no coordinator");
+  std::string error;
+  ASSERT_EQ(publishAndWait(*job, 1, &error), WSYNC_SUCCESS) << error;
+  ASSERT_EQ(publishAndWait(*job, 2, &error), WSYNC_SUCCESS) << error;
+  uint64_t newest = 0;
+  ASSERT_EQ(wsync_wait_version(job->rollouts[0], 0, 5000, &newest), WSYNC_SUCCESS);
+  ASSERT_EQ(newest, 2u);
+  ASSERT_EQ(wsync_context_destroy(job->trainer), WSYNC_SUCCESS);
+  job->trainer = nullptr;
+  const auto started = Clock::now();
+  const wsync_status_t s = wsync_wait_version(job->rollouts[0], 2, 4000, &newest);
+  EXPECT_EQ(s, WSYNC_ERR_TRAINERS_DONE) << wsync_last_error(job->rollouts[0]);
+  EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(2000));
+  const std::string last = wsync_last_error(job->rollouts[0]);
+  EXPECT_TRUE(mentions(last, "the trainers finished at version 2")) << last;
+  EXPECT_EQ(std::string(wsync_status_string(WSYNC_ERR_TRAINERS_DONE)), "WSYNC_ERR_TRAINERS_DONE");
+  // The newest version stays readable.
+  wsync_lease_t lease = nullptr;
+  ASSERT_EQ(wsync_acquire(job->rollouts[0], WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+  wsync_lease_release(lease);
+  EXPECT_EQ(wsync_wait_version(job->rollouts[0], 1, 100, &newest), WSYNC_SUCCESS);
+}
+
 }  // namespace

@@ -264,6 +264,12 @@ void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& p
   if (s.isOk() && hello.role == Role::kRollout && hello.replica_size > 0) {
     return onJoinHello(conn, hello);
   }
+  if (s.isOk() && phase_ != Phase::kJoining && hello.role == Role::kTrainer) {
+    s = invalidUsage(rankName(Role::kTrainer, hello.role_rank) +
+                     " is taken: the job is past joining and has its trainers (a trainer "
+                     "cannot join a running job; wsync-coordinator --trainer-restart lets "
+                     "restarted trainers replace lost ones)");
+  }
   if (s.isOk() && phase_ != Phase::kJoining) {
     s = invalidUsage(
         "the job is past joining; a rollout replica joins a running job with "

@@ -65,6 +65,7 @@ void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason,
         return list;
       }() +
       ") " + (crashed ? "dropped: " : "left: ") + reason);
+  if (crashed) opt_.metrics->onReplicaDropped();
   sendToTrainers(MessageType::kReplicaDropped, encode(dropped));
   for (int32_t rank : dropped.ranks) {  // no confirmation of Ready is awaited from it any more
     for (const OutgoingMessage& released : delivery_gate_.forget(rank))

@@ -156,6 +156,15 @@ void* RolloutContext::bufferData(const Lease& lease, int32_t index) const {
          buffer_byte_offsets_[static_cast<size_t>(index)];
 }
 
+bool RolloutContext::hasLiveMemory() const {
+  for (int32_t i = 0; i < numBuffers(); ++i) {
+    if (buffer_data_[static_cast<size_t>(i)] != nullptr &&
+        registration_.buffers[static_cast<size_t>(i)].num_elements > 0)
+      return true;
+  }
+  return false;
+}
+
 Result<uint64_t> RolloutContext::copyFlip(uint64_t version, CudaStreamHandle stream) {
   WSYNC_ASSIGN_OR_RETURN(Lease lease, acquire(version));
   const bool device = memoryKind() == MemoryKind::kDevice;

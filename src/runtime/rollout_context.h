@@ -41,6 +41,8 @@ class RolloutContext final : public Context {
   // The address of buffer `index` in the slot a lease holds; nullptr when out of range.
   void* bufferData(const Lease& lease, int32_t index) const;
   int32_t numBuffers() const { return static_cast<int32_t>(buffer_byte_offsets_.size()); }
+  // Some registered buffer (with elements) has live memory: copyFlip has something to copy into.
+  bool hasLiveMemory() const;
   // How stale this rank is: the newest version started and the newest ready here, and when.
   RolloutStaleness::View staleness() const { return staleness_.view(); }
 

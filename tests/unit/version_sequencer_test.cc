@@ -371,7 +371,8 @@ TEST_F(VersionSequencerTest, OnlyMissingAnswersToGoAreStalls) {
   EXPECT_TRUE(ok(seq_->advance(at(1500))).stalled_replicas.empty()) << "readers hold its slot";
   EXPECT_TRUE(seq_->holdingGo(at(999)).empty());
   EXPECT_EQ(seq_->holdingGo(at(1000)), (std::vector<int32_t>{1}));  // the caller tells why
-  prepare(3, 2, 1, 1500);  // Go now
+  // Rollout 3 prepares: Go now.
+  prepare(3, 2, 1, 1500);
   EXPECT_EQ(seq_->nextDeadline(), at(2500));
   ok(seq_->onReceived(0, 2, at(1502)));
   ok(seq_->onReceived(1, 2, at(1502)));

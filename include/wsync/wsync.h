@@ -517,7 +517,8 @@ wsync_status_t wsync_lease_release(wsync_lease_t lease);
  *  holding a lease while the copies read the slot. Device memory: the copies run on `stream` and
  *  are complete when this returns (bounded by HBM bandwidth; no network wait).
  *  @param [out] flipped  the version now in the live memory
- *  @return SUCCESS; NOT_READY; INVALID_USAGE (trainer, or not committed); SYSTEM; TIMEOUT. */
+ *  @return SUCCESS; NOT_READY; INVALID_USAGE (trainer, not committed, or no live memory was
+ *          registered); SYSTEM; TIMEOUT. */
 wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
                                uint64_t* flipped);
 /**@}*/

@@ -24,6 +24,7 @@ typedef enum {
   WSYNC_ERR_UNSUPPORTED = 10,     /**< valid, but not supported by this build or machine */
   WSYNC_ERR_ABORTED = 11,         /**< the context was aborted */
   WSYNC_ERR_INTERNAL = 12,        /**< a bug in wsync; the message says where */
+  WSYNC_ERR_TRAINERS_DONE = 13,   /**< rollouts: the trainers finished; no newer version comes */
   WSYNC_STATUS_FORCE_INT32_ = 0x7fffffff
 } wsync_status_t;
 

@@ -16,19 +16,20 @@ from .core import (Context, ContextConfig, Lease, Piece, PlanInfo, Request, Vers
                    status_name)
 from .errors import (AbortedError, InternalError, InvalidArgumentError, InvalidUsageError,
                      LibraryNotFoundError, MismatchError, NotReadyError, ProtocolError,
-                     RemoteError, UnpublishableError, UnsupportedError, WsyncError,
-                     WsyncSystemError, WsyncTimeoutError)
+                     RemoteError, TrainersDoneError, UnpublishableError, UnsupportedError,
+                     WsyncError, WsyncSystemError, WsyncTimeoutError)
 from .types import (VERSION_NEWEST, CudaIpcExport, DeviceTransport, DType, Memory, Replicas,
                     Role, Status)
 
 __all__ = [
     "__version__", "library_path", "library_version", "find_coordinator", "Bootstrap",
-    "Coordinator", "replica_id", "DeviceTransport", "CudaIpcExport", "Context", "ContextConfig", "Lease", "Piece", "PlanInfo", "Request",
+    "Coordinator", "replica_id", "DeviceTransport", "CudaIpcExport", "Context", "ContextConfig",
+    "Lease", "Piece", "PlanInfo", "Request",
     "VersionStats", "status_name", "Trainer", "Rollout", "VERSION_NEWEST", "DType", "Memory",
     "Replicas", "Role", "Status", "WsyncError", "InvalidArgumentError",
     "InvalidUsageError", "MismatchError", "WsyncTimeoutError", "NotReadyError",
     "WsyncSystemError", "RemoteError", "ProtocolError", "UnsupportedError", "AbortedError",
-    "InternalError", "UnpublishableError", "LibraryNotFoundError",
+    "InternalError", "TrainersDoneError", "UnpublishableError", "LibraryNotFoundError",
 ]
 
 

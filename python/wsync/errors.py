@@ -80,6 +80,11 @@ class InternalError(WsyncError):
     """WSYNC_ERR_INTERNAL: a bug in wsync; the message says where."""
 
 
+class TrainersDoneError(WsyncError):
+    """WSYNC_ERR_TRAINERS_DONE: the trainers finished (every one said goodbye); no version newer
+    than the last one started will come. The newest ready version stays readable."""
+
+
 class UnpublishableError(InvalidArgumentError):
     """A tensor that wsync cannot register as it is (Partial placement, CPU-offloaded shard mixed
     with device shards, non-unit inner stride); raised by the Python layer before any C call."""
@@ -105,6 +110,7 @@ _BY_STATUS: Dict[int, Type[WsyncError]] = {
     Status.ERR_UNSUPPORTED: UnsupportedError,
     Status.ERR_ABORTED: AbortedError,
     Status.ERR_INTERNAL: InternalError,
+    Status.ERR_TRAINERS_DONE: TrainersDoneError,
 }
 
 

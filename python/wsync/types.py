@@ -24,6 +24,7 @@ class Status(enum.IntEnum):
     ERR_UNSUPPORTED = 10
     ERR_ABORTED = 11
     ERR_INTERNAL = 12
+    ERR_TRAINERS_DONE = 13
 
 
 class Role(enum.IntEnum):

@@ -48,6 +48,7 @@ struct wsync_request_s {
 struct wsync_lease_s {
   wsync::Lease lease;
   const wsync::RolloutContext* ctx = nullptr;
+  std::shared_ptr<ErrorSlot> context_error;  // the acquiring context's last error
 };
 
 namespace {
@@ -527,6 +528,7 @@ wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_
     auto* handle = new wsync_lease_s;
     handle->lease = std::move(l).value();
     handle->ctx = rollout;
+    handle->context_error = ctx->last_error;
     rememberLease(handle);
     *lease = handle;
     return WSYNC_SUCCESS;
@@ -542,7 +544,14 @@ wsync_status_t wsync_lease_version(wsync_lease_t lease, uint64_t* version) {
 wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** data) {
   if (lease == nullptr || data == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
   void* p = lease->ctx->bufferData(lease->lease, buffer_index);
-  if (p == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  if (p == nullptr) {  // wsync_last_error(ctx) says why (not an earlier call's error)
+    const std::string why =
+        "wsync_lease_buffer: buffer index " + std::to_string(buffer_index) +
+        (lease->lease.valid() ? " is not in [0, " + std::to_string(lease->ctx->numBuffers()) + ")"
+                              : " of a lease that holds no version");
+    if (lease->context_error) lease->context_error->set(why);
+    return WSYNC_ERR_INVALID_ARGUMENT;
+  }
   *data = p;
   return WSYNC_SUCCESS;
 }
@@ -555,6 +564,12 @@ wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda
     if (rollout == nullptr)
       return record(ctx, wsync::invalidUsage("copy_flip on a trainer context"));
     if (!rollout->committed()) return record(ctx, wsync::invalidUsage("copy_flip before commit"));
+    if (!rollout->hasLiveMemory()) {
+      return record(ctx, wsync::invalidUsage(
+                             "copy_flip: no buffer was registered with live memory (data != NULL "
+                             "in wsync_register_buffer), so there is nothing to copy into; read "
+                             "the slots through wsync_acquire and wsync_lease_buffer instead"));
+    }
     auto v = rollout->copyFlip(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version,
                                stream);
     if (!v.isOk()) return record(ctx, v.status());

@@ -29,6 +29,8 @@ extern "C" const char* wsync_status_string(wsync_status_t status) {
       return "WSYNC_ERR_ABORTED";
     case WSYNC_ERR_INTERNAL:
       return "WSYNC_ERR_INTERNAL";
+    case WSYNC_ERR_TRAINERS_DONE:
+      return "WSYNC_ERR_TRAINERS_DONE";
     case WSYNC_STATUS_FORCE_INT32_:
       break;
   }

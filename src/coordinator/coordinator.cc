@@ -201,6 +201,7 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
       if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning && !p.dropped) {
         dropReplicaOf(p, nameOf(p) + " said goodbye", /*crashed=*/false);
       }
+      if (p.hello.role == Role::kTrainer) tellTrainersDone();
       maybeAllGone();
       return Status::ok();
     case MessageType::kError: {
@@ -210,6 +211,20 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     }
     default:
       return protocolError(std::string("unexpected message ") + messageTypeName(type));
+  }
+}
+
+void Coordinator::Impl::tellTrainersDone() {
+  if (phase_ != Phase::kRunning || restart_ || trainer_index_.empty()) return;
+  for (int32_t t = 0; t < numTrainers(); ++t) {
+    if (!trainer(t).said_bye) return;
+  }
+  const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
+  log("the trainers finished at version " + std::to_string(last));
+  const auto payload = encode(VersionMsg{last});
+  for (const Participant& p : participants_) {
+    if (p.hello.role == Role::kRollout && p.connected && p.committed && !p.dropped)
+      sendTo(p, MessageType::kTrainersDone, payload);
   }
 }
 
@@ -248,6 +263,12 @@ void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& p
   }
   if (s.isOk() && hello.role == Role::kRollout && hello.replica_size > 0) {
     return onJoinHello(conn, hello);
+  }
+  if (s.isOk() && phase_ != Phase::kJoining && hello.role == Role::kTrainer) {
+    s = invalidUsage(rankName(Role::kTrainer, hello.role_rank) +
+                     " is taken: the job is past joining and has its trainers (a trainer "
+                     "cannot join a running job; wsync-coordinator --trainer-restart lets "
+                     "restarted trainers replace lost ones)");
   }
   if (s.isOk() && phase_ != Phase::kJoining) {
     s = invalidUsage(
@@ -298,7 +319,7 @@ void Coordinator::Impl::admitAll() {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   welcome.checksums = opt_.checksums;
   if (opt_.mpi_world_size > 0) {
     for (int32_t i : trainer_index_)
@@ -416,6 +437,7 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   replica_of_rollout_.assign(rollouts.size(), -1);
   SequencerOptions options{opt_.timeout,   opt_.skip_grace,       opt_.max_staleness,
                            opt_.checksums, opt_.checksum_retries, /*prepare_ahead=*/true};
+  options.replica_timeout = replicaBound();
   sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
   for (auto& [id, ranks] : members) {
     const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
@@ -536,8 +558,13 @@ void Coordinator::Impl::checkTimers() {
     return;
   }
   if (phase_ == Phase::kRunning) {
-    Status s = apply(sequencer_->advance(now));
+    Result<SequencerOutput> advanced = sequencer_->advance(now);
+    const std::vector<int32_t> stalled =
+        advanced.isOk() ? advanced->stalled_replicas : std::vector<int32_t>{};
+    Status s = apply(std::move(advanced));
     if (!s.isOk()) return fail(s);
+    dropStalled(stalled, now);
+    if (phase_ != Phase::kRunning) return;
     if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
     sendDueLefts();

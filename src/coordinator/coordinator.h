@@ -52,7 +52,9 @@ struct CoordinatorOptions {
   int max_staleness = -1;  // -1: unbounded
   // A rollout rank of the running job that sends nothing (rollouts heartbeat every quarter of
   // this) for this long is dropped like one whose connection closed. 0: heartbeats are not
-  // watched.
+  // watched. A replica whose ranks hold up a version (no Received after Go, no Verify answer, no
+  // Readied after Ready: answers a running rank gives at once) for this long, at most
+  // timeout / 2, is dropped too: a stopped replica never holds a version up to `timeout`.
   std::chrono::milliseconds heartbeat_timeout{0};
   // Versions are checksummed (docs/checksums.md): trainers send checksums, rollouts verify before
   // a version becomes ready; a replica whose check fails gets the version again, at most

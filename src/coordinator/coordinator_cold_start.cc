@@ -6,7 +6,8 @@
 // rank with writes -> every ColdFillDone; Ready(v, slot) to the joiner's ranks -> every Readied;
 // then the sequencer gets the replica holding v in that slot. A failed attempt (a source rank no
 // longer holds v, or failed) is retried from the newest ready version, at most
-// kMaxColdStartAttempts times; a source replica dropped mid-fill is replaced by another (the
+// kMaxColdStartAttempts times; a source replica dropped mid-fill (or dropped as stalled because
+// its fill took more than half the job's timeout: checkJoinDeadlines) is replaced by another (the
 // next attempt writes another slot of the joiner, since the dropped one's surviving ranks may
 // still be finishing a write). Without a source, the cold start is given up: the joiner's ranks
 // give their prepared slot back and the replica gets its first version from the trainers. The
@@ -137,6 +138,7 @@ bool Coordinator::Impl::sendColdFills(JoiningReplica& g) {
   ColdStart& cold = *g.cold;
   cold.stage = ColdStart::Stage::kFilling;
   cold.waiting.clear();
+  cold.fill_sent = Clock::now();
   for (size_t i = 0; i < cold.source_ranks.size(); ++i) {
     const RankPlan view = rankView(cold.plan, Role::kTrainer, static_cast<int32_t>(i));
     if (view.writes.empty()) continue;

@@ -91,6 +91,7 @@ struct ColdStart {
   std::vector<int32_t> source_ranks;  // the fill plan's sender i is rollout source_ranks[i]
   Clock::time_point started;          // the first attempt
   Clock::time_point attempt_started;  // this one
+  Clock::time_point fill_sent;        // this attempt's ColdFills (stage kFilling)
 };
 
 // A replica joining the running job, from its first Hello until it is in the version sequencer:
@@ -184,6 +185,9 @@ class Coordinator::Impl {
   void onClose(size_t index, const Status& status);
   Status dispatch(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
   void maybeAllGone();
+  // Every trainer said goodbye (the trainers finished cleanly): the rollouts still in the job get
+  // TrainersDone(last started version), so their waits for newer versions end.
+  void tellTrainersDone();
 
   // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
   JobShape jobShape() const {
@@ -218,6 +222,16 @@ class Coordinator::Impl {
   void onLeave(Participant& p);
   void sendDueLefts();
   void checkHeartbeats(Clock::time_point now);
+  // How long a version waits on one replica (or its confirmation of Ready) before the replica is
+  // dropped as stalled: the heartbeat timeout, at most half the job's timeout (so the version
+  // still completes for the others within it, whatever the two settings are).
+  std::chrono::milliseconds replicaBound() const;
+  // How often rollouts heartbeat (Welcome): a quarter of the heartbeat timeout, at most an eighth
+  // of the job's timeout (so a stopped rank's silence shows within replicaBound()); 0: none.
+  std::chrono::milliseconds heartbeatInterval() const;
+  // Drops the replicas the version in flight waited on past replicaBound() (`stalled`, from the
+  // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
+  void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
   void onJoinHello(ConnectionId conn, const HelloMsg& hello);
   Status checkJoinHello(const HelloMsg& hello) const;
   void welcomeJoiners(JoiningReplica& g);

@@ -65,6 +65,7 @@ void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason,
         return list;
       }() +
       ") " + (crashed ? "dropped: " : "left: ") + reason);
+  if (crashed) opt_.metrics->onReplicaDropped();
   sendToTrainers(MessageType::kReplicaDropped, encode(dropped));
   for (int32_t rank : dropped.ranks) {  // no confirmation of Ready is awaited from it any more
     for (const OutgoingMessage& released : delivery_gate_.forget(rank))
@@ -108,6 +109,66 @@ void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
                   nameOf(p) + " (" + p.hello.host + ") sent no heartbeat for " +
                       std::to_string(opt_.heartbeat_timeout.count()) + " ms",
                   /*crashed=*/true);
+  }
+}
+
+std::chrono::milliseconds Coordinator::Impl::replicaBound() const {
+  const std::chrono::milliseconds half = opt_.timeout / 2;
+  if (opt_.heartbeat_timeout.count() <= 0) return half;
+  return std::min(opt_.heartbeat_timeout, half);
+}
+
+std::chrono::milliseconds Coordinator::Impl::heartbeatInterval() const {
+  if (opt_.heartbeat_timeout.count() <= 0) return std::chrono::milliseconds(0);
+  return std::max(std::chrono::milliseconds(1),
+                  std::min(opt_.heartbeat_timeout / 4, opt_.timeout / 8));
+}
+
+// A replica whose ranks owe the version in flight a message past replicaBound() is dropped like a
+// silent one (a stopped process may keep heartbeating from before, or the heartbeat timeout may
+// exceed the job's timeout): the version completes for the others and the trainers go on.
+void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now) {
+  const std::string bound = std::to_string(replicaBound().count()) + " ms";
+  const uint64_t version = sequencer_->inFlightVersion();
+  std::vector<std::pair<int32_t, std::string>> drops;  // replica, reason
+  drops.reserve(stalled.size());
+  for (int32_t id : stalled) {
+    drops.emplace_back(id, "it held version " + std::to_string(version) + " for " + bound +
+                               " (stalled: its ranks did not answer; the bound is the heartbeat "
+                               "timeout, at most half the job's timeout)");
+  }
+  // A replica holding Go past the bound whose rank is silent (two heartbeats missed) is stopped,
+  // not busy with readers: it is dropped too.
+  if (opt_.heartbeat_timeout.count() > 0) {
+    const std::chrono::milliseconds silence = 2 * heartbeatInterval();
+    for (int32_t id : sequencer_->holdingGo(now)) {
+      for (const Participant& q : participants_) {
+        if (q.hello.role != Role::kRollout || q.hello.replica != id || q.dropped ||
+            now - q.last_heard < silence)
+          continue;
+        drops.emplace_back(id, "it held version " + std::to_string(version) + "'s start for " +
+                                   bound + " and " + nameOf(q) + " sent nothing for " +
+                                   std::to_string(silence.count()) + " ms (stalled)");
+        break;
+      }
+    }
+  }
+  for (int32_t r : delivery_gate_.overdueRanks(now, replicaBound())) {
+    if (static_cast<size_t>(r) >= replica_of_rollout_.size()) continue;
+    drops.emplace_back(replica_of_rollout_[static_cast<size_t>(r)],
+                       "rollout " + std::to_string(r) + " did not confirm a ready version within " +
+                           bound + " (stalled)");
+  }
+  for (const auto& drop : drops) {
+    if (phase_ != Phase::kRunning) return;
+    const int32_t id = drop.first;
+    auto p = std::find_if(participants_.begin(), participants_.end(), [&](const Participant& q) {
+      return q.hello.role == Role::kRollout && q.hello.replica == id && !q.dropped && q.committed;
+    });
+    // Ranks of an MPI-bootstrap job cannot be dropped (dropReplicaOf would fail the job): their
+    // versions keep the job's own timeout, as before.
+    if (p == participants_.end() || (opt_.mpi_world_size > 0 && !p->joiner)) continue;
+    dropReplicaOf(*p, drop.second, /*crashed=*/true);
   }
 }
 
@@ -181,7 +242,7 @@ void Coordinator::Impl::welcomeJoiners(JoiningReplica& g) {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size()) + g.size;
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   for (int32_t member : g.members) {
     Participant& p = participants_[static_cast<size_t>(member)];
     p.role_rank = static_cast<int32_t>(rollout_index_.size());
@@ -270,7 +331,11 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
   JoiningReplica g = std::move(it->second);
   joining_.erase(it);
   log(replicaName(replica) + " could not join: " + status.toString());
-  const auto payload = encode(ErrorMsg{status.code(), status.message()});
+  // Only this replica's join ended (not the job): REMOTE, which its ranks do not read as the
+  // job failing.
+  const auto payload = encode(
+      ErrorMsg{status.code() == WSYNC_ERR_TIMEOUT ? WSYNC_ERR_REMOTE : status.code(),
+               status.message() + " (the job goes on without " + replicaName(replica) + ")"});
   for (int32_t member : g.members) {
     if (member < 0) continue;
     Participant& p = participants_[static_cast<size_t>(member)];
@@ -286,7 +351,19 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
 // A join not complete within the job's timeout of its first Hello is aborted, naming why.
 void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
   std::vector<std::pair<int32_t, std::string>> late;
+  std::vector<std::pair<int32_t, std::string>> stalled_sources;  // replica, reason
   for (const auto& [id, g] : joining_) {
+    // A source that holds a fill past half the job's timeout (a fill moves a version's bytes, as
+    // trainers do within the timeout) is stalled: it is dropped, and the fill goes on from
+    // another replica, in another slot, or the joiner's first version comes from the trainers.
+    if (g.cold && g.cold->stage == ColdStart::Stage::kFilling &&
+        now - g.cold->fill_sent >= opt_.timeout / 2) {
+      stalled_sources.emplace_back(g.cold->source,
+                                   "it did not finish its part of " + replicaName(id) +
+                                       "'s cold start (version " + std::to_string(g.cold->version) +
+                                       ") within " + std::to_string((opt_.timeout / 2).count()) +
+                                       " ms (stalled)");
+    }
     if (g.cold) {  // each attempt is bounded; writers may still be busy, so the join ends
       if (now - g.cold->attempt_started < opt_.timeout) continue;
       late.emplace_back(id, "its cold start from " + replicaName(g.cold->source) + " (version " +
@@ -312,6 +389,16 @@ void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
   for (const auto& [id, why] : late) {
     abortJoin(id, timeoutError(replicaName(id) + " did not join within " +
                                std::to_string(opt_.timeout.count()) + " ms: " + why));
+  }
+  for (const auto& source : stalled_sources) {
+    if (phase_ != Phase::kRunning) return;
+    const int32_t id = source.first;
+    auto p = std::find_if(participants_.begin(), participants_.end(), [&](const Participant& q) {
+      return q.hello.role == Role::kRollout && q.hello.replica == id && !q.dropped && q.committed;
+    });
+    // MPI-bootstrap ranks cannot be dropped: their fills keep the attempt's bound.
+    if (p == participants_.end() || (opt_.mpi_world_size > 0 && !p->joiner)) continue;
+    dropReplicaOf(*p, source.second, /*crashed=*/true);
   }
 }
 

@@ -143,7 +143,7 @@ void Coordinator::Impl::maybeWelcomeRestarted() {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   welcome.checksums = opt_.checksums;
   for (int32_t index : members) {
     Participant& p = participants_[static_cast<size_t>(index)];

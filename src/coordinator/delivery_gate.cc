@@ -8,6 +8,7 @@ void DeliveryGate::readySent(uint64_t version, int32_t rollout, SequencerTime no
   auto [it, inserted] = pending_.try_emplace(version);
   if (inserted) it->second.first_ready = now;
   it->second.waiting.insert(rollout);
+  it->second.ready_at[rollout] = now;
 }
 
 std::optional<OutgoingMessage> DeliveryGate::deliver(OutgoingMessage delivered) {
@@ -71,6 +72,19 @@ std::optional<std::string> DeliveryGate::overdue(SequencerTime now,
            " never confirmed Ready within " + std::to_string(timeout.count()) + " ms";
   }
   return std::nullopt;
+}
+
+std::vector<int32_t> DeliveryGate::overdueRanks(SequencerTime now,
+                                                std::chrono::milliseconds bound) const {
+  std::set<int32_t> ranks;
+  for (const auto& [version, p] : pending_) {
+    if (p.abandoned) continue;
+    for (int32_t r : p.waiting) {
+      auto at = p.ready_at.find(r);
+      if (at != p.ready_at.end() && now - at->second >= bound) ranks.insert(r);
+    }
+  }
+  return {ranks.begin(), ranks.end()};
 }
 
 }  // namespace wsync

@@ -29,6 +29,10 @@ class DeliveryGate {
   // A version whose confirmations are overdue (Ready sent more than `timeout` before `now`),
   // described for the job's error; nullopt when none.
   std::optional<std::string> overdue(SequencerTime now, std::chrono::milliseconds timeout) const;
+  // The rollout ranks whose confirmation is overdue (Ready sent to them more than `bound` before
+  // `now`),
+  // in increasing order: the coordinator drops their replicas before the job's own timeout.
+  std::vector<int32_t> overdueRanks(SequencerTime now, std::chrono::milliseconds bound) const;
   // The trainers are gone (trainer restart, coordinator_trainer_restart.cc): every Delivered held
   // or still due is dropped; confirmations of Readys sent before are still accepted (and release
   // nothing), and are no longer overdue.
@@ -38,8 +42,9 @@ class DeliveryGate {
   struct Pending {
     std::set<int32_t> waiting;  // rollout ranks sent Ready, not confirmed yet
     SequencerTime first_ready;
-    std::optional<OutgoingMessage> delivered;  // held
-    bool abandoned = false;                    // abandonAll(): no Delivered follows
+    std::map<int32_t, SequencerTime> ready_at;  // when each rank was sent Ready
+    std::optional<OutgoingMessage> delivered;   // held
+    bool abandoned = false;                     // abandonAll(): no Delivered follows
   };
   std::map<uint64_t, Pending> pending_;
 };

@@ -164,6 +164,11 @@ void CoordinatorMetrics::onControlRefused(RefusalReason reason) {
   ++totals_.control_refusals.by_reason[static_cast<size_t>(reason)];
 }
 
+void CoordinatorMetrics::onReplicaDropped() {
+  std::lock_guard lock(mu_);
+  ++totals_.dropped;
+}
+
 MetricsSnapshot CoordinatorMetrics::snapshot() const {
   std::lock_guard lock(mu_);
   MetricsSnapshot s = totals_;
@@ -258,6 +263,9 @@ std::string prometheusText(const MetricsSnapshot& s) {
       static_cast<double>(s.skipped));
   job("wsync_lost_replicas_total", "counter", "Replicas lost while a version was in flight.",
       static_cast<double>(s.lost));
+  job("wsync_dropped_replicas_total", "counter",
+      "Replicas dropped from the running job (died, silent, stalled), any time.",
+      static_cast<double>(s.dropped));
   job("wsync_retries_total", "counter",
       "Versions re-sent to a replica after a failed checksum verification.",
       static_cast<double>(s.retries));
@@ -341,9 +349,10 @@ std::string summaryLine(const MetricsSnapshot& s) {
       s.versions_delivered > 0 ? 1e3 * s.seconds / static_cast<double>(s.versions_delivered) : 0.0;
   return format("summary: %" PRIu64 " versions delivered (newest %" PRIu64 "), %" PRIu64
                 " bytes, %.3f ms per version on average, %" PRIu64 " replica skips, %" PRIu64
-                " lost replicas, %" PRIu64 " retries, %" PRIu64 " checksum failures",
-                s.versions_delivered, s.newest_delivered, s.bytes, mean_ms, s.skipped, s.lost,
-                s.retries, s.checksum_failures);
+                " lost replicas (%" PRIu64 " while a version was in flight), %" PRIu64
+                " retries, %" PRIu64 " checksum failures",
+                s.versions_delivered, s.newest_delivered, s.bytes, mean_ms, s.skipped,
+                std::max(s.dropped, s.lost), s.lost, s.retries, s.checksum_failures);
 }
 
 }  // namespace wsync

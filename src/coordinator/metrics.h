@@ -79,6 +79,7 @@ struct MetricsSnapshot {
   double seconds = 0.0;  // sum of start-to-delivered
   uint64_t skipped = 0;  // replica-versions skipped
   uint64_t lost = 0;     // replicas lost while a version was in flight
+  uint64_t dropped = 0;  // replicas dropped from the running job (died, silent, stalled), any time
   uint64_t retries = 0;
   uint64_t checksum_failures = 0;
   uint64_t checksum_verifications = 0;    // Verify messages sent (one per rollout rank and attempt)
@@ -110,6 +111,8 @@ class CoordinatorMetrics {
 
   // One control connection refused (the control server's thread).
   void onControlRefused(RefusalReason reason);
+  // A replica was dropped from the running job (not a clean leave), in flight or between versions.
+  void onReplicaDropped();
 
   MetricsSnapshot snapshot() const;  // thread-safe
 

@@ -104,6 +104,18 @@ uint64_t VersionSequencer::readyVersion(int32_t replica) const {
   return it == replicas_.end() ? 0 : it->second.ready_version;
 }
 
+std::vector<int32_t> VersionSequencer::holdingGo(SequencerTime now) const {
+  std::vector<int32_t> ids;
+  if (!in_flight_ || in_flight_->go_sent || options_.replica_timeout.count() <= 0 ||
+      now - in_flight_->started < options_.replica_timeout)
+    return ids;
+  for (const auto& [id, replica] : replicas_) {
+    if (replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size())
+      ids.push_back(id);
+  }
+  return ids;
+}
+
 uint64_t VersionSequencer::inFlightVersion() const {
   return in_flight_ ? in_flight_->version : 0;
 }
@@ -113,6 +125,12 @@ std::optional<SequencerTime> VersionSequencer::nextDeadline() const {
   SequencerTime deadline = in_flight_->started + options_.timeout;
   if (!in_flight_->go_sent && !in_flight_->grace_applied) {
     deadline = std::min(deadline, in_flight_->started + options_.skip_grace);
+  }
+  if (options_.replica_timeout.count() > 0) {
+    for (const auto& [id, replica] : replicas_) {
+      if (!replica.stall_reported && owesAnswer(replica))
+        deadline = std::min(deadline, replica.asked + options_.replica_timeout);
+    }
   }
   return deadline;
 }
@@ -251,8 +269,10 @@ Result<SequencerOutput> VersionSequencer::onVerified(int32_t rollout, uint64_t v
   WSYNC_ASSIGN_OR_RETURN(Replica * replica, verifyAnswer(rollout, version, "verified"));
   SequencerOutput out;
   if (replica == nullptr) return out;
-  if (replica->verified.size() == replica->ranks.size())
+  if (replica->verified.size() == replica->ranks.size()) {
+    replica->asked = now;  // a re-send asks the ranks again
     finishVerification(*replicaOf(rollout), *replica, out);
+  }
   tryComplete(now, out);
   return out;
 }
@@ -267,8 +287,10 @@ Result<SequencerOutput> VersionSequencer::onChecksumFailed(int32_t rollout,
   replica->verify_failed = true;
   out.notes.push_back(versionName(failed.version) + ": checksum mismatch on " +
                       rolloutName(rollout) + ": " + failed.detail);
-  if (replica->verified.size() == replica->ranks.size())
+  if (replica->verified.size() == replica->ranks.size()) {
+    replica->asked = now;  // a re-send asks the ranks again
     finishVerification(*replicaOf(rollout), *replica, out);
+  }
   tryComplete(now, out);
   return out;
 }
@@ -281,6 +303,15 @@ Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
                         std::to_string(options_.timeout.count()) + " ms; " + lateReport());
   }
   tryGo(now, out);
+  if (options_.replica_timeout.count() > 0) {
+    for (auto& [id, replica] : replicas_) {
+      if (replica.stall_reported || !owesAnswer(replica) ||
+          now - replica.asked < options_.replica_timeout)
+        continue;
+      replica.stall_reported = true;
+      out.stalled_replicas.push_back(id);
+    }
+  }
   return out;
 }
 
@@ -348,6 +379,8 @@ void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
   in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), 0);
   for (auto& [id, replica] : replicas_) {
     replica.stage = Stage::kPreparing;
+    replica.asked = now;
+    replica.stall_reported = false;
     const bool ahead = replica.ahead_version == v;  // its ranks drain (or drained) the slot
     replica.ahead_version = 0;
     replica.received.clear();
@@ -413,6 +446,7 @@ void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
     if (replica.stage != Stage::kPreparing) continue;
     if (replica.prepared.size() == replica.ranks.size()) {
       replica.stage = Stage::kTaking;
+      replica.asked = now;
       taking.push_back(id);
       go.slot_of_replica[static_cast<size_t>(id)] = replica.target_slot;
     } else {
@@ -439,6 +473,7 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
         replica.sent.size() == static_cast<size_t>(num_trainers_) &&
         replica.received.size() == replica.ranks.size()) {
       if (options_.verify_checksums) {
+        replica.asked = now;
         sendVerify(replica, out);
       } else {
         markReady(replica, out);
@@ -544,16 +579,25 @@ void VersionSequencer::finishVerification(int32_t id, Replica& replica, Sequence
   in_flight_->go_batches.push_back({id});
 }
 
+bool VersionSequencer::waitsOn(const Replica& replica) const {
+  return in_flight_->go_sent
+             ? (replica.stage == Stage::kTaking &&
+                replica.received.size() < replica.ranks.size()) ||
+                   replica.stage == Stage::kVerifying
+             : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
+}
+
+bool VersionSequencer::owesAnswer(const Replica& replica) const {
+  return (replica.stage == Stage::kTaking && in_flight_->go_sent &&
+          replica.received.size() < replica.ranks.size()) ||
+         (replica.stage == Stage::kVerifying && replica.verified.size() < replica.ranks.size());
+}
+
 // Who the in-flight version waits for, for the timeout error.
 std::string VersionSequencer::lateReport() const {
   std::string late;
   for (const auto& [id, replica] : replicas_) {
-    const bool waiting =
-        in_flight_->go_sent
-            ? (replica.stage == Stage::kTaking && replica.received.size() < replica.ranks.size()) ||
-                  replica.stage == Stage::kVerifying
-            : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
-    if (!waiting) continue;
+    if (!waitsOn(replica)) continue;
     late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id);
     if (!in_flight_->go_sent) {
       late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";

@@ -74,6 +74,14 @@ struct SequencerOptions {
   bool verify_checksums = false;
   int max_checksum_retries = 3;
   bool prepare_ahead = false;  // see the file comment
+  // Bound on how long a version waits on one replica's ranks (0: none, only `timeout`): a replica
+  // whose ranks still owe the version an answer they give at once when running (Received, from
+  // its Go; a Verify answer, from the Verify) this long after they were asked is reported by
+  // advance() in SequencerOutput::stalled_replicas; the caller drops it (removeReplica), so a
+  // stopped or hung replica never holds the version up to `timeout`. Below `timeout`. Prepared is
+  // not bounded by it: readers' leases may hold a slot (the replica is skipped, or with the
+  // staleness bound the version waits up to `timeout`, as before).
+  std::chrono::milliseconds replica_timeout{0};
 };
 
 struct ReplicaSpec {
@@ -120,6 +128,9 @@ struct SequencerOutput {
   std::vector<OutgoingMessage> messages;    // send in this order
   std::vector<std::string> notes;           // progress lines for the log (skipped replicas)
   std::optional<VersionOutcome> delivered;  // set when this event completed a version
+  // advance(): replicas that held the in-flight version past options.replica_timeout (see there);
+  // each is reported once per version.
+  std::vector<int32_t> stalled_replicas;
 };
 
 class VersionSequencer {
@@ -158,13 +169,18 @@ class VersionSequencer {
   // on a Publish must be above the last started version (INVALID_USAGE naming both), so versions
   // continue to increase for the rollouts.
   SequencerOutput abortVersions();
-  // Time passed: skips busy replicas once the grace is over; TIMEOUT when the in-flight version
-  // was not delivered within options.timeout of its start.
+  // Time passed: skips busy replicas once the grace is over; reports the replicas it still waits
+  // on past options.replica_timeout (stalled_replicas); TIMEOUT when the in-flight version was not
+  // delivered within options.timeout of its start.
   Result<SequencerOutput> advance(SequencerTime now);
 
   // The latest time at which advance() must be called next; none while no version is in flight.
   std::optional<SequencerTime> nextDeadline() const;
 
+  // Replicas whose ranks have not all prepared the in-flight version's slot while its Go waits for
+  // them, the version started at least options.replica_timeout before `now` (readers' leases, or a
+  // stopped rank: the caller tells them apart).
+  std::vector<int32_t> holdingGo(SequencerTime now) const;
   uint64_t inFlightVersion() const;  // 0: none
   uint64_t lastStartedVersion() const { return last_started_; }
   std::optional<int32_t> replicaOf(int32_t rollout) const;
@@ -194,6 +210,10 @@ class VersionSequencer {
     bool verify_failed = false;
     uint32_t checksum_failures = 0;
     uint32_t retries = 0;
+    // replica_timeout: when its ranks were asked for what they owe now (Prepare: the version's
+    // start; Go; Verify), and whether advance() reported it stalled in this version.
+    SequencerTime asked;
+    bool stall_reported = false;
   };
 
   struct InFlight {
@@ -233,6 +253,10 @@ class VersionSequencer {
   GoMsg goFor(int32_t replica, int32_t slot) const;  // a Go giving only `replica` a slot
   bool allTrainersSentEveryGo() const;
   std::string lateReport() const;
+  bool waitsOn(const Replica& r) const;  // the in-flight version waits for a message of its ranks
+  // Its ranks owe the in-flight version an answer their receiver gives at once (Received after
+  // Go, a Verify answer): replica_timeout applies.
+  bool owesAnswer(const Replica& r) const;
 
   SequencerOptions options_;
   int32_t num_trainers_;

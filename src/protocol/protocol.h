@@ -69,6 +69,9 @@
 //   giving only that replica a slot, to the trainers and its ranks, which write and receive
 //   again and answer SentChecksums / Received again), up to a bounded number of retries; then
 //   the replica skips the version (Go(v, -1) to its ranks: they give the slot back).
+// Trainers finished (protocol version 6): once every trainer said Bye, the coordinator sends
+//   TrainersDone(the last version started) to every rollout rank; waits for newer versions end
+//   with WSYNC_ERR_TRAINERS_DONE (a later Ready, after a trainer restart, clears it).
 #pragma once
 
 #include <cstdint>
@@ -86,7 +89,7 @@ namespace wsync {
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
 // Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill)
 // and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums).
-inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // The bounds decoders hold every count and length to.
 namespace protocol_limits {
@@ -509,7 +512,8 @@ enum class Sender : uint8_t { kRank, kCoordinator, kEither };
   X(SentChecksums, 26, SentChecksumsMsg, kRank)         \
   X(Verify, 27, VerifyMsg, kCoordinator)                \
   X(Verified, 28, VersionMsg, kRank)                    \
-  X(ChecksumFailed, 29, ChecksumFailedMsg, kRank)
+  X(ChecksumFailed, 29, ChecksumFailedMsg, kRank)       \
+  X(TrainersDone, 30, VersionMsg, kCoordinator)
 
 enum class MessageType : uint16_t {
 #define WSYNC_PROTOCOL_ENUM(name, id, payload, sender) k##name = (id),

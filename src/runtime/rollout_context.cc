@@ -128,15 +128,41 @@ Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
   if (!committed()) return invalidUsage("wait_version before commit");
   // A failed job answers with its failure every time (never TIMEOUT, which means "wait again").
   if (failedOrAborted()) return failure();
-  Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);
-  if (!v.isOk() && failedOrAborted()) return failure();
-  return v;
+  // Waits in steps, so that the trainers finishing (TrainersDone) ends the wait at once.
+  constexpr std::chrono::milliseconds kStep(50);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const bool finished = trainers_finished_.load();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    Result<uint64_t> v = store_->waitForNewer(
+        newer_than, finished ? std::chrono::milliseconds(0)
+                             : std::max(std::chrono::milliseconds(0), std::min(left, kStep)));
+    if (!v.isOk() && failedOrAborted()) return failure();
+    if (v.isOk() || v.status().code() != WSYNC_ERR_TIMEOUT) return v;
+    if (finished) {
+      return Status(WSYNC_ERR_TRAINERS_DONE,
+                    "the trainers finished at version " + std::to_string(trainers_done_.load()) +
+                        "; no version newer than " + std::to_string(newer_than) +
+                        " will come to this rank");
+    }
+    if (left <= kStep) return v;
+  }
 }
 
 void* RolloutContext::bufferData(const Lease& lease, int32_t index) const {
   if (!lease.valid() || index < 0 || index >= numBuffers()) return nullptr;
   return static_cast<uint8_t*>(slots_[static_cast<size_t>(lease.slot())]->data()) +
          buffer_byte_offsets_[static_cast<size_t>(index)];
+}
+
+bool RolloutContext::hasLiveMemory() const {
+  for (int32_t i = 0; i < numBuffers(); ++i) {
+    if (buffer_data_[static_cast<size_t>(i)] != nullptr &&
+        registration_.buffers[static_cast<size_t>(i)].num_elements > 0)
+      return true;
+  }
+  return false;
 }
 
 Result<uint64_t> RolloutContext::copyFlip(uint64_t version, CudaStreamHandle stream) {
@@ -172,7 +198,7 @@ void RolloutContext::receiverLoop() {
       if (frame.status().code() == WSYNC_ERR_TIMEOUT) {
         transport_->progress();  // emulated writes into exposed memory need the target's progress
         if (draining_) {
-          const Status drained = continueDraining(std::chrono::milliseconds(0));
+          const Status drained = coordinatorVerdict(continueDraining(std::chrono::milliseconds(0)));
           if (!drained.isOk()) {
             setFailed(drained);
             (void)sendError(drained.withContext("rollout " + std::to_string(rank())));
@@ -192,7 +218,7 @@ void RolloutContext::receiverLoop() {
       if (!stopping_) setFailed(frame.status().withContext("control channel"));
       break;
     }
-    Status s = handle(*frame);
+    Status s = coordinatorVerdict(handle(*frame));
     if (!s.isOk()) {
       setFailed(s);
       (void)sendError(s.withContext("rollout " + std::to_string(rank())));
@@ -205,6 +231,20 @@ void RolloutContext::receiverLoop() {
     receiver_ended_ = true;
   }
   membership_cv_.notify_all();
+}
+
+Status RolloutContext::coordinatorVerdict(const Status& failure) {
+  if (failure.code() != WSYNC_ERR_REMOTE) return failure;
+  // Frames the coordinator sent before it closed are still readable; an Error among them says
+  // why (e.g. this replica was dropped as stalled) better than the broken connection does.
+  for (int i = 0; i < 64; ++i) {
+    Result<Frame> frame = job_.channel->recv(std::chrono::milliseconds(100));
+    if (!frame.isOk()) break;
+    if (static_cast<MessageType>(frame->type) != MessageType::kError) continue;
+    ErrorMsg err;
+    if (decode(frame->payload, err).isOk()) return Status(err.code, err.message);
+  }
+  return failure;
 }
 
 Status RolloutContext::handle(const Frame& frame) {
@@ -261,6 +301,7 @@ Status RolloutContext::handle(const Frame& frame) {
       }
       // Before readers see it. Ready without Go: a peer replica wrote it (peer cold start).
       staleness_.onReady(m.version, RolloutStaleness::Clock::now(), m.version != go_version_);
+      if (m.version > trainers_done_.load()) trainers_finished_ = false;  // trainers came back
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       // Readable here now: the trainers' requests complete once every rank of the replica says so.
@@ -280,6 +321,13 @@ Status RolloutContext::handle(const Frame& frame) {
     }
     case MessageType::kColdFill:
       return startColdFill(frame);
+    case MessageType::kTrainersDone: {
+      VersionMsg m;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
+      trainers_done_ = m.version;
+      trainers_finished_ = true;
+      return Status::ok();
+    }
     case MessageType::kLeft: {
       {
         std::lock_guard lock(membership_mu_);

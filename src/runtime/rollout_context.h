@@ -41,6 +41,8 @@ class RolloutContext final : public Context {
   // The address of buffer `index` in the slot a lease holds; nullptr when out of range.
   void* bufferData(const Lease& lease, int32_t index) const;
   int32_t numBuffers() const { return static_cast<int32_t>(buffer_byte_offsets_.size()); }
+  // Some registered buffer (with elements) has live memory: copyFlip has something to copy into.
+  bool hasLiveMemory() const;
   // How stale this rank is: the newest version started and the newest ready here, and when.
   RolloutStaleness::View staleness() const { return staleness_.view(); }
 
@@ -61,6 +63,9 @@ class RolloutContext final : public Context {
   bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
 
   void receiverLoop();
+  // A message to the coordinator failed with `failure` (REMOTE): when the coordinator said why
+  // before it closed the connection (an Error: this rank's replica was dropped), that error.
+  Status coordinatorVerdict(const Status& failure);
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
   Status continueDraining(std::chrono::milliseconds wait);
@@ -109,6 +114,9 @@ class RolloutContext final : public Context {
   bool checksums_built_ = false;
   uint64_t landed_version_ = 0;
   std::atomic<bool> stopping_{false};
+  // TrainersDone: the trainers finished at this version (0: not yet); waits for newer ones end.
+  std::atomic<uint64_t> trainers_done_{0};
+  std::atomic<bool> trainers_finished_{false};
   std::thread receiver_;
 
   // Membership: the heartbeat thread, and the receiver's news for leaveJob().

@@ -16,12 +16,18 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
   wsync_add_fault_test(wsync_fault_kill_rollout kill 10)
   # SIGSTOP past the heartbeat timeout, SIGCONT: dropped, then joins again by peer cold start.
   wsync_add_fault_test(wsync_fault_stop_rollout stop 2)
+  # SIGSTOP with the job's timeout below the heartbeat timeout: the replica is dropped as stalled
+  # (the job never fails waiting on it); after SIGCONT its error says it was dropped.
+  wsync_add_fault_test(wsync_fault_stall_rollout stall 3)
   # A replica joins while versions stream: its first version comes from a peer, bit-exact.
   wsync_add_fault_test(wsync_fault_join_replica join 3)
   # A replica joins while the trainers hold: it reads their last version, which only a peer has.
   wsync_add_fault_test(wsync_fault_cold_start coldstart 3)
   # The cold start's source replica is killed mid-fill: the fill fails over to another replica.
   wsync_add_fault_test(wsync_fault_cold_start_failover failover 2)
+  # The cold start's source replica is stopped mid-fill: dropped as stalled past half the job's
+  # timeout, the fill fails over to another replica (the joiner never fails).
+  wsync_add_fault_test(wsync_fault_cold_start_stalled_source stallsource 2)
   # coordinator --trainer-restart: a trainer is killed; the rollouts serve their last version (its
   # age growing), a repeated version and a changed registration are refused, then restarted
   # trainers publish higher versions and every rollout reads them bit-exact.

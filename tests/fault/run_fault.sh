@@ -7,9 +7,14 @@
 #         on, versions deliver to replicas 0 and 1 (bit-exact), the coordinator drops replica 2;
 #         then a new process rejoins as replica 2, is filled from a peer replica (peer cold start)
 #         and reads the later versions bit-exact; the last version is ready on all three.
-#   stop  as kill, but SIGSTOP past the heartbeat timeout (1000 ms), then SIGCONT: the stopped
+#   stop  as kill, but SIGSTOP past the heartbeat timeout (1000 ms; or a version held as long:
+#         stalled), then SIGCONT: the stopped
 #         rank finds itself dropped, joins again as replica 2 (filled from a peer) and reads the
 #         last versions bit-exact. Prints the detection time (SIGSTOP to the coordinator's drop).
+#   stall  3 one-rank replicas, coordinator --timeout-ms 5000 below --heartbeat-timeout-ms 10000:
+#         rollout 2 gets SIGSTOP; the coordinator drops it once it held a version for half the
+#         job's timeout (no version ever fails the job), the trainers go on; after SIGCONT the
+#         stopped rank's error says its replica was dropped.
 #   join  1 replica; a second one (replica 1) joins while versions stream: its first version comes
 #         from replica 0 (peer cold start), then it reads every later one bit-exact; the last
 #         version is ready on both.
@@ -17,6 +22,9 @@
 #         start source, replica 0 (whose fills wait 3 s: WSYNC_DEBUG_COLD_FILL_DELAY_MS), gets
 #         kill -9 mid-fill: the fill fails over to replica 1, the joiner reads version 5 bit-exact
 #         and follows; the last version is ready on replicas 1 and 2.
+#   stallsource  as failover, but replica 0 gets SIGSTOP mid-fill (heartbeat timeout 30 s, job
+#         timeout 6 s): the coordinator drops the stalled source once the fill took half the job's
+#         timeout, the fill fails over to replica 1; the joiner never fails.
 #   coldstart  1 replica of 2 ranks (TP 2); the trainers publish 5 versions and hold; replica 1
 #         (2 ranks, TP 2) joins and must read version 5 (only a peer has it) bit-exact on both
 #         ranks; then the trainers go on and it follows.
@@ -170,7 +178,7 @@ run_stop() {
   wait_for_version "$work/rollout2.log" 3 20000 || fail "rollout 2 never read version 3"
   local stopped=$(now_ms)
   kill -STOP "${r[2]}"
-  wait_for_line "$work/coordinator.log" "replica 2 .*dropped.*no heartbeat" 5000 || fail "the coordinator never dropped the stopped rank"
+  wait_for_line "$work/coordinator.log" "replica 2 .*dropped.*(no heartbeat|stalled)" 5000 || fail "the coordinator never dropped the stopped rank"
   local detected=$(($(now_ms) - stopped))
   kill -CONT "${r[2]}"
   wait_for_line "$work/rollout2.log" "committed as rank .* \(joined\)" 20000 || fail "rollout 2 did not join again"
@@ -182,6 +190,41 @@ run_stop() {
   done
   expect_exit "$coordinator_pid" coordinator 10000
   echo "stop iteration $iteration: stopped rank dropped ${detected} ms after SIGSTOP (heartbeat timeout 1000 ms), rejoined by peer cold start ($(sed -n 's/^rollout 2 first version \([0-9]*\) from peer in \([0-9.]*\) s/version \1 in \2 s/p' "$work/rollout2.log")), read the last version bit-exact"
+}
+
+# stall: rollout 2 gets SIGSTOP while versions stream, with the job's timeout (5000 ms) below the
+# heartbeat timeout (10000 ms): the coordinator drops the replica once it held a version for half
+# the job's timeout (never the job failing with "version N not delivered"), the trainers go on;
+# after SIGCONT the stopped rank fails with an error saying its replica was dropped.
+run_stall() {
+  local versions=300
+  start_coordinator 3 --heartbeat-timeout-ms 10000 --timeout-ms 5000
+  for t in 0 1; do
+    start_rank trainer$t --role trainer --rank $t --rollouts 3 --versions $versions --may-lose 2 \
+      --final-ready 0,1 --timeout-ms 5000
+    eval "t$t=\$last_pid"
+  done
+  local r=()
+  for i in 0 1 2; do
+    start_rank rollout$i --role rollout --rank $i --replica $i --rollouts 3 --versions $versions --timeout-ms 5000
+    r+=("$last_pid")
+  done
+  wait_for_version "$work/rollout2.log" $((RANDOM % 5 + 2)) 20000 || fail "rollout 2 never read its first versions"
+  local stopped=$(now_ms)
+  kill -STOP "${r[2]}"
+  wait_for_line "$work/coordinator.log" "replica 2 .*dropped" 12000 || fail "the coordinator never dropped the stopped rank"
+  local detected=$(($(now_ms) - stopped))
+  grep -q "not delivered within" "$work/coordinator.log" && fail "a version waited on the stopped replica past the job's timeout"
+  kill -CONT "${r[2]}"
+  wait_pid "${r[2]}" 20000
+  [ $? -eq 5 ] || fail "the stopped rank did not fail after SIGCONT"
+  grep -q "rollout 2 dropped: .*replica 2 was dropped from the job" "$work/rollout2.log" ||
+    fail "the stopped rank's error does not say it was dropped"
+  for p in "$t0:trainer 0" "$t1:trainer 1" "${r[0]}:rollout 0" "${r[1]}:rollout 1"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  echo "stall iteration $iteration: dropped ${detected} ms after SIGSTOP ($(grep -o 'replica 2 (rollout ranks 2) dropped: .*' "$work/coordinator.log" | head -n 1 | cut -c1-110)); the rank then said: $(sed -n 's/^rollout 2 dropped: //p' "$work/rollout2.log" | cut -c1-100)"
 }
 
 run_join() {
@@ -278,6 +321,43 @@ run_failover() {
   done
   expect_exit "$coordinator_pid" coordinator 10000
   echo "failover iteration $iteration: $(grep -o 'replica 2 cold start, attempt 1 failed.*' "$work/coordinator.log" | head -n 1); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
+}
+
+# stallsource: as failover, but the source (replica 0) gets SIGSTOP mid-fill, with the heartbeat
+# timeout (30 s) above the job's timeout (6 s): once the fill took half the job's timeout the
+# coordinator drops the source as stalled and the fill fails over to replica 1; the joiner never
+# fails.
+run_stallsource() {
+  local versions=40 hold=5
+  local resume="$work/resume"
+  start_coordinator 2 --timeout-ms 6000 --heartbeat-timeout-ms 30000
+  start_holding_trainers 2 $versions $hold "$resume" --may-lose 0 --final-ready 1,2
+  start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=1000 rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
+  local r0=$last_pid
+  start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions
+  local r1=$last_pid
+  wait_for_version "$work/rollout1.log" $hold 20000 || fail "rollout 1 never read version $hold"
+  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
+  start_rank joiner --role rollout --replica 2 --join --expect-peer --versions $versions
+  local j=$last_pid
+  wait_for_line "$work/coordinator.log" "replica 2 cold start, attempt 1: version $hold from replica 0" 20000 ||
+    fail "the joiner's cold start did not pick replica 0"
+  sleep 0.3  # replica 0 holds its lease, about to write
+  kill -STOP "$r0"
+  wait_for_line "$work/coordinator.log" "replica 0 .*dropped: .*cold start .*stalled" 10000 ||
+    fail "the coordinator did not drop the stalled source"
+  wait_for_line "$work/joiner.log" "first version $hold from peer" 20000 ||
+    fail "the joiner did not get version $hold after its source stalled"
+  grep -qE "replica 2 cold-started from replica 1 with version $hold: .*attempt 2" "$work/coordinator.log" ||
+    fail "the cold start did not fail over to replica 1"
+  kill -CONT "$r0"
+  wait_pid "$r0" 20000
+  touch "$resume"
+  for p in "$t0:trainer 0" "$t1:trainer 1" "$r1:rollout 1" "$j:joiner"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  echo "stallsource iteration $iteration: $(grep -o 'replica 0 (rollout ranks 0) dropped.*' "$work/coordinator.log" | head -n 1 | cut -c1-120); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
 }
 
 run_restart() {

@@ -142,4 +142,72 @@ TEST(DefectsJob, UnconvertiblePairIsRejectedAtPlanningOnEveryRank) {
   }
 }
 
+// Defect (issue 20, 4): a rollout waiting for a newer version after the trainers finished cleanly
+// got TIMEOUT on every call forever. Now the coordinator tells it (TrainersDone) and the wait ends
+// at once with WSYNC_ERR_TRAINERS_DONE, the last error naming the trainers' last version.
+TEST(DefectsJob, RolloutLearnsThatTheTrainersFinished) {
+  JobSpec spec;
+  auto job = startJob(spec);
+  ASSERT_TRUE(job && job->committed()) << (job ? job->errors() : "no coordinator");
+  std::string error;
+  ASSERT_EQ(publishAndWait(*job, 1, &error), WSYNC_SUCCESS) << error;
+  ASSERT_EQ(publishAndWait(*job, 2, &error), WSYNC_SUCCESS) << error;
+  uint64_t newest = 0;
+  ASSERT_EQ(wsync_wait_version(job->rollouts[0], 0, 5000, &newest), WSYNC_SUCCESS);
+  ASSERT_EQ(newest, 2u);
+  ASSERT_EQ(wsync_context_destroy(job->trainer), WSYNC_SUCCESS);
+  job->trainer = nullptr;
+  const auto started = Clock::now();
+  const wsync_status_t s = wsync_wait_version(job->rollouts[0], 2, 4000, &newest);
+  EXPECT_EQ(s, WSYNC_ERR_TRAINERS_DONE) << wsync_last_error(job->rollouts[0]);
+  EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(2000));
+  const std::string last = wsync_last_error(job->rollouts[0]);
+  EXPECT_TRUE(mentions(last, "the trainers finished at version 2")) << last;
+  EXPECT_EQ(std::string(wsync_status_string(WSYNC_ERR_TRAINERS_DONE)), "WSYNC_ERR_TRAINERS_DONE");
+  // The newest version stays readable.
+  wsync_lease_t lease = nullptr;
+  ASSERT_EQ(wsync_acquire(job->rollouts[0], WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+  wsync_lease_release(lease);
+  EXPECT_EQ(wsync_wait_version(job->rollouts[0], 1, 100, &newest), WSYNC_SUCCESS);
+}
+
+// Issue 20, 5: the C API's smaller defects. A failed wsync_lease_buffer sets the context's last
+// error (not an earlier call's); copy_flip with no live memory registered is INVALID_USAGE; a
+// second process claiming trainer 0 of the running job is told that trainer 0 is taken.
+TEST(DefectsJob, LeaseBufferCopyFlipAndTakenTrainerErrors) {
+  JobSpec spec;
+  auto job = startJob(spec);
+  ASSERT_TRUE(job && job->committed()) << (job ? job->errors() : "no coordinator");
+  std::string error;
+  ASSERT_EQ(publishAndWait(*job, 1, &error), WSYNC_SUCCESS) << error;
+  wsync_context_t rollout = job->rollouts[0];
+  uint64_t newest = 0;
+  ASSERT_EQ(wsync_wait_version(rollout, 0, 5000, &newest), WSYNC_SUCCESS);
+  ASSERT_EQ(wsync_wait_version(rollout, 1, 10, &newest), WSYNC_ERR_TIMEOUT);  // an earlier error
+  wsync_lease_t lease = nullptr;
+  ASSERT_EQ(wsync_acquire(rollout, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS);
+  void* data = nullptr;
+  EXPECT_EQ(wsync_lease_buffer(lease, 7, &data), WSYNC_ERR_INVALID_ARGUMENT);
+  const std::string lease_error = wsync_last_error(rollout);
+  EXPECT_TRUE(mentions(lease_error, "wsync_lease_buffer: buffer index 7")) << lease_error;
+  wsync_lease_release(lease);
+
+  uint64_t flipped = 0;
+  EXPECT_EQ(wsync_copy_flip(rollout, WSYNC_VERSION_NEWEST, nullptr, &flipped),
+            WSYNC_ERR_INVALID_USAGE);
+  const std::string flip_error = wsync_last_error(rollout);
+  EXPECT_TRUE(mentions(flip_error, "no buffer was registered with live memory")) << flip_error;
+
+  wsync_config_t cfg = wsync_test::jobConfig(*job, spec, WSYNC_ROLE_TRAINER, 0);
+  cfg.timeout_ms = 3000;
+  wsync_context_t second = nullptr;
+  EXPECT_NE(wsync_context_create(&cfg, &second), WSYNC_SUCCESS);
+  const std::string taken = wsync_last_error(nullptr);
+  EXPECT_TRUE(mentions(taken, "trainer 0 is taken")) << taken;
+  EXPECT_FALSE(mentions(taken, "rollout replica")) << taken;
+  if (second != nullptr) wsync_context_destroy(second);
+  // The job goes on.
+  EXPECT_EQ(publishAndWait(*job, 2, &error), WSYNC_SUCCESS) << error;
+}
+
 }  // namespace

@@ -194,6 +194,19 @@ TEST(MetricsLines, VersionAndSummaryLines) {
   EXPECT_NE(summaryLine(s).find("1.000 ms per version"), std::string::npos);
 }
 
+// Issue 20: replicas dropped between versions (kill -9 while none was in flight) count as lost in
+// the summary, not only those lost while a version was in flight.
+TEST(MetricsLines, SummaryCountsDroppedReplicas) {
+  CoordinatorMetrics metrics;
+  for (int i = 0; i < 6; ++i)
+    metrics.onReplicaDropped();
+  const MetricsSnapshot s = metrics.snapshot();
+  EXPECT_EQ(s.dropped, 6u);
+  EXPECT_NE(summaryLine(s).find("6 lost replicas (0 while a version was in flight)"),
+            std::string::npos)
+      << summaryLine(s);
+}
+
 TEST(DeliveredCodec, StatsRoundTrip) {
   DeliveredMsg m;
   m.version = 77;

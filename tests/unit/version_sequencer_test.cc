@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "coordinator/delivery_gate.h"
+
 #include "support/sequencer_events.h"
 
 namespace wsync {
@@ -324,6 +326,78 @@ TEST_F(VersionSequencerTest, VersionNotDeliveredInTimeNamesWhoIsLate) {
   s = failure(seq_->advance(at(60000)));
   EXPECT_EQ(s.message(),
             "version 1 not delivered within 60000 ms; waiting on replica 1; trainers done: 1 of 2");
+}
+
+// A replica whose ranks owe the version a message past replica_timeout is reported stalled (once),
+// well before the version's own timeout; removing it lets the version complete for the others.
+TEST_F(VersionSequencerTest, ReplicaHoldingTheVersionPastItsBoundIsReportedStalled) {
+  SequencerOptions options;
+  options.timeout = milliseconds(5000);
+  options.replica_timeout = milliseconds(2500);
+  build(options);
+  deliver(1, 0);
+  ok(seq_->onPublish(0, 2, at(100)));
+  for (int32_t r = 0; r < 4; ++r)
+    prepare(r, 2, 1, 100);
+  ok(seq_->onSent(0, 2, at(110)));
+  ok(seq_->onSent(1, 2, at(110)));
+  for (int32_t r = 0; r < 3; ++r)
+    ok(seq_->onReceived(r, 2, at(110)));      // rollout 3 (replica 1) is stopped: never Received
+  EXPECT_EQ(seq_->nextDeadline(), at(2600));  // from Go (at 100, all prepared)
+  EXPECT_TRUE(ok(seq_->advance(at(2599))).stalled_replicas.empty());
+  SequencerOutput out = ok(seq_->advance(at(2600)));
+  EXPECT_EQ(out.stalled_replicas, (std::vector<int32_t>{1}));
+  EXPECT_TRUE(ok(seq_->advance(at(2700))).stalled_replicas.empty());  // reported once
+  EXPECT_EQ(seq_->nextDeadline(), at(5100));
+  out = ok(seq_->removeReplica(1, at(2700)));
+  ASSERT_TRUE(out.delivered.has_value());
+  EXPECT_EQ(out.delivered->ready_replicas, (std::vector<int32_t>{0}));
+  EXPECT_EQ(out.delivered->lost_replicas, (std::vector<int32_t>{1}));
+}
+
+// Not prepared (readers hold the slot; no staleness allowed): not stalled, the version waits up
+// to its timeout as before; nor is a replica waiting only on the trainers. The bound runs from
+// the Go, not the version's start.
+TEST_F(VersionSequencerTest, OnlyMissingAnswersToGoAreStalls) {
+  SequencerOptions options;
+  options.timeout = milliseconds(5000);
+  options.replica_timeout = milliseconds(1000);
+  options.max_staleness = 0;
+  build(options);
+  deliver(1, 0);
+  ok(seq_->onPublish(0, 2, at(0)));
+  for (int32_t r = 0; r < 3; ++r)
+    prepare(r, 2, 1);
+  EXPECT_TRUE(ok(seq_->advance(at(1500))).stalled_replicas.empty()) << "readers hold its slot";
+  EXPECT_TRUE(seq_->holdingGo(at(999)).empty());
+  EXPECT_EQ(seq_->holdingGo(at(1000)), (std::vector<int32_t>{1}));  // the caller tells why
+  // Rollout 3 prepares: Go now.
+  prepare(3, 2, 1, 1500);
+  EXPECT_EQ(seq_->nextDeadline(), at(2500));
+  ok(seq_->onReceived(0, 2, at(1502)));
+  ok(seq_->onReceived(1, 2, at(1502)));
+  ok(seq_->onReceived(2, 2, at(1502)));
+  EXPECT_TRUE(ok(seq_->advance(at(2499))).stalled_replicas.empty());
+  EXPECT_EQ(ok(seq_->advance(at(2500))).stalled_replicas, (std::vector<int32_t>{1}));
+  ok(seq_->removeReplica(1, at(2500)));
+  // The trainers have not sent: nobody owes an answer.
+  EXPECT_TRUE(ok(seq_->advance(at(4000))).stalled_replicas.empty());
+  ok(seq_->onSent(0, 2, at(4001)));
+  EXPECT_TRUE(ok(seq_->onSent(1, 2, at(4001))).delivered.has_value());
+}
+
+// The delivery gate names the ranks whose confirmation of a Ready is overdue past a bound.
+TEST(DeliveryGateOverdue, RanksPastTheBoundInOrder) {
+  DeliveryGate gate;
+  gate.readySent(1, 3, at(0));
+  gate.readySent(1, 2, at(0));
+  gate.readySent(2, 5, at(500));
+  EXPECT_TRUE(gate.overdueRanks(at(999), milliseconds(1000)).empty());
+  EXPECT_EQ(gate.overdueRanks(at(1000), milliseconds(1000)), (std::vector<int32_t>{2, 3}));
+  ASSERT_TRUE(gate.readied(1, 2).isOk());
+  EXPECT_EQ(gate.overdueRanks(at(1500), milliseconds(1000)), (std::vector<int32_t>{3, 5}));
+  (void)gate.forget(3);
+  EXPECT_EQ(gate.overdueRanks(at(1500), milliseconds(1000)), (std::vector<int32_t>{5}));
 }
 
 TEST_F(VersionSequencerTest, ReplicaSpecsAreChecked) {

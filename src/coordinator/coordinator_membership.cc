@@ -98,15 +98,15 @@ void Coordinator::Impl::sendDueLefts() {
 // Rollouts of the running job that have been silent past the heartbeat timeout are dropped (a
 // stopped or hung process keeps its connection open).
 void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
-  if (opt_.heartbeat_timeout.count() <= 0) return;
+  if (opt_.job.heartbeatTimeout().count() <= 0) return;
   for (Participant& p : participants_) {
     if (p.hello.role != Role::kRollout || p.dropped || !p.connected || !p.committed) continue;
     auto joining = joining_.find(p.hello.replica);  // heartbeats start at CommitOk
     if (joining != joining_.end() && !joining->second.committed_ok) continue;
-    if (now - p.last_heard < opt_.heartbeat_timeout) continue;
+    if (now - p.last_heard < opt_.job.heartbeatTimeout()) continue;
     dropReplicaOf(p,
                   nameOf(p) + " (" + p.hello.host + ") sent no heartbeat for " +
-                      std::to_string(opt_.heartbeat_timeout.count()) + " ms",
+                      std::to_string(opt_.job.heartbeatTimeout().count()) + " ms",
                   /*crashed=*/true);
   }
 }
@@ -181,7 +181,7 @@ void Coordinator::Impl::welcomeJoiners(JoiningReplica& g) {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size()) + g.size;
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.job.heartbeatTimeout().count() / 4);
   for (int32_t member : g.members) {
     Participant& p = participants_[static_cast<size_t>(member)];
     p.role_rank = static_cast<int32_t>(rollout_index_.size());

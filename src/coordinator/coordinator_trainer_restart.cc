@@ -143,8 +143,8 @@ void Coordinator::Impl::maybeWelcomeRestarted() {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.heartbeat_timeout.count() / 4);
-  welcome.checksums = opt_.checksums;
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(opt_.job.heartbeatTimeout().count() / 4);
+  welcome.checksums = opt_.job.checksums;
   for (int32_t index : members) {
     Participant& p = participants_[static_cast<size_t>(index)];
     if (p.welcomed) continue;

@@ -105,7 +105,8 @@ enum class OptionKind : uint8_t {
                 // the README documents it and `wsync-options` does not call it misspelled
 };
 
-// ---- The options, in three scopes (the scope decides where the field lives in Options):
+// ---- The options, in three scopes (and four lists: the debug switches have their own) (the scope
+// decides where the field lives in Options):
 //   rank    this rank's own setting: a field of Options itself
 //   job     a job-wide setting, decided by the coordinator from its own resolved options (trainer
 //           rank 0's under mpirun, else wsync-coordinator's): a field of Options::job
@@ -145,25 +146,7 @@ enum class OptionKind : uint8_t {
     "the threads that wait for the next one (the coordinator's two, each trainer's publisher, "    \
     "each rollout's receiver) poll without sleeping instead of waiting for a wake-up; for cores "   \
     "that nothing else needs (on a shared or oversubscribed machine it adds ms stalls: "           \
-    "benchmarks/README.md, session 7); `0`: never; each process's own")                           \
-  X(rank, debug_timing, bool, false, "WSYNC_DEBUG_TIMING", kDebug, "",                             \
-    "each trainer prints per-version phase times (publish -> go, transfer, sent -> delivered) "    \
-    "and its batched copy kernel's device time")                                                   \
-  X(rank, debug_no_early_landing, bool, false, "WSYNC_DEBUG_NO_EARLY_LANDING", kDebug, "",         \
-    "staged device writers do not report their writes, so rollouts move the landed bytes to the "  \
-    "device only once the version arrived (A/B runs of early landing)")                            \
-  X(rank, debug_no_copy_batch, bool, false, "WSYNC_DEBUG_NO_COPY_BATCH", kDebug, "",               \
-    "device trainers copy op by op (`cudaMemcpy2DAsync`) instead of one batched kernel (A/B "      \
-    "runs)")                                                                                       \
-  X(rank, debug_send_delay_ms, int, 0, "WSYNC_DEBUG_SEND_DELAY_MS", kDebug, "",                    \
-    "milliseconds trainers sleep before sending each version (tests of versioning)")               \
-  X(rank, debug_cold_fill_delay_ms, int, 0, "WSYNC_DEBUG_COLD_FILL_DELAY_MS", kDebug, "",          \
-    "milliseconds a rollout serving a peer cold start holds its lease before it writes (tests of " \
-    "a source lost mid-fill)")                                                                    \
-  X(rank, debug_corrupt_every, int, 0, "WSYNC_DEBUG_CORRUPT_EVERY", kDebug, "",                    \
-    "trainer 0 flips one byte of one of its writes after it landed, in the first send of every "   \
-    "N-th version (tests of `WSYNC_CHECKSUMS`, which must catch and re-send it; `0`: never)")
-
+    "benchmarks/README.md, session 7); `0`: never; each process's own")
 #define WSYNC_JOB_OPTION_LIST(X)                                                                   \
   X(job, heartbeat_timeout_ms, int, 10000, "WSYNC_HEARTBEAT_TIMEOUT_MS", kSetting, "",             \
     "job-wide: the coordinator drops a rollout rank it has not heard from (heartbeats every "      \
@@ -193,11 +176,34 @@ enum class OptionKind : uint8_t {
     "the Python package: the number of rollout ranks (a whole number) for "                       \
     "`Bootstrap.from_torch_distributed` when no argument gives it")
 
-// Every option, in table order: the rank options, the job-wide ones, the Python package's.
-#define WSYNC_OPTION_LIST(X) \
-  WSYNC_RANK_OPTION_LIST(X)  \
-  WSYNC_JOB_OPTION_LIST(X)   \
-  WSYNC_PYTHON_OPTION_LIST(X)
+// Debug switches (kind kDebug, scope rank: fields of Options itself): measurements, A/B runs and
+// tests only; never needed for correct operation, some slow down or corrupt transfers on purpose.
+#define WSYNC_DEBUG_OPTION_LIST(X)                                                                 \
+  X(rank, debug_timing, bool, false, "WSYNC_DEBUG_TIMING", kDebug, "",                             \
+    "each trainer prints per-version phase times (publish -> go, transfer, sent -> delivered) "    \
+    "and its batched copy kernel's device time")                                                   \
+  X(rank, debug_no_early_landing, bool, false, "WSYNC_DEBUG_NO_EARLY_LANDING", kDebug, "",         \
+    "staged device writers do not report their writes, so rollouts move the landed bytes to the "  \
+    "device only once the version arrived (A/B runs of early landing)")                            \
+  X(rank, debug_no_copy_batch, bool, false, "WSYNC_DEBUG_NO_COPY_BATCH", kDebug, "",               \
+    "device trainers copy op by op (`cudaMemcpy2DAsync`) instead of one batched kernel (A/B "      \
+    "runs)")                                                                                       \
+  X(rank, debug_send_delay_ms, int, 0, "WSYNC_DEBUG_SEND_DELAY_MS", kDebug, "",                    \
+    "milliseconds trainers sleep before sending each version (tests of versioning)")               \
+  X(rank, debug_cold_fill_delay_ms, int, 0, "WSYNC_DEBUG_COLD_FILL_DELAY_MS", kDebug, "",          \
+    "milliseconds a rollout serving a peer cold start holds its lease before it writes (tests of " \
+    "a source lost mid-fill)")                                                                    \
+  X(rank, debug_corrupt_every, int, 0, "WSYNC_DEBUG_CORRUPT_EVERY", kDebug, "",                    \
+    "trainer 0 flips one byte of one of its writes after it landed, in the first send of every "   \
+    "N-th version (tests of `WSYNC_CHECKSUMS`, which must catch and re-send it; `0`: never)")
+
+// Every option, in table order: the rank settings, the job-wide ones, the Python package's, and
+// the debug switches.
+#define WSYNC_OPTION_LIST(X)  \
+  WSYNC_RANK_OPTION_LIST(X)   \
+  WSYNC_JOB_OPTION_LIST(X)    \
+  WSYNC_PYTHON_OPTION_LIST(X) \
+  WSYNC_DEBUG_OPTION_LIST(X)
 // clang-format on
 
 // `options`' field of a row of scope `scope`: WSYNC_OPTION_REF(o, job, checksums) is
@@ -251,6 +257,7 @@ struct PythonSideOptions {
 // enums: nothing compares their names after parsing.
 struct Options {
   WSYNC_RANK_OPTION_LIST(WSYNC_OPTION_FIELD_)
+  WSYNC_DEBUG_OPTION_LIST(WSYNC_OPTION_FIELD_)
   JobSettings job;
   PythonSideOptions python;
 

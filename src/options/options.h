@@ -105,8 +105,8 @@ enum class OptionKind : uint8_t {
                 // the README documents it and `wsync-options` does not call it misspelled
 };
 
-// ---- The options, in three scopes (and four lists: the debug switches have their own) (the scope
-// decides where the field lives in Options):
+// ---- The options, in four lists (rank settings, job-wide, Python-side, debug switches) and three
+// scopes; the scope (a row's first column) decides where its field lives in Options:
 //   rank    this rank's own setting: a field of Options itself
 //   job     a job-wide setting, decided by the coordinator from its own resolved options (trainer
 //           rank 0's under mpirun, else wsync-coordinator's): a field of Options::job
@@ -299,7 +299,8 @@ Options resolve(const Options& configured, const Options& environment);
 // "trainer 1", and the JobSettings it resolved) holds the same values; else INVALID_ARGUMENT naming
 // each differing setting's variable, the first entry's value and every rank whose value differs,
 // with its value: "... WSYNC_CHECKSUMS is 1 on trainer 0 but 0 on rollout 2, 0 on rollout 3".
-// Pure; an empty list agrees.
+// Pure; an empty list agrees. Compare ranks' own resolved values with each other (a standalone
+// wsync-coordinator's flags may differ from every rank's environment without anything being wrong).
 Status checkJobSettingsAgree(std::span<const std::pair<std::string, JobSettings>> ranks);
 
 // The name of an enum option's value, as the variable spells it ("cuda_ipc").

@@ -87,6 +87,9 @@ extern "C" {
 
 #define WSYNC_API_VERSION 1u
 #define WSYNC_CONFIG_MAGIC 0x7773796eu /* "wsyn" */
+/** The "unset" value of an int config field backed by an option (checksums, checksum_retries):
+ *  the option's environment variable when set, else its default (docs/options.md). */
+#define WSYNC_UNSET_INT (-2147483647 - 1)
 /** For wsync_acquire(): the newest version ready on this rank's replica. */
 #define WSYNC_VERSION_NEWEST UINT64_MAX
 
@@ -103,37 +106,13 @@ typedef enum {
 } wsync_role_t;
 
 typedef enum {
-  /** Under mpirun: MPI_COMM_WORLD holds every trainer and rollout (and optionally one
-   *  wsync-coordinator process, which must then be world rank 0); otherwise world rank 0 must be a
-   *  trainer and runs the coordinator on a thread. Role ranks follow world rank order. wsync calls
-   *  MPI_Init_thread(MPI_THREAD_MULTIPLE) when MPI is not initialized yet.
-   *  Failures: when a rank of the mpirun job dies, the launcher ends the whole job (every rank is
-   *  killed; none is left waiting). Replicas that receive by broadcast (layouts that match the
-   *  trainers', under one mpirun) cannot be dropped: a broadcast that includes a dead or stopped
-   *  rank cannot complete, so a rollout rank of the mpirun job that disconnects without goodbye,
-   *  or sends no heartbeat for WSYNC_HEARTBEAT_TIMEOUT_MS, fails the job (REMOTE, naming it) on
-   *  every rank instead of being dropped. Dropping and joining at run time are for replicas
-   *  written by one-sided writes: explicit bootstrap, or a replica that joined the running job
-   *  (config.replica_size) from outside the mpirun. A clean leave (wsync_context_destroy) works
-   *  everywhere. */
+  /** Under mpirun: MPI_COMM_WORLD holds every rank (world rank 0: a trainer, which hosts the
+   *  coordinator, or a wsync-coordinator process). A dead rank ends the job; failures, dropping
+   *  and joining: docs/membership.md. */
   WSYNC_BOOTSTRAP_MPI = 0,
   /** No MPI: rank, counts and coordinator address come from the config (a separately launched
-   *  wsync-coordinator). Matching layouts then also travel by one-sided writes. A rollout rank
-   *  whose process dies (its connection drops) or that sends no heartbeat for
-   *  WSYNC_HEARTBEAT_TIMEOUT_MS is dropped with its replica: the trainers go on, the version in
-   *  flight completes for the other replicas (wsync_request_replicas lists the replica as LOST),
-   *  the replica's other ranks fail with an error saying why, and a slot being written there
-   *  never becomes readable. A replica may join the running job (config.replica_size).
-   *  Trainer crash or restart (`wsync-coordinator --trainer-restart`; plans without broadcast
-   *  groups): losing a trainer does not fail the job. The version in flight is aborted (never
-   *  readable where it was not ready yet), the other trainers fail with REMOTE naming the lost
-   *  one, and rollouts keep serving their newest ready version: wsync_wait_version returns
-   *  TIMEOUT, wsync_acquire the same version, wsync_version_stats its growing age_ms. Restarted
-   *  trainers (the same number, ranks and registrations; the same coordinator_address and secret)
-   *  create, register and commit as usual once every previous trainer process is gone, and
-   *  publish versions above the last one started (INVALID_USAGE otherwise); a changed
-   *  registration fails their wsync_commit with MISMATCH naming the rank and tensor. Trainers not
-   *  back within --trainer-restart-timeout-ms fail the job (TIMEOUT naming them). */
+   *  wsync-coordinator). Dead rollout ranks are dropped with their replica, replicas may join, and
+   *  trainers may restart (--trainer-restart): docs/membership.md. */
   WSYNC_BOOTSTRAP_EXPLICIT = 1,
   WSYNC_BOOTSTRAP_FORCE_INT32_ = 0x7fffffff
 } wsync_bootstrap_t;
@@ -159,7 +138,8 @@ typedef enum {
 /** Context configuration. Initialize with WSYNC_CONFIG_INITIALIZER, then set fields.
  *
  *  How the struct grows (the rule every change must follow): fields are only ever appended at the
- *  end, never reordered, resized or removed; an appended field's zero value means its default;
+ *  end, never reordered, resized or removed; an appended field's "unset" value (WSYNC_UNSET_INT
+ *  for an int backed by an option, else zero) means its default;
  *  WSYNC_CONFIG_INITIALIZER lists every field in declaration order; and the library learns the new
  *  layout (src/capi/capi_config.h). `size` tells wsync which layout, so which fields, the caller
  *  compiled: wsync reads only those and gives every later field its default, so a program compiled
@@ -191,43 +171,24 @@ typedef struct {
   /* Device memory: */
   int cuda_device; /**< CUDA device of WSYNC_MEMORY_DEVICE buffers (default -1: none) */
   /* ---- the end of the first (0.1.0) layout; fields below were appended later ---- */
-  /* Device data plane (the environment variables WSYNC_DEVICE_TRANSPORT and WSYNC_CUDA_IPC_EXPORT
-     override these): */
+  /* Device data plane (WSYNC_DEVICE_TRANSPORT and WSYNC_CUDA_IPC_EXPORT override these; the
+     precedence rule of every option-backed field: docs/options.md): */
   wsync_device_transport_t device_transport; /**< default: WSYNC_DEVICE_TRANSPORT_DEFAULT */
   wsync_cuda_ipc_export_t cuda_ipc_export;   /**< default: WSYNC_CUDA_IPC_EXPORT_DEFAULT */
   /* ---- the end of the data-plane layout; fields below were appended later ---- */
   /* A rollout replica joining a running job (WSYNC_BOOTSTRAP_EXPLICIT with coordinator_address
-     and secret; `rank` and `num_rollouts` are then unused: the coordinator numbers the ranks). The
-     replica (config.replica, an id no live replica of the job has) has replica_size ranks, each
-     started with the same replica_size and its own replica_rank; wsync_commit returns once every
-     rank of the replica committed. What it gets first (peer cold start): when a running replica
-     holds a ready version, the newest one is copied into the joiner's slots from that replica's
-     ranks over the data plane (UCX for host memory, CUDA IPC within a node for device memory),
-     not from the trainers nor from disk, while the trainers keep publishing; once every rank of
-     the joiner has it, wsync_acquire returns it there (wsync_version_stats: first_version_from_peer
-     1). Fallbacks, in which the replica's first version is the trainers' next one instead
-     (first_version_from_peer 0): no running replica holds a version yet; no running replica
-     holds every tensor the joiner wants in the dtype it wants (a cold start copies bytes and
-     never converts; the coordinator logs why); or three attempts failed (the source replica
-     overwrote the version meanwhile, or failed). A source replica dropped mid-fill is replaced by
-     another one. A slot a fill was writing never becomes readable unless the fill completed. Its
-     later versions travel by one-sided writes only (never broadcasts), from the first version
-     the trainers start once they can write to it. */
+     and secret; rank and num_rollouts unused). Its first version is copied from a running replica
+     when one holds it (peer cold start); details and fallbacks: docs/membership.md. */
   int replica_size; /**< ranks of the joining replica (> 0); 0 (default): fixed membership */
   int replica_rank; /**< this rank's index in the joining replica, in [0, replica_size) */
   /* ---- the end of the joining layout; fields below were appended later ---- */
-  /** 1: versions are checksummed (docs/checksums.md): trainers send a checksum of what they write
-      to each rollout rank, every rollout rank verifies its bytes before the version becomes
-      readable, and a replica whose bytes differ gets the version again (WSYNC_CHECKSUM_RETRIES
-      times, then it skips that version and keeps serving its previous one: a version is never
-      readable corrupt). Read by the coordinator: under WSYNC_BOOTSTRAP_MPI trainer rank 0's
-      config (WSYNC_CHECKSUMS overrides it); a standalone wsync-coordinator takes --checksums or
-      WSYNC_CHECKSUMS instead. A joining replica's peer cold start copies a version already
-      verified on its source and is not verified again (docs/checksums.md). 0 (default): off. */
+  /** 1: versions are checksummed and verified before they become readable (docs/checksums.md);
+      0: off; WSYNC_UNSET_INT (initializer): WSYNC_CHECKSUMS, else off. Job-wide: the coordinator's
+      rank decides (docs/options.md). */
   int checksums;
-  /** With checksums: how many times a version whose checksum failed on a replica is re-sent to
-      it; 0 (default): 3; -1: never (the replica skips the version at once). Read like
-      `checksums`; WSYNC_CHECKSUM_RETRIES overrides it. */
+  /** With checksums: re-sends of a version that failed verification on a replica; -1: none;
+      WSYNC_UNSET_INT (initializer) or 0 (kept from older headers): WSYNC_CHECKSUM_RETRIES, else 3.
+      Job-wide, like checksums. */
   int checksum_retries;
 } wsync_config_t;
 
@@ -247,7 +208,7 @@ typedef struct {
     WSYNC_DEVICE_TRANSPORT_DEFAULT,     /* device_transport */                                     \
     WSYNC_CUDA_IPC_EXPORT_DEFAULT,      /* cuda_ipc_export */                                      \
     0, 0,                               /* replica_size, replica_rank */                           \
-    0, 0                                /* checksums, checksum_retries */                          \
+    WSYNC_UNSET_INT, WSYNC_UNSET_INT    /* checksums, checksum_retries */                          \
   }
 /* clang-format on */
 

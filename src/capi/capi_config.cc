@@ -24,36 +24,61 @@ Status notAnEnum(const char* field, const char* type, int32_t value, int32_t las
                          ": not a " + type + " (0.." + std::to_string(last) + ")");
 }
 
-// The ContextOptions::device_transport name of `value` ("" for the default).
-Result<std::string> deviceTransportName(int32_t value) {
+// config.device_transport into `configured` (left at its default when DEFAULT).
+Status applyDeviceTransport(int32_t value, Options& configured) {
   switch (value) {
     case WSYNC_DEVICE_TRANSPORT_DEFAULT:
-      return std::string();
+      return Status::ok();
     case WSYNC_DEVICE_TRANSPORT_CUDA_IPC:
-      return std::string("cuda_ipc");
+      configured.device_transport = DeviceTransport::kCudaIpc;
+      return Status::ok();
     case WSYNC_DEVICE_TRANSPORT_STAGED:
-      return std::string("staged");
+      configured.device_transport = DeviceTransport::kStaged;
+      return Status::ok();
     case WSYNC_DEVICE_TRANSPORT_UCX_CUDA:
-      return std::string("ucx_cuda");
+      configured.device_transport = DeviceTransport::kUcxCuda;
+      return Status::ok();
     default:
       return notAnEnum("device_transport", "wsync_device_transport_t", value,
                        WSYNC_DEVICE_TRANSPORT_UCX_CUDA);
   }
 }
 
-// The ContextOptions::cuda_ipc_export name of `value` ("" for the default).
-Result<std::string> cudaIpcExportName(int32_t value) {
+// config.cuda_ipc_export into `configured` (left at its default when DEFAULT).
+Status applyCudaIpcExport(int32_t value, Options& configured) {
   switch (value) {
     case WSYNC_CUDA_IPC_EXPORT_DEFAULT:
-      return std::string();
+      return Status::ok();
     case WSYNC_CUDA_IPC_EXPORT_VMM:
-      return std::string("vmm");
+      configured.cuda_ipc_export = CudaIpcExport::kVmm;
+      return Status::ok();
     case WSYNC_CUDA_IPC_EXPORT_LEGACY:
-      return std::string("legacy");
+      configured.cuda_ipc_export = CudaIpcExport::kLegacy;
+      return Status::ok();
     default:
       return notAnEnum("cuda_ipc_export", "wsync_cuda_ipc_export_t", value,
                        WSYNC_CUDA_IPC_EXPORT_LEGACY);
   }
+}
+
+// config.checksums and config.checksum_retries into `configured.job`. WSYNC_UNSET_INT leaves the
+// option's default; checksum_retries 0 does too (wsync.h before the sentinel documented 0 as "the
+// default: 3", and callers built against it still send 0).
+Status applyChecksums(const wsync_config_t& c, Options& configured) {
+  if (c.checksums != WSYNC_UNSET_INT) {
+    if (c.checksums != 0 && c.checksums != 1) {
+      return invalidArgument("config.checksums is " + std::to_string(c.checksums) +
+                             ": not 0, 1 or WSYNC_UNSET_INT");
+    }
+    configured.job.checksums = c.checksums == 1;
+  }
+  if (c.checksum_retries == WSYNC_UNSET_INT || c.checksum_retries == 0) return Status::ok();
+  if (c.checksum_retries < -1) {
+    return invalidArgument("config.checksum_retries is " + std::to_string(c.checksum_retries) +
+                           ": -1 (never), a count, or WSYNC_UNSET_INT or 0 (default: 3)");
+  }
+  configured.job.checksum_retries = std::max(0, c.checksum_retries);
+  return Status::ok();
 }
 
 constexpr size_t roundUpToConfigAlignment(size_t bytes) {
@@ -101,7 +126,8 @@ Result<wsync_config_t> knownFields(const wsync_config_t& config) {
 
 }  // namespace
 
-Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config) {
+Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config,
+                                          const Options& environment) {
   WSYNC_ASSIGN_OR_RETURN(const wsync_config_t c, knownFields(config));
   const int32_t role = rawEnum(c.role);
   if (role != WSYNC_ROLE_TRAINER && role != WSYNC_ROLE_ROLLOUT)
@@ -109,9 +135,13 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config) {
   const int32_t bootstrap = rawEnum(c.bootstrap);
   if (bootstrap != WSYNC_BOOTSTRAP_MPI && bootstrap != WSYNC_BOOTSTRAP_EXPLICIT)
     return notAnEnum("bootstrap", "wsync_bootstrap_t", bootstrap, WSYNC_BOOTSTRAP_EXPLICIT);
+  // The option-backed fields (options.h's "config field" column), then the one precedence rule.
+  Options configured;
+  WSYNC_RETURN_IF_ERROR(applyDeviceTransport(rawEnum(c.device_transport), configured));
+  WSYNC_RETURN_IF_ERROR(applyCudaIpcExport(rawEnum(c.cuda_ipc_export), configured));
+  WSYNC_RETURN_IF_ERROR(applyChecksums(c, configured));
   ContextOptions o;
-  WSYNC_ASSIGN_OR_RETURN(o.device_transport, deviceTransportName(rawEnum(c.device_transport)));
-  WSYNC_ASSIGN_OR_RETURN(o.cuda_ipc_export, cudaIpcExportName(rawEnum(c.cuda_ipc_export)));
+  o.settings = resolve(configured, environment);
   o.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;
   o.use_mpi = bootstrap == WSYNC_BOOTSTRAP_MPI;
   o.replica = c.replica;
@@ -127,14 +157,6 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config) {
   o.cuda_device = c.cuda_device;
   o.replica_size = c.replica_size;
   o.replica_rank = c.replica_rank;
-  if (c.checksums != 0 && c.checksums != 1)
-    return invalidArgument("config.checksums is " + std::to_string(c.checksums) + ": not 0 or 1");
-  o.checksums = c.checksums == 1;
-  if (c.checksum_retries < -1) {
-    return invalidArgument("config.checksum_retries is " + std::to_string(c.checksum_retries) +
-                           ": -1 (never), 0 (default: 3) or a count");
-  }
-  o.checksum_retries = c.checksum_retries == 0 ? 3 : std::max(0, c.checksum_retries);
   return o;
 }
 

@@ -1,10 +1,13 @@
 // The C API's config conversion: a caller's wsync_config_t (of any layout version, told by its
-// `size`; the rule is in wsync.h) checked field by field and turned into ContextOptions.
+// `size`; the rule is in wsync.h) checked field by field and turned into ContextOptions, whose
+// `settings` are resolved here, once per context, by the one precedence rule (options/options.h:
+// environment > config field > default).
 #pragma once
 
 #include <cstddef>
 
 #include "common/status.h"
+#include "options/options.h"
 #include "runtime/context.h"
 #include "wsync/wsync.h"
 
@@ -22,8 +25,10 @@ inline constexpr size_t kConfigLayoutEnds[] = {
 
 // Reads the fields of the caller's layout (told by config.size; later fields keep
 // WSYNC_CONFIG_INITIALIZER's values) and validates them. INVALID_ARGUMENT names the field: magic,
-// version, size, role, bootstrap, device_transport or cuda_ipc_export. Fields Context::create
-// checks itself (replica, num_slots, timeout_ms, explicit-bootstrap ranks) pass through unchecked.
-Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config);
+// version, size, role, bootstrap, device_transport, cuda_ipc_export, checksums or
+// checksum_retries. Fields Context::create checks itself (replica, num_slots, timeout_ms,
+// explicit-bootstrap ranks) pass through unchecked. The option-backed fields (the "config field"
+// column of options.h) are merged with `environment` (readOptions()) by resolve() into `settings`.
+Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config, const Options& environment);
 
 }  // namespace wsync::capi

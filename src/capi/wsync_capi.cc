@@ -182,29 +182,9 @@ wsync::Result<wsync::Piece> pieceFrom(wsync::Context& ctx, const wsync_piece_t& 
 extern "C" {
 
 namespace {
-// The effective options (config fields, overridden by the environment: see src/options) as the
-// runtime takes them.
-void applyOptions(const wsync::Options& effective, wsync::ContextOptions& o) {
-  o.coordinator_host = effective.coordinator_host;
-  o.log_coordinator = effective.log;
-  // The data-plane choices: the environment's when its variable is set, else the config's ("" is
-  // the config's default: the registry's choice / VMM exports).
-  if (effective.fromEnvironment(wsync::OptionId::device_transport))
-    o.device_transport = wsync::optionValueName(effective.device_transport);
-  if (effective.fromEnvironment(wsync::OptionId::cuda_ipc_export))
-    o.cuda_ipc_export = wsync::optionValueName(effective.cuda_ipc_export);
-  o.debug_timing = effective.debug_timing;
-  o.debug_no_early_landing = effective.debug_no_early_landing;
-  o.debug_no_copy_batch = effective.debug_no_copy_batch;
-  o.debug_send_delay_ms = effective.debug_send_delay_ms;
-  o.debug_cold_fill_delay_ms = effective.debug_cold_fill_delay_ms;
-  o.heartbeat_timeout_ms = effective.heartbeat_timeout_ms;
-  o.spin_wait_us = effective.spin_wait_us;
-  if (effective.fromEnvironment(wsync::OptionId::checksums)) o.checksums = effective.checksums;
-  if (effective.fromEnvironment(wsync::OptionId::checksum_retries))
-    o.checksum_retries = effective.checksum_retries;
-  o.debug_corrupt_every = effective.debug_corrupt_every;
-  switch (effective.host_copy) {
+// The host copy routine the resolved options ask for (process-wide: the last context created wins).
+void applyHostCopy(wsync::HostCopy choice) {
+  switch (choice) {
     case wsync::HostCopy::kMemcpy:
       wsync::preferHostCopy(wsync::HostCopyKind::kMemcpy);
       break;
@@ -223,11 +203,14 @@ wsync_status_t wsync_context_create(const wsync_config_t* config, wsync_context_
   return guarded(nullptr, [&]() -> wsync_status_t {
     if (config == nullptr || out == nullptr)
       return record(nullptr, invalid("config and ctx must not be NULL"));
-    auto options = wsync::capi::contextOptionsFrom(*config);
+    // The options, resolved once for this context (capi_config.h): a bad config field is
+    // reported before a bad environment variable.
+    const wsync::Result<wsync::Options> environment = wsync::readOptions();
+    auto options = wsync::capi::contextOptionsFrom(
+        *config, environment.isOk() ? environment.value() : wsync::Options());
     if (!options.isOk()) return record(nullptr, options.status());
-    wsync::Result<wsync::Options> environment = wsync::readOptions();
     if (!environment.isOk()) return record(nullptr, environment.status());
-    applyOptions(*environment, *options);
+    applyHostCopy(options->settings.host_copy);
     auto ctx = wsync::Context::create(*options);
     if (!ctx.isOk()) return record(nullptr, ctx.status());
     auto* handle = new wsync_context_s;

@@ -1,6 +1,6 @@
-// Which data plane carries a job's broadcast groups (DESIGN.md "Data plane, by memory and place"),
-// decided once by the coordinator from every rank's registration, before planning. With no
-// backend the planner makes one-sided writes only.
+// Which data plane carries a job's broadcast groups (docs/architecture.md, "Backends and the
+// registry"), decided once by the coordinator from every rank's registration, before planning.
+// With no backend the planner makes one-sided writes only.
 #pragma once
 
 #include <string>

@@ -320,7 +320,7 @@ void Coordinator::Impl::admitAll() {
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
-  welcome.checksums = opt_.checksums;
+  welcome.checksums = opt_.job.checksums;
   if (opt_.mpi_world_size > 0) {
     for (int32_t i : trainer_index_)
       welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
@@ -435,8 +435,8 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   for (const Registration& r : rollouts)
     members[r.replica].push_back(r.rank);
   replica_of_rollout_.assign(rollouts.size(), -1);
-  SequencerOptions options{opt_.timeout,   opt_.skip_grace,       opt_.max_staleness,
-                           opt_.checksums, opt_.checksum_retries, /*prepare_ahead=*/true};
+  SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.job,
+                           /*prepare_ahead=*/true};
   options.replica_timeout = replicaBound();
   sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
   for (auto& [id, ranks] : members) {

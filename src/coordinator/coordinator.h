@@ -28,6 +28,7 @@
 
 #include "common/status.h"
 #include "control/frame_channel.h"  // ControlOptions
+#include "options/options.h"        // JobSettings
 
 namespace wsync {
 
@@ -50,17 +51,19 @@ struct CoordinatorOptions {
   // for that version, unless that would make it lag more than max_staleness versions.
   std::chrono::milliseconds skip_grace{200};
   int max_staleness = -1;  // -1: unbounded
-  // A rollout rank of the running job that sends nothing (rollouts heartbeat every quarter of
-  // this) for this long is dropped like one whose connection closed. 0: heartbeats are not
-  // watched. A replica whose ranks hold up a version (no Received after Go, no Verify answer, no
-  // Readied after Ready: answers a running rank gives at once) for this long, at most
-  // timeout / 2, is dropped too: a stopped replica never holds a version up to `timeout`.
-  std::chrono::milliseconds heartbeat_timeout{0};
-  // Versions are checksummed (docs/checksums.md): trainers send checksums, rollouts verify before
-  // a version becomes ready; a replica whose check fails gets the version again, at most
-  // checksum_retries times (>= 0), then skips it.
-  bool checksums = false;
-  int checksum_retries = 3;
+  // The job-wide settings (options/options.h), decided here for the whole job:
+  // - job.heartbeat_timeout_ms: a rollout rank of the running job that sends nothing (rollouts
+  //   heartbeat every quarter of this) for this long is dropped like one whose connection closed;
+  //   0: heartbeats are not watched. A replica whose ranks hold up a version (no Received after
+  //   Go, no Verify answer, no Readied after Ready: answers a running rank gives at once) for this
+  //   long, at most timeout / 2, is dropped too: a stopped replica never holds a version up to
+  //   `timeout`;
+  // - job.checksums: versions are checksummed (docs/checksums.md): trainers send checksums,
+  //   rollouts verify before a version becomes ready; a replica whose check fails gets the version
+  //   again, at most job.checksum_retries times (>= 0), then skips it.
+  // Unlike the option's default (10000), heartbeats are not watched unless set: tests and
+  // embedders that build a CoordinatorOptions by hand opt in.
+  JobSettings job = JobSettings{.heartbeat_timeout_ms = 0};
   // Trainer restart (explicit bootstrap, plans without broadcast groups; coordinator.h's header
   // comment): losing a trainer of the running job does not fail it. The version in flight is
   // aborted, the other trainers get an Error and are dropped, rollouts keep serving their newest

@@ -99,29 +99,29 @@ void Coordinator::Impl::sendDueLefts() {
 // Rollouts of the running job that have been silent past the heartbeat timeout are dropped (a
 // stopped or hung process keeps its connection open).
 void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
-  if (opt_.heartbeat_timeout.count() <= 0) return;
+  if (opt_.job.heartbeatTimeout().count() <= 0) return;
   for (Participant& p : participants_) {
     if (p.hello.role != Role::kRollout || p.dropped || !p.connected || !p.committed) continue;
     auto joining = joining_.find(p.hello.replica);  // heartbeats start at CommitOk
     if (joining != joining_.end() && !joining->second.committed_ok) continue;
-    if (now - p.last_heard < opt_.heartbeat_timeout) continue;
+    if (now - p.last_heard < opt_.job.heartbeatTimeout()) continue;
     dropReplicaOf(p,
                   nameOf(p) + " (" + p.hello.host + ") sent no heartbeat for " +
-                      std::to_string(opt_.heartbeat_timeout.count()) + " ms",
+                      std::to_string(opt_.job.heartbeatTimeout().count()) + " ms",
                   /*crashed=*/true);
   }
 }
 
 std::chrono::milliseconds Coordinator::Impl::replicaBound() const {
   const std::chrono::milliseconds half = opt_.timeout / 2;
-  if (opt_.heartbeat_timeout.count() <= 0) return half;
-  return std::min(opt_.heartbeat_timeout, half);
+  if (opt_.job.heartbeatTimeout().count() <= 0) return half;
+  return std::min(opt_.job.heartbeatTimeout(), half);
 }
 
 std::chrono::milliseconds Coordinator::Impl::heartbeatInterval() const {
-  if (opt_.heartbeat_timeout.count() <= 0) return std::chrono::milliseconds(0);
+  if (opt_.job.heartbeatTimeout().count() <= 0) return std::chrono::milliseconds(0);
   return std::max(std::chrono::milliseconds(1),
-                  std::min(opt_.heartbeat_timeout / 4, opt_.timeout / 8));
+                  std::min(opt_.job.heartbeatTimeout() / 4, opt_.timeout / 8));
 }
 
 // A replica whose ranks owe the version in flight a message past replicaBound() is dropped like a
@@ -139,7 +139,7 @@ void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::
   }
   // A replica holding Go past the bound whose rank is silent (two heartbeats missed) is stopped,
   // not busy with readers: it is dropped too.
-  if (opt_.heartbeat_timeout.count() > 0) {
+  if (opt_.job.heartbeatTimeout().count() > 0) {
     const std::chrono::milliseconds silence = 2 * heartbeatInterval();
     for (int32_t id : sequencer_->holdingGo(now)) {
       for (const Participant& q : participants_) {

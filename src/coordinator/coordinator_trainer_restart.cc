@@ -144,7 +144,7 @@ void Coordinator::Impl::maybeWelcomeRestarted() {
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
-  welcome.checksums = opt_.checksums;
+  welcome.checksums = opt_.job.checksums;
   for (int32_t index : members) {
     Participant& p = participants_[static_cast<size_t>(index)];
     if (p.welcomed) continue;

@@ -222,7 +222,7 @@ Result<SequencerOutput> VersionSequencer::onSent(int32_t trainer, uint64_t versi
     if (it == replicas_.end() || it->second.stage != Stage::kTaking) continue;  // left since
     Replica& replica = it->second;
     replica.sent.insert(trainer);
-    if (!options_.verify_checksums) continue;
+    if (!options_.job.checksums) continue;
     for (const RankChecksum& c : sums) {
       if (std::find(replica.ranks.begin(), replica.ranks.end(), c.rank) != replica.ranks.end())
         replica.expected[c.rank][trainer] = c.sum;
@@ -472,7 +472,7 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
     if (replica.stage == Stage::kTaking &&
         replica.sent.size() == static_cast<size_t>(num_trainers_) &&
         replica.received.size() == replica.ranks.size()) {
-      if (options_.verify_checksums) {
+      if (options_.job.checksums) {
         replica.asked = now;
         sendVerify(replica, out);
       } else {
@@ -558,7 +558,7 @@ void VersionSequencer::finishVerification(int32_t id, Replica& replica, Sequence
   for (int32_t r : replica.ranks)
     ranks.push_back({Role::kRollout, r});
   const std::string what = versionName(v) + ": replica " + std::to_string(id);
-  if (replica.retries >= static_cast<uint32_t>(std::max(0, options_.max_checksum_retries))) {
+  if (replica.retries >= static_cast<uint32_t>(std::max(0, options_.job.checksum_retries))) {
     replica.stage = Stage::kSkipped;
     in_flight_->rejected.push_back(id);
     out.notes.push_back(what + " skips the version: its checksums failed " +
@@ -572,7 +572,7 @@ void VersionSequencer::finishVerification(int32_t id, Replica& replica, Sequence
   replica.received.clear();
   replica.expected.clear();
   out.notes.push_back(what + " re-sent (checksum retry " + std::to_string(replica.retries) +
-                      " of " + std::to_string(options_.max_checksum_retries) + ")");
+                      " of " + std::to_string(options_.job.checksum_retries) + ")");
   std::vector<RankRef> to = trainerRanks();
   to.insert(to.end(), ranks.begin(), ranks.end());
   out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});

@@ -29,12 +29,12 @@
 // prepared ahead only while a slot is empty). A Publish of another version prepares as above (the
 // ranks give the ahead slot back and drain again).
 //
-// Checksums (SequencerOptions::verify_checksums): trainers' Sent carries, per rollout rank, the
+// Checksums (SequencerOptions::job.checksums): trainers' Sent carries, per rollout rank, the
 // checksum of what they sent there. A replica whose data landed gets Verify(v, slot, expected
 // checksums per trainer) on each rank instead of Ready; once every rank answered, the replica is
 // ready (Ready as above) if all verified, else its version is re-sent: a Go(v) that gives only
 // that replica a slot, to every trainer and the replica's ranks, and the replica waits for their
-// Sent and Received again. After max_checksum_retries re-sends that still fail, the replica skips
+// Sent and Received again. After job.checksum_retries re-sends that still fail, the replica skips
 // the version (Go(v, -1) to its ranks only: they give the slot back; never readable corrupt).
 // Delivered waits until every trainer sent every Go of the version.
 //
@@ -57,6 +57,7 @@
 
 #include "common/status.h"
 #include "layout/registration.h"  // Role
+#include "options/options.h"  // JobSettings
 #include "protocol/protocol.h"
 
 namespace wsync {
@@ -69,10 +70,9 @@ struct SequencerOptions {
   // How long after a version's start a busy replica may still hold up Go (see above).
   std::chrono::milliseconds skip_grace{200};
   int max_staleness = -1;  // versions a skipped replica may lag; -1: unbounded
-  // Versions are checksummed (see above); a replica's version is re-sent at most
-  // max_checksum_retries times (>= 0).
-  bool verify_checksums = false;
-  int max_checksum_retries = 3;
+  // The job-wide settings it reads: job.checksums (versions are checksummed, see above) and
+  // job.checksum_retries (a replica's version is re-sent at most that many times, >= 0).
+  JobSettings job;
   bool prepare_ahead = false;  // see the file comment
   // Bound on how long a version waits on one replica's ranks (0: none, only `timeout`): a replica
   // whose ranks still owe the version an answer they give at once when running (Received, from

@@ -138,9 +138,17 @@ std::string defaultCell(const std::string& formatted) {
 
 std::string markdownRow(const OptionInfo& info) {
   std::string variable = std::string("`") + info.env + "`";
-  if (info.debug) variable += " (debug)";
-  return "| " + variable + " | " + info.type + " | " + info.default_value + " | " + info.doc +
-         " |\n";
+  if (info.kind == OptionKind::kDebug) variable += " (debug)";
+  if (info.kind == OptionKind::kPythonSide) variable += " (python)";
+  const std::string config =
+      *info.config_field == '\0' ? std::string() : std::string("`") + info.config_field + "`";
+  return "| " + variable + " | " + info.type + " | " + info.default_value + " | " + config + " | " +
+         info.doc + " |\n";
+}
+
+// The README table's section of a row: settings (secrets among them), Python's, debug switches.
+OptionKind sectionOf(OptionKind kind) {
+  return kind == OptionKind::kSecret ? OptionKind::kSetting : kind;
 }
 
 }  // namespace
@@ -162,13 +170,14 @@ const char* optionValueName(HostCopy value) {
 Result<Options> readOptions(const std::function<const char*(const char*)>& lookup) {
   Options options;
   std::string errors;
-#define WSYNC_OPTION_READ_(field, type, default_value, env, kind, doc)        \
-  if (const char* text = lookup(env); text != nullptr && *text != '\0') {     \
-    if (Status status = parseInto(env, text, options.field); status.isOk()) { \
-      options.from_environment.set(static_cast<size_t>(OptionId::field));     \
-    } else {                                                                  \
-      errors += (errors.empty() ? "" : "; ") + status.message();              \
-    }                                                                         \
+#define WSYNC_OPTION_READ_(scope, field, type, default_value, env, kind, config, doc)  \
+  if (const char* text = lookup(env); text != nullptr && *text != '\0') {              \
+    if (Status status = parseInto(env, text, WSYNC_OPTION_REF(options, scope, field)); \
+        status.isOk()) {                                                               \
+      options.from_environment.set(static_cast<size_t>(OptionId::field));              \
+    } else {                                                                           \
+      errors += (errors.empty() ? "" : "; ") + status.message();                       \
+    }                                                                                  \
   }
   WSYNC_OPTION_LIST(WSYNC_OPTION_READ_)
 #undef WSYNC_OPTION_READ_
@@ -177,8 +186,9 @@ Result<Options> readOptions(const std::function<const char*(const char*)>& looku
 }
 
 Status setOption(Options& options, std::string_view env, std::string_view text) {
-#define WSYNC_OPTION_SET_(field, type, default_value, env_name, kind, doc) \
-  if (env == (env_name)) return parseInto((env_name), text, options.field);
+#define WSYNC_OPTION_SET_(scope, field, type, default_value, env_name, kind, config, doc) \
+  if (env == (env_name))                                                                  \
+    return parseInto((env_name), text, WSYNC_OPTION_REF(options, scope, field));
   WSYNC_OPTION_LIST(WSYNC_OPTION_SET_)
 #undef WSYNC_OPTION_SET_
   return invalidArgument("'" + std::string(env) + "' is not a wsync option variable");
@@ -186,9 +196,10 @@ Status setOption(Options& options, std::string_view env, std::string_view text) 
 
 Options resolve(const Options& configured, const Options& environment) {
   Options effective;
-#define WSYNC_OPTION_RESOLVE_(field, type, default_value, env, kind, doc) \
-  effective.field =                                                       \
-      environment.fromEnvironment(OptionId::field) ? environment.field : configured.field;
+#define WSYNC_OPTION_RESOLVE_(scope, field, type, default_value, env, kind, config, doc)        \
+  WSYNC_OPTION_REF(effective, scope, field) = environment.fromEnvironment(OptionId::field)      \
+                                                  ? WSYNC_OPTION_REF(environment, scope, field) \
+                                                  : WSYNC_OPTION_REF(configured, scope, field);
   WSYNC_OPTION_LIST(WSYNC_OPTION_RESOLVE_)
 #undef WSYNC_OPTION_RESOLVE_
   effective.from_environment = environment.from_environment;
@@ -199,10 +210,11 @@ const std::vector<OptionInfo>& optionTable() {
   static const std::vector<OptionInfo> table = [] {
     const Options defaults;
     std::vector<OptionInfo> rows;
-#define WSYNC_OPTION_INFO_(field, type, default_value, env, kind, doc)             \
-  rows.push_back({OptionId::field, env, #field, typeName(defaults.field),          \
-                  defaultCell(formatValue(defaults.field)), doc, OptionKind::kind, \
-                  OptionKind::kind == OptionKind::kDebug});
+#define WSYNC_OPTION_INFO_(scope, field, type, default_value, env, kind, config, doc)              \
+  rows.push_back({OptionId::field, env, #field,                                                    \
+                  typeName(WSYNC_OPTION_REF(defaults, scope, field)),                              \
+                  defaultCell(formatValue(WSYNC_OPTION_REF(defaults, scope, field))), config, doc, \
+                  OptionKind::kind, OptionKind::kind == OptionKind::kDebug});
     WSYNC_OPTION_LIST(WSYNC_OPTION_INFO_)
 #undef WSYNC_OPTION_INFO_
     return rows;
@@ -211,24 +223,50 @@ const std::vector<OptionInfo>& optionTable() {
 }
 
 std::string optionsMarkdownTable() {
-  std::string table = "| variable | type | default | effect |\n| --- | --- | --- | --- |\n";
-  for (bool debug_rows : {false, true}) {
+  std::string table =
+      "| variable | type | default | config field | effect |\n| --- | --- | --- | --- | --- |\n";
+  for (OptionKind last : {OptionKind::kSetting, OptionKind::kPythonSide, OptionKind::kDebug}) {
     for (const OptionInfo& info : optionTable()) {
-      if (info.debug == debug_rows) table += markdownRow(info);
+      if (sectionOf(info.kind) == last) table += markdownRow(info);
     }
   }
   return table;
 }
 
+Status checkJobSettingsAgree(std::span<const std::pair<std::string, JobSettings>> ranks) {
+  if (ranks.empty()) return Status::ok();
+  const auto& [first_name, first] = ranks.front();
+  std::string differences;
+#define WSYNC_OPTION_AGREE_(scope, field, type, default_value, env, kind, config, doc)            \
+  {                                                                                               \
+    std::string differing;                                                                        \
+    for (const auto& [name, settings] : ranks) {                                                  \
+      if (settings.field == first.field) continue;                                                \
+      differing += (differing.empty() ? "" : ", ") + formatValue(settings.field) + " on " + name; \
+    }                                                                                             \
+    if (!differing.empty()) {                                                                     \
+      differences += (differences.empty() ? "" : "; ") + std::string(env) + " is " +              \
+                     formatValue(first.field) + " on " + first_name + " but " + differing;        \
+    }                                                                                             \
+  }
+  WSYNC_JOB_OPTION_LIST(WSYNC_OPTION_AGREE_)
+#undef WSYNC_OPTION_AGREE_
+  if (differences.empty()) return Status::ok();
+  return invalidArgument(
+      "job-wide settings differ between ranks (the coordinator's are used; set "
+      "them alike on every rank): " +
+      differences);
+}
+
 std::string describeOptions(const Options& options) {
   std::string lines;
-#define WSYNC_OPTION_DESCRIBE_(field, type, default_value, env, kind, doc)          \
-  {                                                                                 \
-    std::string value = formatValue(options.field);                                 \
-    if (OptionKind::kind == OptionKind::kSecret && !value.empty()) value = "(set)"; \
-    lines += std::string(env) + "=" + value;                                        \
-    if (options.fromEnvironment(OptionId::field)) lines += "  (environment)";       \
-    lines += "\n";                                                                  \
+#define WSYNC_OPTION_DESCRIBE_(scope, field, type, default_value, env, kind, config, doc) \
+  {                                                                                       \
+    std::string value = formatValue(WSYNC_OPTION_REF(options, scope, field));             \
+    if (OptionKind::kind == OptionKind::kSecret && !value.empty()) value = "(set)";       \
+    lines += std::string(env) + "=" + value;                                              \
+    if (options.fromEnvironment(OptionId::field)) lines += "  (environment)";             \
+    lines += "\n";                                                                        \
   }
   WSYNC_OPTION_LIST(WSYNC_OPTION_DESCRIBE_)
 #undef WSYNC_OPTION_DESCRIBE_

@@ -1,7 +1,7 @@
 // The transfer planner: from every rank's Registration to the static Plan (broadcast groups plus
 // one-sided write ops, balanced across trainer senders), and each rank's part of it.
 //
-// Contract of makePlan (DESIGN.md "One policy step", 1-2):
+// Contract of makePlan (run by the coordinator at commit; docs/architecture.md):
 //  - Tensors are unified by name over all registrations; every declaration of a name must have the
 //    same global shape (else MISMATCH naming the tensor, both ranks and both shapes). A rollout
 //    piece of a tensor no trainer declares is a MISMATCH naming the tensor and the rollout rank.

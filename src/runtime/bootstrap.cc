@@ -64,9 +64,7 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
       CoordinatorOptions copt;
       copt.timeout = options.timeout;
       copt.max_staleness = options.max_staleness;
-      copt.heartbeat_timeout = options.heartbeat_timeout;
-      copt.checksums = options.checksums;
-      copt.checksum_retries = options.checksum_retries;
+      copt.job = options.job;
       copt.first_participant_world_rank = 0;
       copt.control.secret = secret.empty() ? randomSecret() : secret;
       copt.control.spin_wait = options.spin_wait;

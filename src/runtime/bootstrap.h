@@ -13,6 +13,7 @@
 #include "control/frame_channel.h"
 #include "coordinator/coordinator.h"
 #include "layout/registration.h"
+#include "options/options.h"
 #include "protocol/protocol.h"
 
 namespace wsync {
@@ -31,9 +32,9 @@ struct BootstrapOptions {
   // interface, advertised by host name), and whether that coordinator logs its decisions.
   std::string coordinator_host;
   bool log_coordinator = false;
-  std::chrono::milliseconds heartbeat_timeout{10000};
-  bool checksums = false;  // CoordinatorOptions::checksums / checksum_retries
-  int checksum_retries = 3;
+  // MPI bootstrap, world rank 0: the job-wide settings its coordinator decides for the job
+  // (CoordinatorOptions::job): this rank's resolved ones.
+  JobSettings job;
   // ControlOptions::spin_wait of this rank's channel and of the coordinator rank 0 hosts.
   std::chrono::microseconds spin_wait{0};
   // A rollout joining a running job (explicit bootstrap): HelloMsg::replica_size / replica_rank.

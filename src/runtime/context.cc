@@ -92,14 +92,12 @@ Status Context::joinJob() {
   b.rank = options_.rank;
   b.coordinator_address = options_.coordinator_address;
   b.secret = options_.secret;
-  b.coordinator_host = options_.coordinator_host;
-  b.log_coordinator = options_.log_coordinator;
+  b.coordinator_host = options_.settings.coordinator_host;
+  b.log_coordinator = options_.settings.log;
   b.replica_size = options_.replica_size;
   b.replica_rank = options_.replica_rank;
-  b.heartbeat_timeout = std::chrono::milliseconds(options_.heartbeat_timeout_ms);
-  b.checksums = options_.checksums;
-  b.checksum_retries = options_.checksum_retries;
-  b.spin_wait = std::chrono::microseconds(std::max(0, options_.spin_wait_us));
+  b.job = options_.settings.job;
+  b.spin_wait = std::chrono::microseconds(std::max(0, options_.settings.spin_wait_us));
   WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
   registration_.role = options_.role;
   registration_.rank = job_.welcome.role_rank;
@@ -256,11 +254,11 @@ TransportSetup Context::transportSetup(int32_t writer_rank) const {
   setup.cuda_device = options_.cuda_device >= 0 ? options_.cuda_device : 0;
   setup.writer_rank = writer_rank;
   setup.timeout = options_.timeout;
-  setup.cuda_ipc_vmm_exports = options_.cuda_ipc_export != "legacy";
-  setup.batch_device_copies = !options_.debug_no_copy_batch;
-  setup.time_device_copies = options_.debug_timing;
-  setup.ucx_device_puts = options_.device_transport == "ucx_cuda";
-  setup.early_landing = !options_.debug_no_early_landing;
+  setup.device_transport = options_.settings.device_transport;
+  setup.cuda_ipc_export = options_.settings.cuda_ipc_export;
+  setup.batch_device_copies = !options_.settings.debug_no_copy_batch;
+  setup.time_device_copies = options_.settings.debug_timing;
+  setup.early_landing = !options_.settings.debug_no_early_landing;
   return setup;
 }
 

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "layout/registration.h"
+#include "options/options.h"
 #include "plan/plan.h"
 #include "protocol/protocol.h"
 #include "runtime/bootstrap.h"
@@ -42,33 +43,11 @@ struct ContextOptions {
   // its number of ranks (> 0) and this rank's index among them. 0: fixed membership.
   int32_t replica_size = 0;
   int32_t replica_rank = -1;
-  // MPI bootstrap, world rank 0: its coordinator's heartbeat timeout (WSYNC_HEARTBEAT_TIMEOUT_MS).
-  int heartbeat_timeout_ms = 10000;
-  // MPI bootstrap, world rank 0: the address its coordinator advertises (WSYNC_COORDINATOR_HOST)
-  // and whether it logs its decisions (WSYNC_LOG).
-  std::string coordinator_host;
-  bool log_coordinator = false;
-  // MPI bootstrap, world rank 0: its coordinator checksums versions (WSYNC_CHECKSUMS, or the
-  // config's field) and re-sends a failed one this many times (WSYNC_CHECKSUM_RETRIES).
-  bool checksums = false;
-  int checksum_retries = 3;
-  // Data plane: the write backend of device-memory slots ("": the registry's choice; "cuda_ipc",
-  // "staged" or "ucx_cuda"), and how CUDA IPC slots are shared ("": VMM where the driver can;
-  // "legacy": cudaIpcGetMemHandle).
-  std::string device_transport;
-  std::string cuda_ipc_export;
-  // Control plane: busy polling after each message, in microseconds (ControlOptions::spin_wait,
-  // WSYNC_SPIN_WAIT_US). 0: never.
-  int spin_wait_us = 0;
-  // Debug switches (see the options module): per-version phase times on stderr; staged writers
-  // report no progress; CUDA IPC writers copy op by op; trainers sleep before each send (ms).
-  bool debug_timing = false;
-  bool debug_no_early_landing = false;
-  bool debug_no_copy_batch = false;
-  int debug_send_delay_ms = 0;
-  int debug_cold_fill_delay_ms = 0;  // a peer cold start's source waits before writing
-  // Trainer 0 corrupts one byte in flight in the first send of every N-th version (0: never).
-  int debug_corrupt_every = 0;
+  // Every WSYNC_ option, resolved once at creation (options/options.h: the environment over the
+  // config over the defaults): this rank's data plane (device_transport, cuda_ipc_export), its
+  // control plane (spin_wait_us), the debug switches, and, on the rank that hosts the coordinator
+  // (MPI bootstrap, world rank 0), coordinator_host, log and the job-wide `job` settings.
+  Options settings;
 };
 
 // The error a failed job reports from then on, every time: `failure` itself, except that a

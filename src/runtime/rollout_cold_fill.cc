@@ -120,7 +120,7 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
   const Clock::time_point connected = Clock::now();
   // Debug: hold the lease a while before writing (a test kills this rank meanwhile).
   const auto hold_until = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(options_.debug_cold_fill_delay_ms);
+                          std::chrono::milliseconds(options_.settings.debug_cold_fill_delay_ms);
   while (std::chrono::steady_clock::now() < hold_until && !stopping_ && !failedOrAborted())
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   uint64_t bytes = 0;
@@ -159,7 +159,7 @@ Result<uint64_t> RolloutContext::runColdFill(const ColdFillMsg& fill, const Leas
   const Clock::time_point posted = Clock::now();
   for (auto& [backend, transport] : transports)
     WSYNC_RETURN_IF_ERROR(transport->flush(options_.timeout).withContext(what));
-  if (options_.debug_timing) {  // WSYNC_DEBUG_TIMING: the fill's phases on stderr
+  if (options_.settings.debug_timing) {  // WSYNC_DEBUG_TIMING: the fill's phases on stderr
     auto ms = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };

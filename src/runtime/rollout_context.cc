@@ -28,7 +28,7 @@ RolloutContext::~RolloutContext() {
 Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   const MemoryKind memory = memoryKind();
   WSYNC_ASSIGN_OR_RETURN(const WriteBackend* backend,
-                         targetBackendFor(memory, preferredTargetBackend(memory)));
+                         targetBackendFor(memory, options_.settings.device_transport));
   WSYNC_ASSIGN_OR_RETURN(transport_, backend->create(transportSetup(-1)));
   msg.transport = backend->name;
   msg.transport_address = transport_->localAddress();
@@ -55,14 +55,6 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   }
   msg.buffer_byte_offsets = buffer_byte_offsets_;
   return Status::ok();
-}
-
-// The write backend the options ask for device-memory slots ("staged" and "ucx_cuda" are the
-// staged UCX backend, with or without UCX's own device puts); empty: the registry's choice.
-std::string RolloutContext::preferredTargetBackend(MemoryKind memory) const {
-  if (memory != MemoryKind::kDevice) return {};
-  const std::string& choice = options_.device_transport;
-  return choice == "staged" || choice == "ucx_cuda" ? "ucx_staged" : choice;
 }
 
 Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {

@@ -59,7 +59,6 @@ class RolloutContext final : public Context {
   Status prepareRegistration(RegisterMsg& msg) override;
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
-  std::string preferredTargetBackend(MemoryKind memory) const;
   bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
 
   void receiverLoop();

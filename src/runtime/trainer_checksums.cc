@@ -128,7 +128,7 @@ Result<DeliveredMsg> TrainerContext::awaitDelivered(uint64_t version) {
 // WSYNC_DEBUG_CORRUPT_EVERY, trainer 0: the memory the flipped byte is written from (registered
 // with every transport like the other sources).
 Status TrainerContext::allocateCorruptByte() {
-  if (options_.debug_corrupt_every <= 0 || rank() != 0) return Status::ok();
+  if (options_.settings.debug_corrupt_every <= 0 || rank() != 0) return Status::ok();
   if (onDevice()) {
     WSYNC_ASSIGN_OR_RETURN(device_corrupt_byte_, DeviceBuffer::allocate(8, options_.cuda_device));
   } else {
@@ -141,7 +141,7 @@ Status TrainerContext::allocateCorruptByte() {
 // writes were flushed, overwrites the first byte of its first write to a taking replica with the
 // byte flipped (the checksums, computed from the source, then disagree with the slot).
 Status TrainerContext::corruptOneWrite(const GoMsg& go) {
-  const int every = options_.debug_corrupt_every;
+  const int every = options_.settings.debug_corrupt_every;
   if (every <= 0 || rank() != 0 || transfer_attempt_ != 0 ||
       go.version % static_cast<uint64_t>(every) != 0)
     return Status::ok();

@@ -334,8 +334,8 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
                         " while this trainer publishes " + what +
                         ": every trainer must publish the same versions");
   }
-  if (options_.debug_send_delay_ms > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(options_.debug_send_delay_ms));
+  if (options_.settings.debug_send_delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.settings.debug_send_delay_ms));
   const Clock::time_point got_go = Clock::now();
   transfer_attempt_ = 0;
   Status s = transfer(go);
@@ -354,7 +354,7 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   WSYNC_ASSIGN_OR_RETURN(DeliveredMsg d, awaitDelivered(version));  // re-sends on the way
   delivered_.record(d);
   *outcome = std::move(d);
-  if (options_.debug_timing) {
+  if (options_.settings.debug_timing) {
     auto ms = [](Clock::time_point x, Clock::time_point y) {
       return std::chrono::duration<double, std::milli>(y - x).count();
     };

@@ -1,6 +1,6 @@
-// SlotStore: the versioned slot state machine of one rollout rank (DESIGN.md: Slot, Lease, Flip,
-// Staleness). It tracks which version each slot holds and who reads it; the slot memory itself is
-// owned elsewhere (a slot index names it).
+// SlotStore: the versioned slot state machine of one rollout rank (docs/threading.md: "Who may
+// write a slot", "Skipping and staleness"). It tracks which version each slot holds and who reads
+// it; the slot memory itself is owned elsewhere (a slot index names it).
 //
 // Guarantees:
 //  - a reader only ever gets a lease on a READY slot, i.e. a complete version (never torn);

@@ -154,12 +154,13 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (opt.control.secret.empty()) opt.control.secret = environment->secret;
+  // The job-wide settings: this process's environment, overridden by its flags.
+  opt.job = environment->job;
   const int heartbeat_ms = args["heartbeat-timeout-ms"].as<int>();
-  opt.heartbeat_timeout = std::chrono::milliseconds(
-      heartbeat_ms >= 0 ? heartbeat_ms : environment->heartbeat_timeout_ms);
-  opt.checksums = args.count("checksums") > 0 || environment->checksums;
+  if (heartbeat_ms >= 0) opt.job.heartbeat_timeout_ms = heartbeat_ms;
+  if (args.count("checksums") > 0) opt.job.checksums = true;
   const int retries = args["checksum-retries"].as<int>();
-  opt.checksum_retries = retries >= 0 ? retries : environment->checksum_retries;
+  if (retries >= 0) opt.job.checksum_retries = retries;
   const int spin_us = args["spin-wait-us"].as<int>();
   opt.control.spin_wait =
       std::chrono::microseconds(spin_us >= 0 ? spin_us : environment->spin_wait_us);

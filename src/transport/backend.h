@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "layout/dtype.h"
+#include "options/options.h"
 #include "transport/broadcaster.h"
 #include "transport/write_transport.h"
 
@@ -23,11 +24,13 @@ struct TransportSetup {
   int cuda_device = 0;       // device backends: the GPU of the streams and allocations
   int32_t writer_rank = -1;  // writers: this trainer's rank (staged progress logs); -1 for targets
   std::chrono::milliseconds timeout{60000};
-  bool cuda_ipc_vmm_exports = true;  // CUDA IPC targets: VMM allocations shared by fd (vs legacy)
-  bool batch_device_copies = true;   // CUDA IPC writers: one batched kernel per flush
-  bool time_device_copies = false;   // CUDA IPC writers: time the batched kernel (debug)
-  bool ucx_device_puts = false;      // staged UCX: UCX's own device puts when UCX handles CUDA
-  bool early_landing = true;         // staged UCX writers: report writes as they complete
+  // The device-transport option (WSYNC_DEVICE_TRANSPORT) as resolved: a backend that serves
+  // several values (see WriteBackend::serves) reads which one was asked for.
+  DeviceTransport device_transport = DeviceTransport::kCudaIpc;
+  CudaIpcExport cuda_ipc_export = CudaIpcExport::kVmm;  // CUDA IPC targets: how slots are shared
+  bool batch_device_copies = true;  // CUDA IPC writers: one batched kernel per flush
+  bool time_device_copies = false;  // CUDA IPC writers: time the batched kernel (debug)
+  bool early_landing = true;        // staged UCX writers: report writes as they complete
 };
 
 // A backend of one-sided writes (WriteTransport).
@@ -41,6 +44,9 @@ struct WriteBackend {
   Status (*viable)();
   bool (*hosts)(MemoryKind memory);        // can expose target memory of this kind
   bool (*writes_from)(MemoryKind memory);  // can write from sources of this kind
+  // Whether it serves device-memory targets when the device-transport option asks for `choice`
+  // (the registry's targetBackendFor); false for every choice when it hosts no device memory.
+  bool (*serves)(DeviceTransport choice);
   // Whether a process whose localAddress() is `local` can reach one whose address is `remote`:
   // the same answer on both sides (a pure function of the two addresses). OK, or UNSUPPORTED
   // naming both ends. Null: always.

@@ -1,4 +1,4 @@
-// Broadcaster: the broadcast groups of one rank (DESIGN.md "broadcast groups": a shard whose box a
+// Broadcaster: the broadcast groups of one rank (docs/architecture.md, step 3: a shard whose box a
 // trainer holds exactly goes from that trainer to every rollout rank that wants it). Backends: MPI
 // broadcasts on sub-communicators (host memory, transport/mpi/) and NCCL broadcasts on splits of
 // one NCCL world (device memory, transport/nccl/).

@@ -39,31 +39,25 @@ std::string writeBackendNames() {
   return names;
 }
 
-Result<const WriteBackend*> targetBackendFor(MemoryKind memory, std::string_view preferred) {
-  const std::string kind = memoryKindName(memory);
-  if (!preferred.empty()) {
-    const WriteBackend* b = findWrite(preferred);
-    if (b == nullptr) {
-      return invalidArgument("no write backend '" + std::string(preferred) +
-                             "' in this build (it has: " + writeBackendNames() + ")");
-    }
-    if (!b->hosts(memory)) {
-      return Status(WSYNC_ERR_UNSUPPORTED, std::string("write backend '") + b->name +
-                                               "' cannot expose " + kind + " memory");
-    }
-    const Status viable = b->viable();
-    if (!viable.isOk()) return viable.withContext(std::string("write backend '") + b->name + "'");
-    return b;
-  }
+Result<const WriteBackend*> targetBackendFor(MemoryKind memory, DeviceTransport choice) {
+  const bool device = memory == MemoryKind::kDevice;
+  const std::string what =
+      memoryKindName(memory) + std::string(" memory") +
+      (device ? std::string(" with WSYNC_DEVICE_TRANSPORT=") + optionValueName(choice)
+              : std::string());
   std::string why;
   for (const WriteBackend* b : writeBackends()) {
-    if (!b->hosts(memory)) continue;
+    if (!b->hosts(memory) || (device && !b->serves(choice))) continue;
     const Status viable = b->viable();
     if (viable.isOk()) return b;
     why += std::string(why.empty() ? "" : "; ") + b->name + ": " + viable.message();
   }
-  return Status(WSYNC_ERR_UNSUPPORTED, "no write backend can expose " + kind + " memory here" +
-                                           (why.empty() ? std::string() : " (" + why + ")"));
+  if (why.empty()) {
+    return Status(WSYNC_ERR_UNSUPPORTED, "no write backend of this build can expose " + what +
+                                             " (it has: " + writeBackendNames() + ")");
+  }
+  return Status(WSYNC_ERR_UNSUPPORTED,
+                "no write backend can expose " + what + " here (" + why + ")");
 }
 
 Result<const WriteBackend*> writerBackendFor(std::string_view target, MemoryKind source) {

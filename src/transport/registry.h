@@ -16,11 +16,11 @@ namespace wsync {
 const std::vector<const WriteBackend*>& writeBackends();
 const std::vector<const BroadcastBackend*>& broadcastBackends();
 
-// The backend that exposes a target's (a rollout's slots) `memory`: `preferred` when not empty
-// (INVALID_ARGUMENT naming the registered ones when no such backend exists; UNSUPPORTED when it
-// is not viable here or cannot host that memory), else the viable one of highest priority that
-// can (UNSUPPORTED listing why each one cannot).
-Result<const WriteBackend*> targetBackendFor(MemoryKind memory, std::string_view preferred = {});
+// The backend that exposes a target's (a rollout's slots) `memory`: the viable one of highest
+// priority that hosts it and, for device memory, serves the device-transport option's `choice`
+// (WriteBackend::serves; the choice is ignored for host memory). UNSUPPORTED naming the choice
+// when no backend of this build serves it, or listing why each one that does cannot run here.
+Result<const WriteBackend*> targetBackendFor(MemoryKind memory, DeviceTransport choice);
 
 // The backend a writer whose sources are `source` memory uses to reach a target exposed by
 // backend `target`: the target's own backend when it writes from `source`, else the viable one of

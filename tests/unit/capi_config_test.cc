@@ -187,11 +187,16 @@ TEST(CapiConfig, EveryDataPlaneChoiceIsAccepted) {
 
 TEST(CapiConfig, ChecksumFieldsOutOfRangeAreNamed) {
   const wsync_config_t initial = WSYNC_CONFIG_INITIALIZER;
-  EXPECT_EQ(initial.checksums, 0);         // off
-  EXPECT_EQ(initial.checksum_retries, 0);  // the default: 3
+  EXPECT_EQ(initial.checksums, WSYNC_UNSET_INT);         // the option: WSYNC_CHECKSUMS, else off
+  EXPECT_EQ(initial.checksum_retries, WSYNC_UNSET_INT);  // WSYNC_CHECKSUM_RETRIES, else 3
   wsync_config_t cfg = rolloutWithoutReplica();
   cfg.checksums = 2;
   EXPECT_NE(refusal(&cfg).find("config.checksums is 2"), std::string::npos);
+  // 0 stays valid for both (older headers' initializer): off, and the default retries.
+  cfg.checksums = 0;
+  cfg.checksum_retries = 0;
+  std::string valid = refusal(&cfg);
+  EXPECT_NE(valid.find("replica"), std::string::npos) << valid;
   cfg.checksums = 1;
   cfg.checksum_retries = -2;
   EXPECT_NE(refusal(&cfg).find("config.checksum_retries is -2"), std::string::npos);

@@ -1,5 +1,5 @@
 // The coordinator's metrics of checksummed versions (coordinator/metrics.h) fed by a real
-// VersionSequencer with verify_checksums: failed verifications and re-sends per version and per
+// VersionSequencer with job.checksums: failed verifications and re-sends per version and per
 // replica, a replica rejected after its last re-send, the Delivered stats, the Prometheus text and
 // the progress line.
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@ class ChecksumMetricsTest : public ::testing::Test {
  protected:
   void build(int retries) {
     SequencerOptions options;
-    options.verify_checksums = true;
-    options.max_checksum_retries = retries;
+    options.job.checksums = true;
+    options.job.checksum_retries = retries;
     seq_ = std::make_unique<VersionSequencer>(options, 1);
     ASSERT_TRUE(seq_->addReplica({0, {0}, 2}).isOk());
     ASSERT_TRUE(seq_->addReplica({1, {1}, 2}).isOk());

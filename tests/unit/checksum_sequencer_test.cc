@@ -1,4 +1,4 @@
-// The version sequencer's checksum path (coordinator/version_sequencer.h, verify_checksums): Verify
+// The version sequencer's checksum path (coordinator/version_sequencer.h, job.checksums): Verify
 // instead of Ready with each rank's expected sums, Ready once every rank verified, a failed rank
 // re-sending the version to its replica only, retries exhausted skipping the replica (its ranks
 // give the slot back, the outcome says rejected), Delivered waiting for every trainer's Sent of
@@ -31,8 +31,8 @@ class ChecksumSequencerTest : public ::testing::Test {
   void SetUp() override { build(3); }
   void build(int retries) {
     SequencerOptions options;
-    options.verify_checksums = true;
-    options.max_checksum_retries = retries;
+    options.job.checksums = true;
+    options.job.checksum_retries = retries;
     seq_ = std::make_unique<VersionSequencer>(options, 2);
     ASSERT_TRUE(seq_->addReplica({0, {0, 1}, 2}).isOk());
     ASSERT_TRUE(seq_->addReplica({1, {2, 3}, 2}).isOk());

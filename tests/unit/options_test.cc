@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wsync {
@@ -48,7 +51,7 @@ TEST(Options, ReadsEveryVariableOnceAndKeepsDefaultsWhenUnset) {
   EXPECT_EQ(options->coordinator_host, "");
   EXPECT_EQ(options->secret, "");
   EXPECT_FALSE(options->log);
-  EXPECT_EQ(options->heartbeat_timeout_ms, 10000);
+  EXPECT_EQ(options->job.heartbeat_timeout_ms, 10000);
   EXPECT_EQ(options->host_copy, HostCopy::kAuto);
   EXPECT_FALSE(options->debug_timing);
   EXPECT_FALSE(options->debug_no_early_landing);
@@ -76,6 +79,10 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_DEBUG_SEND_DELAY_MS", "250"},
       {"WSYNC_DEBUG_COLD_FILL_DELAY_MS", "40"},
       {"WSYNC_DEBUG_CORRUPT_EVERY", "7"},
+      {"WSYNC_LIBRARY", "/opt/lib/libwsync.so"},
+      {"WSYNC_COORDINATOR", "/opt/bin/wsync-coordinator"},
+      {"WSYNC_COORDINATOR_ADDRESS", "node1:7000"},
+      {"WSYNC_NUM_ROLLOUTS", "8"},
   });
   ASSERT_TRUE(options.isOk()) << options.status().toString();
   EXPECT_EQ(options->device_transport, DeviceTransport::kUcxCuda);
@@ -83,7 +90,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_EQ(options->coordinator_host, "10.0.0.7");
   EXPECT_EQ(options->secret, "s3 cr=t");
   EXPECT_TRUE(options->log);
-  EXPECT_EQ(options->heartbeat_timeout_ms, 1500);
+  EXPECT_EQ(options->job.heartbeat_timeout_ms, 1500);
   EXPECT_EQ(options->host_copy, HostCopy::kAvx2);
   EXPECT_EQ(options->spin_wait_us, 500);
   EXPECT_TRUE(options->debug_timing);
@@ -91,9 +98,13 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_TRUE(options->debug_no_copy_batch);
   EXPECT_EQ(options->debug_send_delay_ms, 250);
   EXPECT_EQ(options->debug_cold_fill_delay_ms, 40);
-  EXPECT_TRUE(options->checksums);
-  EXPECT_EQ(options->checksum_retries, 5);
+  EXPECT_TRUE(options->job.checksums);
+  EXPECT_EQ(options->job.checksum_retries, 5);
   EXPECT_EQ(options->debug_corrupt_every, 7);
+  EXPECT_EQ(options->python.library, "/opt/lib/libwsync.so");
+  EXPECT_EQ(options->python.coordinator, "/opt/bin/wsync-coordinator");
+  EXPECT_EQ(options->python.coordinator_address, "node1:7000");
+  EXPECT_EQ(options->python.num_rollouts, "8");
   EXPECT_TRUE(options->from_environment.all());
 }
 
@@ -229,24 +240,85 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
-TEST(Options, TheMarkdownTableListsDebugSwitchesLast) {
+TEST(Options, TheMarkdownTableListsPythonSideThenDebugSwitchesLast) {
   const std::vector<std::string> rows = lines(optionsMarkdownTable());
   ASSERT_EQ(rows.size(), kNumOptions + 2);
-  EXPECT_EQ(rows[0], "| variable | type | default | effect |");
-  EXPECT_EQ(rows[1], "| --- | --- | --- | --- |");
+  EXPECT_EQ(rows[0], "| variable | type | default | config field | effect |");
+  EXPECT_EQ(rows[1], "| --- | --- | --- | --- | --- |");
   EXPECT_EQ(rows[2].rfind("| `WSYNC_DEVICE_TRANSPORT` | `cuda_ipc`, `staged` or `ucx_cuda` | "
-                          "`cuda_ipc` | device-memory rollouts: ",
+                          "`cuda_ipc` | `device_transport` | device-memory rollouts: ",
                           0),
             0u)
       << rows[2];
-  bool seen_debug = false;
+  // Sections: settings (0), the Python package's (1), debug switches (2), in that order.
+  int section = 0;
+  bool seen_python = false;
   for (size_t i = 2; i < rows.size(); ++i) {
     const bool debug = rows[i].find(" (debug) | ") != std::string::npos;
-    EXPECT_TRUE(debug || !seen_debug) << "a setting after a debug switch: " << rows[i];
+    const bool python = rows[i].find(" (python) | ") != std::string::npos;
+    const int row_section = debug ? 2 : python ? 1 : 0;
+    EXPECT_GE(row_section, section) << "out of section order: " << rows[i];
+    section = std::max(section, row_section);
     EXPECT_EQ(debug, rows[i].rfind("| `WSYNC_DEBUG_", 0) == 0) << rows[i];
-    seen_debug = seen_debug || debug;
+    seen_python = seen_python || python;
   }
-  EXPECT_TRUE(seen_debug);
+  EXPECT_EQ(section, 2);
+  EXPECT_TRUE(seen_python);
+}
+
+TEST(Options, JobWideSettingsLiveInTheirSubStruct) {
+  const Result<Options> options = readFrom({{"WSYNC_CHECKSUMS", "1"},
+                                            {"WSYNC_CHECKSUM_RETRIES", "7"},
+                                            {"WSYNC_HEARTBEAT_TIMEOUT_MS", "0"}});
+  ASSERT_TRUE(options.isOk());
+  JobSettings expected;
+  expected.checksums = true;
+  expected.checksum_retries = 7;
+  expected.heartbeat_timeout_ms = 0;
+  EXPECT_EQ(options->job, expected);
+  EXPECT_EQ(options->job.heartbeatTimeout(), std::chrono::milliseconds(0));
+  EXPECT_EQ(JobSettings{}.heartbeatTimeout(), std::chrono::milliseconds(10000));
+}
+
+TEST(Options, PythonSideVariablesAreListedReadAndNeverRejected) {
+  const Result<Options> options =
+      readFrom({{"WSYNC_LIBRARY", "/opt/libwsync.so"}, {"WSYNC_NUM_ROLLOUTS", "four"}});
+  ASSERT_TRUE(options.isOk()) << options.status().toString();
+  EXPECT_EQ(options->python.library, "/opt/libwsync.so");
+  EXPECT_EQ(options->python.num_rollouts, "four");
+  for (const char* env :
+       {"WSYNC_LIBRARY", "WSYNC_COORDINATOR", "WSYNC_COORDINATOR_ADDRESS", "WSYNC_NUM_ROLLOUTS"}) {
+    bool listed = false;
+    for (const OptionInfo& info : optionTable())
+      listed = listed || (info.env == std::string(env) && info.kind == OptionKind::kPythonSide);
+    EXPECT_TRUE(listed) << env;
+  }
+  const char* const envp[] = {"WSYNC_LIBRARY=/x", "WSYNC_COORDINATOR=/y",
+                              "WSYNC_COORDINATOR_ADDRESS=h:1", "WSYNC_NUM_ROLLOUTS=2", nullptr};
+  EXPECT_TRUE(unknownOptionVariables(envp).empty());
+}
+
+TEST(Options, JobSettingsAgreeOrTheDifferenceIsNamed) {
+  JobSettings on;
+  on.checksums = true;
+  const JobSettings off;
+  using Ranks = std::vector<std::pair<std::string, JobSettings>>;
+  EXPECT_TRUE(checkJobSettingsAgree(Ranks{}).isOk());
+  EXPECT_TRUE(checkJobSettingsAgree(Ranks{{"trainer 0", on}, {"rollout 0", on}}).isOk());
+
+  JobSettings fewer = on;
+  fewer.checksum_retries = 1;
+  const Status differ = checkJobSettingsAgree(
+      Ranks{{"trainer 0", on}, {"trainer 1", on}, {"rollout 2", off}, {"rollout 3", fewer}});
+  EXPECT_EQ(differ.code(), WSYNC_ERR_INVALID_ARGUMENT);
+  const std::string& message = differ.message();
+  EXPECT_NE(message.find("WSYNC_CHECKSUMS is 1 on trainer 0 but 0 on rollout 2"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("WSYNC_CHECKSUM_RETRIES is 3 on trainer 0 but 1 on rollout 3"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("trainer 1"), std::string::npos) << message;
+  EXPECT_EQ(message.find("HEARTBEAT"), std::string::npos) << message;
 }
 
 // The table under "## Environment variables" in README.md: its consecutive '|' lines.

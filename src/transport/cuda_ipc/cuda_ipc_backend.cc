@@ -26,11 +26,12 @@ const WriteBackend& cudaIpcWriteBackend() {
       [] { return cudaDevicesPresent(); },
       [](MemoryKind memory) { return memory == MemoryKind::kDevice; },
       [](MemoryKind) { return true; },  // device sources, and host sources (pinned on register)
+      [](DeviceTransport choice) { return choice == DeviceTransport::kCudaIpc; },
       &sameNode,
       [](const TransportSetup& setup) {
         CudaIpcTransportOptions options;
         options.device = setup.cuda_device;
-        options.vmm_exports = setup.cuda_ipc_vmm_exports;
+        options.vmm_exports = setup.cuda_ipc_export == CudaIpcExport::kVmm;
         options.batch_device_copies = setup.batch_device_copies;
         options.time_batches = setup.time_device_copies;
         return createCudaIpcTransport(options);

@@ -12,7 +12,8 @@ const WriteBackend& ucxWriteBackend() {
       [] { return Status::ok(); },
       [](MemoryKind memory) { return memory == MemoryKind::kHost; },
       [](MemoryKind memory) { return memory == MemoryKind::kHost; },
-      /*reaches=*/nullptr,  // UCX picks shared memory, RDMA or TCP for any peer
+      [](DeviceTransport) { return false; },  // hosts no device memory
+      /*reaches=*/nullptr,                    // UCX picks shared memory, RDMA or TCP for any peer
       [](const TransportSetup&) { return createUcxTransport(); },
   };
   return backend;

@@ -13,11 +13,15 @@ const WriteBackend& stagedUcxWriteBackend() {
       [] { return cudaDevicesPresent(); },
       [](MemoryKind memory) { return memory == MemoryKind::kDevice; },
       [](MemoryKind memory) { return memory == MemoryKind::kDevice; },
+      // Both staged choices: through pinned host memory, or with UCX's own device puts.
+      [](DeviceTransport choice) {
+        return choice == DeviceTransport::kStaged || choice == DeviceTransport::kUcxCuda;
+      },
       /*reaches=*/nullptr,
       [](const TransportSetup& setup) {
         StagedUcxTransportOptions options;
         options.device = setup.cuda_device;
-        options.use_ucx_cuda = setup.ucx_device_puts;
+        options.use_ucx_cuda = setup.device_transport == DeviceTransport::kUcxCuda;
         options.writer_rank = setup.early_landing ? setup.writer_rank : -1;
         return createStagedUcxTransport(options);
       },

@@ -1,0 +1,54 @@
+// transport/registry.h: targetBackendFor(memory, choice) answers from the descriptors'
+// WriteBackend::serves, so the runtime passes the WSYNC_DEVICE_TRANSPORT enum and never names a
+// backend. Runs on machines without a GPU (device backends then report themselves not viable).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "options/options.h"
+#include "transport/backend.h"
+#include "transport/registry.h"
+
+namespace wsync {
+namespace {
+
+TEST(TransportRegistry, HostMemoryIgnoresTheDeviceChoice) {
+  for (const OptionChoice<DeviceTransport>& choice : kDeviceTransportChoices) {
+    const Result<const WriteBackend*> backend = targetBackendFor(MemoryKind::kHost, choice.value);
+    ASSERT_TRUE(backend.isOk()) << choice.name << ": " << backend.status().toString();
+    EXPECT_TRUE(backend.value()->hosts(MemoryKind::kHost)) << choice.name;
+  }
+}
+
+TEST(TransportRegistry, OnlyDeviceHostsServeDeviceChoicesAtMostOneEach) {
+  for (const OptionChoice<DeviceTransport>& choice : kDeviceTransportChoices) {
+    int serving = 0;
+    for (const WriteBackend* b : writeBackends()) {
+      ASSERT_NE(b->serves, nullptr) << b->name;
+      if (!b->serves(choice.value)) continue;
+      EXPECT_TRUE(b->hosts(MemoryKind::kDevice)) << b->name << " serves " << choice.name;
+      ++serving;
+    }
+    // A CUDA build has a backend for every choice; a build without CUDA has none.
+    EXPECT_LE(serving, 1) << choice.name;
+  }
+}
+
+TEST(TransportRegistry, DeviceChoiceTheRegistryCannotServeIsNamed) {
+  for (const OptionChoice<DeviceTransport>& choice : kDeviceTransportChoices) {
+    const Result<const WriteBackend*> backend = targetBackendFor(MemoryKind::kDevice, choice.value);
+    if (backend.isOk()) {
+      // A GPU is present: the backend hosts device memory and serves the choice.
+      EXPECT_TRUE(backend.value()->hosts(MemoryKind::kDevice)) << choice.name;
+      EXPECT_TRUE(backend.value()->serves(choice.value)) << choice.name;
+      continue;
+    }
+    EXPECT_EQ(backend.status().code(), WSYNC_ERR_UNSUPPORTED) << backend.status().toString();
+    EXPECT_NE(backend.status().message().find(std::string("WSYNC_DEVICE_TRANSPORT=") + choice.name),
+              std::string::npos)
+        << backend.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace wsync

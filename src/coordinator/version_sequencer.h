@@ -57,7 +57,7 @@
 
 #include "common/status.h"
 #include "layout/registration.h"  // Role
-#include "options/options.h"  // JobSettings
+#include "options/options.h"      // JobSettings
 #include "protocol/protocol.h"
 
 namespace wsync {

@@ -81,6 +81,17 @@ int64_t diffChunk(int e, const uint8_t* base, const uint8_t* next, int64_t len, 
   }
 }
 
+// Chunk c's table entry: its kind, its count and its length in elements.
+struct ChunkEntry {
+  ChunkKind kind;
+  int64_t count;
+  int64_t len;
+};
+ChunkEntry chunkEntry(const PatchShape& shape, const uint8_t* patch, int64_t c) {
+  const uint32_t entry = getU32(patch + kPatchHeaderBytes + 4 * c);
+  return {static_cast<ChunkKind>(entry >> 30), entry & 0x3fffffffu, chunkLength(shape, c)};
+}
+
 Status malformed(int64_t chunk, const std::string& what) {
   return protocolError("delta patch: chunk " + std::to_string(chunk) + ": " + what);
 }
@@ -198,10 +209,7 @@ Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch
     return protocolError("delta patch: truncated chunk table");
   size_t at = kPatchHeaderBytes + 4 * static_cast<size_t>(chunks);
   for (int64_t c = 0; c < chunks; ++c) {
-    const uint32_t entry = getU32(patch + kPatchHeaderBytes + 4 * c);
-    const auto kind = static_cast<ChunkKind>(entry >> 30);
-    const int64_t count = entry & 0x3fffffffu;
-    const int64_t len = chunkLength(shape, c);
+    const auto [kind, count, len] = chunkEntry(shape, patch, c);
     if (count > len || (kind == ChunkKind::kDense && count != len) ||
         (kind == ChunkKind::kSame && count != 0))
       return malformed(
@@ -246,10 +254,7 @@ Status applyPatch(const PatchShape& shape, const uint8_t* patch, size_t patch_by
   const int64_t chunks = shape.numChunks();
   size_t at = kPatchHeaderBytes + 4 * static_cast<size_t>(chunks);
   for (int64_t c = 0; c < chunks; ++c) {
-    const uint32_t entry = getU32(patch + kPatchHeaderBytes + 4 * c);
-    const auto kind = static_cast<ChunkKind>(entry >> 30);
-    const int64_t count = entry & 0x3fffffffu;
-    const int64_t len = chunkLength(shape, c);
+    const auto [kind, count, len] = chunkEntry(shape, patch, c);
     const uint8_t* p = patch + at;
     uint8_t* o = out + c * shape.chunk_elements * e;
     const uint8_t* b = base + c * shape.chunk_elements * e;

@@ -138,7 +138,13 @@ Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
                         "; no version newer than " + std::to_string(newer_than) +
                         " will come to this rank");
     }
-    if (left <= kStep) return v;
+    if (left <= kStep) {  // the caller's whole timeout ran out: say that one, not the step's
+      const std::string& m = v.status().message();
+      const size_t state = m.find(" ms (");
+      return timeoutError("no version newer than " + std::to_string(newer_than) +
+                          " became ready within " + std::to_string(timeout.count()) +
+                          (state == std::string::npos ? std::string(" ms") : m.substr(state)));
+    }
   }
 }
 

@@ -236,6 +236,12 @@ def mismatch(args: dict) -> None:
     endpoint.ctx.abort()
 
 
+def wait_for_file(path: Path, timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while not path.exists() and time.time() < deadline:
+        time.sleep(0.01)
+
+
 def errors(args: dict) -> None:
     """Calls out of order and waits that time out, each recorded with wsync's status and message;
     then a normal version goes through (the errors left the job usable)."""
@@ -267,7 +273,11 @@ def errors(args: dict) -> None:
                              "version": stats.version, "bytes": stats.bytes,
                              "replicas_ready": stats.replicas_ready}
         record("version_not_increasing", lambda: t.publish(1))
+        # Stay in the job until the rollout's timeout checks ran (trainers that left would end its
+        # waits with TrainersDoneError instead), then leave and tell it.
+        wait_for_file(Path(args["out"], "rollout_waits_done"))
         t.close()
+        Path(args["out"], "trainer_closed").write_text("")
     else:
         r = wsync.Rollout(b, timeout_ms=300000)
         r.register_slots({"w": ((3, 4), torch.float32)})
@@ -290,6 +300,14 @@ def errors(args: dict) -> None:
         called.wait(30)
         watcher.stop()
         seen["watched"] = watched
+        Path(args["out"], "rollout_waits_done").write_text("")
+        # Every trainer left: a wait for a newer version ends at once, naming the last version.
+        wait_for_file(Path(args["out"], "trainer_closed"))
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            record("wait_after_trainers_done", lambda: r.wait_for_version(after=5, timeout_ms=200))
+            if seen["wait_after_trainers_done"][0] != "WsyncTimeoutError":
+                break
         r.close()
     Path(args["out"], f"errors_{args['side']}.json").write_text(json.dumps(seen))
 

@@ -96,6 +96,9 @@ def test_calls_out_of_order_and_timeouts(job, tmp_path):
     assert r["acquire_before_commit"][:2] == ["InvalidUsageError", "WSYNC_ERR_INVALID_USAGE"]
     assert r["wait_timeout"][:2] == ["WsyncTimeoutError", "WSYNC_ERR_TIMEOUT"]
     assert r["acquire_gone_version"][:2] == ["NotReadyError", "WSYNC_ERR_NOT_READY"]
+    # Once the trainers left, waits for newer versions end at once with TRAINERS_DONE.
+    assert r["wait_after_trainers_done"][:2] == ["TrainersDoneError", "WSYNC_ERR_TRAINERS_DONE"]
+    assert "the trainers finished at version 2" in r["wait_after_trainers_done"][2]
     assert "before commit" in t["publish_before_commit"][2]
     assert "not greater than the last published version 2" in t["version_not_increasing"][2]
     assert "newer than 5" in r["wait_timeout"][2] and "200 ms" in r["wait_timeout"][2]

@@ -5,7 +5,9 @@
 # 1 -> 1 (the per-version fixed cost) and Llama-3-8B bf16 mixed 1 -> 1 and 2 -> 2 (ratio to a device
 # copy). Prints one line per run; the benchmark's output goes to <out dir>.
 # Usage: benchmarks/ab_library_bench.sh <before dir> <after dir> [out dir]
-# Environment: ROUNDS (default 3), NPS (default "2 4"), EXTRA (more wsync-sync-bench arguments).
+# Environment: ROUNDS (default 3), NPS (default "2 4"), EXTRA (more wsync-sync-bench arguments),
+# OWN_BENCH=1: each side runs its own wsync-sync-bench (needed when the header changed in a way the
+# other library refuses, e.g. a new initializer value).
 set -u
 before=$1
 after=$2
@@ -17,7 +19,7 @@ run_one() {  # label lib_dir np model round
   [ "$model" = 1MB ] && model_args=(--bytes 1048576 --warmup 20 --iters 200)
   log="$out/ab_${label}_${model}_np${np}_r$round.log"
   LD_LIBRARY_PATH=$lib timeout 120 mpirun --oversubscribe --mca btl self,vader -x LD_LIBRARY_PATH \
-    -np "$np" "$after/wsync-sync-bench" --memory device --dtype bfloat16 --layout mixed \
+    -np "$np" "$([ "${OWN_BENCH:-0}" = 1 ] && echo "$lib" || echo "$after")/wsync-sync-bench" --memory device --dtype bfloat16 --layout mixed \
     --no-baseline "${model_args[@]}" ${EXTRA:-} >"$log" 2>&1
   local rc=$?
   echo "$label $model np$np round $round rc=$rc $(grep -E '^\{' "$log" | tail -1 | python3 -c '

@@ -15,10 +15,6 @@ std::string rolloutName(int32_t rank) {
 
 }  // namespace
 
-std::vector<uint8_t> OutgoingMessage::encodedPayload() const {
-  return std::visit([](const auto& m) { return encode(m); }, payload);
-}
-
 VersionSequencer::VersionSequencer(SequencerOptions options, int32_t num_trainers)
     : options_(options), num_trainers_(num_trainers) {}
 
@@ -269,10 +265,8 @@ Result<SequencerOutput> VersionSequencer::onVerified(int32_t rollout, uint64_t v
   WSYNC_ASSIGN_OR_RETURN(Replica * replica, verifyAnswer(rollout, version, "verified"));
   SequencerOutput out;
   if (replica == nullptr) return out;
-  if (replica->verified.size() == replica->ranks.size()) {
-    replica->asked = now;  // a re-send asks the ranks again
-    finishVerification(*replicaOf(rollout), *replica, out);
-  }
+  if (replica->verified.size() == replica->ranks.size())
+    finishVerification(*replicaOf(rollout), *replica, out, now);
   tryComplete(now, out);
   return out;
 }
@@ -287,10 +281,8 @@ Result<SequencerOutput> VersionSequencer::onChecksumFailed(int32_t rollout,
   replica->verify_failed = true;
   out.notes.push_back(versionName(failed.version) + ": checksum mismatch on " +
                       rolloutName(rollout) + ": " + failed.detail);
-  if (replica->verified.size() == replica->ranks.size()) {
-    replica->asked = now;  // a re-send asks the ranks again
-    finishVerification(*replicaOf(rollout), *replica, out);
-  }
+  if (replica->verified.size() == replica->ranks.size())
+    finishVerification(*replicaOf(rollout), *replica, out, now);
   tryComplete(now, out);
   return out;
 }
@@ -547,7 +539,9 @@ GoMsg VersionSequencer::goFor(int32_t replica, int32_t slot) const {
 }
 
 // Every rank of replica `id` answered Verify: ready, re-sent, or (out of re-sends) skipped.
-void VersionSequencer::finishVerification(int32_t id, Replica& replica, SequencerOutput& out) {
+void VersionSequencer::finishVerification(int32_t id, Replica& replica, SequencerOutput& out,
+                                          SequencerTime now) {
+  replica.asked = now;  // a re-send asks the ranks again
   if (!replica.verify_failed) {
     markReady(replica, out);
     return;

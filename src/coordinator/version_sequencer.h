@@ -106,7 +106,9 @@ struct OutgoingMessage {
   std::vector<RankRef> to;
   std::variant<VersionMsg, SlotMsg, GoMsg, DeliveredMsg, VerifyMsg> payload;
 
-  std::vector<uint8_t> encodedPayload() const;
+  std::vector<uint8_t> encodedPayload() const {
+    return std::visit([](const auto& m) { return encode(m); }, payload);
+  }
 };
 
 // How a delivered version ended, replica ids in increasing order.
@@ -249,7 +251,8 @@ class VersionSequencer {
   // Checksums: Verify to the replica's ranks; then, once all answered, Ready or a re-send.
   void sendVerify(Replica& r, SequencerOutput& out);
   Result<Replica*> verifyAnswer(int32_t rollout, uint64_t version, const char* what);
-  void finishVerification(int32_t id, Replica& r, SequencerOutput& out);
+  // Every rank answered Verify: Ready, a re-send (asking the ranks again at `now`) or a skip.
+  void finishVerification(int32_t id, Replica& r, SequencerOutput& out, SequencerTime now);
   GoMsg goFor(int32_t replica, int32_t slot) const;  // a Go giving only `replica` a slot
   bool allTrainersSentEveryGo() const;
   std::string lateReport() const;

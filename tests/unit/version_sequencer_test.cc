@@ -4,8 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include "coordinator/delivery_gate.h"
-
 #include "support/sequencer_events.h"
 
 namespace wsync {
@@ -384,20 +382,6 @@ TEST_F(VersionSequencerTest, OnlyMissingAnswersToGoAreStalls) {
   EXPECT_TRUE(ok(seq_->advance(at(4000))).stalled_replicas.empty());
   ok(seq_->onSent(0, 2, at(4001)));
   EXPECT_TRUE(ok(seq_->onSent(1, 2, at(4001))).delivered.has_value());
-}
-
-// The delivery gate names the ranks whose confirmation of a Ready is overdue past a bound.
-TEST(DeliveryGateOverdue, RanksPastTheBoundInOrder) {
-  DeliveryGate gate;
-  gate.readySent(1, 3, at(0));
-  gate.readySent(1, 2, at(0));
-  gate.readySent(2, 5, at(500));
-  EXPECT_TRUE(gate.overdueRanks(at(999), milliseconds(1000)).empty());
-  EXPECT_EQ(gate.overdueRanks(at(1000), milliseconds(1000)), (std::vector<int32_t>{2, 3}));
-  ASSERT_TRUE(gate.readied(1, 2).isOk());
-  EXPECT_EQ(gate.overdueRanks(at(1500), milliseconds(1000)), (std::vector<int32_t>{3, 5}));
-  (void)gate.forget(3);
-  EXPECT_EQ(gate.overdueRanks(at(1500), milliseconds(1000)), (std::vector<int32_t>{5}));
 }
 
 TEST_F(VersionSequencerTest, ReplicaSpecsAreChecked) {

@@ -7,13 +7,19 @@ processes (join_jobs.py has the roles):
   rank 0: its first version is copied from replica 0 (first_version_from_peer), every version it
   reads is bit-checked. B is killed with SIGKILL: the trainers' publishes keep completing,
   replica 0 misses no version. B is started again with the same replica id and rejoins (cold
-  start from replica 0 again) and reads until the last version."""
+  start from replica 0 again) and reads until the last version.
+On a GPU the same scenario runs again in device memory (about 1.2 GB of float32, every process on
+GPU 0): B is cold-filled over CUDA IPC, and its time to the first version is printed next to
+loading the same tensors from a safetensors file onto the GPU."""
 from __future__ import annotations
 
 import json
 import signal
 import time
 from pathlib import Path
+
+import pytest
+import torch
 
 import wsync
 from conftest import HERE
@@ -46,7 +52,10 @@ def _wait(what: str, cond, job, c, timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_replica_joins_is_cold_filled_killed_and_rejoins(job, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_replica_joins_is_cold_filled_killed_and_rejoins(job, tmp_path, device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("the device-memory variant needs a GPU")
     out = tmp_path
     timeline = []
 
@@ -55,7 +64,7 @@ def test_replica_joins_is_cold_filled_killed_and_rejoins(job, tmp_path):
 
     with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=120000, quiet=False,
                            extra_args=["--heartbeat-timeout-ms", "3000"]) as c:
-        base = {"address": c.address, "secret": c.secret, "pause_s": 0.05}
+        base = {"address": c.address, "secret": c.secret, "pause_s": 0.05, "device": device}
         t0 = time.time()
         for r in range(2):
             job.start("join", "trainer", dict(base, rank=r), name=f"trainer{r}", script=JOBS)
@@ -97,9 +106,15 @@ def test_replica_joins_is_cold_filled_killed_and_rejoins(job, tmp_path):
         job.wait(timeout_s=180, coordinator=c)
         mark("every process exited 0")
         assert c.wait(30) == 0, c.stderr
-    print("timeline (s, replica 0's version, event):")
+    print(f"timeline ({device} memory; s, replica 0's version, event):")
     for entry in timeline:
         print("  ", entry)
+    for j in (first, again):
+        print(f"joiner: {j['bytes']} bytes, first version {j['first_version']} readable "
+              f"{j['first_version_seconds']:.4f} s after create (from peer: "
+              f"{j['first_version_from_peer']})"
+              + (f"; safetensors load of the same tensors onto the GPU: "
+                 f"{j['safetensors_load_s']:.4f} s" if "safetensors_load_s" in j else ""))
 
     # Both joins were filled by the running replica, not by the trainers.
     assert first["first_version_from_peer"] is True, first

@@ -293,12 +293,17 @@ run_coldstart() {
   echo "coldstart iteration $iteration: $(grep -o 'replica 1 cold-started.*' "$work/coordinator.log"); both joiner ranks read version $hold, then followed to version $versions bit-exact"
 }
 
-run_failover() {
-  local versions=40 hold=5
+# The cold start of a joiner (replica 2) whose source, replica 0, is lost mid-fill, and fails over
+# to replica 1. cold_start_source_lost <how: kill|stop> <source's fill delay ms> <coordinator
+# args...>: kill -9 of the source, or SIGSTOP (the coordinator drops it as stalled once the fill
+# took half the job's timeout; it is resumed at the end).
+cold_start_source_lost() {
+  local how=$1 delay=$2 versions=40 hold=5
+  shift 2
   local resume="$work/resume"
-  start_coordinator 2
+  start_coordinator 2 "$@"
   start_holding_trainers 2 $versions $hold "$resume" --may-lose 0 --final-ready 1,2
-  start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=3000 rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
+  start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=$delay rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
   local r0=$last_pid
   start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions
   local r1=$last_pid
@@ -309,54 +314,39 @@ run_failover() {
   wait_for_line "$work/coordinator.log" "replica 2 cold start, attempt 1: version $hold from replica 0" 20000 ||
     fail "the joiner's cold start did not pick replica 0"
   sleep 0.3  # replica 0 holds its lease, about to write
-  kill -9 "$r0"
-  wait "$r0" 2>/dev/null
+  if [ "$how" = kill ]; then
+    kill -9 "$r0"
+    wait "$r0" 2>/dev/null
+  else
+    kill -STOP "$r0"
+    wait_for_line "$work/coordinator.log" "replica 0 .*dropped: .*cold start .*stalled" 10000 ||
+      fail "the coordinator did not drop the stalled source"
+  fi
   wait_for_line "$work/joiner.log" "first version $hold from peer" 20000 ||
-    fail "the joiner did not get version $hold after its source died"
+    fail "the joiner did not get version $hold after its source was lost ($how)"
   grep -qE "replica 2 cold-started from replica 1 with version $hold: .*attempt 2" "$work/coordinator.log" ||
     fail "the cold start did not fail over to replica 1"
+  if [ "$how" = stop ]; then
+    kill -CONT "$r0"
+    wait_pid "$r0" 20000
+  fi
   touch "$resume"
   for p in "$t0:trainer 0" "$t1:trainer 1" "$r1:rollout 1" "$j:joiner"; do
     expect_exit "${p%%:*}" "${p#*:}" 60000
   done
   expect_exit "$coordinator_pid" coordinator 10000
+}
+
+# failover: the source is killed mid-fill.
+run_failover() {
+  cold_start_source_lost kill 3000
   echo "failover iteration $iteration: $(grep -o 'replica 2 cold start, attempt 1 failed.*' "$work/coordinator.log" | head -n 1); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
 }
 
-# stallsource: as failover, but the source (replica 0) gets SIGSTOP mid-fill, with the heartbeat
-# timeout (30 s) above the job's timeout (6 s): once the fill took half the job's timeout the
-# coordinator drops the source as stalled and the fill fails over to replica 1; the joiner never
-# fails.
+# stallsource: the source gets SIGSTOP mid-fill, with the heartbeat timeout (30 s) above the job's
+# timeout (6 s): the coordinator drops it as stalled and the fill fails over; the joiner never fails.
 run_stallsource() {
-  local versions=40 hold=5
-  local resume="$work/resume"
-  start_coordinator 2 --timeout-ms 6000 --heartbeat-timeout-ms 30000
-  start_holding_trainers 2 $versions $hold "$resume" --may-lose 0 --final-ready 1,2
-  start_rank_env WSYNC_DEBUG_COLD_FILL_DELAY_MS=1000 rollout0 --role rollout --rank 0 --replica 0 --rollouts 2 --versions $versions
-  local r0=$last_pid
-  start_rank rollout1 --role rollout --rank 1 --replica 1 --rollouts 2 --versions $versions
-  local r1=$last_pid
-  wait_for_version "$work/rollout1.log" $hold 20000 || fail "rollout 1 never read version $hold"
-  wait_for_version "$work/rollout0.log" $hold 20000 || fail "rollout 0 never read version $hold"
-  start_rank joiner --role rollout --replica 2 --join --expect-peer --versions $versions
-  local j=$last_pid
-  wait_for_line "$work/coordinator.log" "replica 2 cold start, attempt 1: version $hold from replica 0" 20000 ||
-    fail "the joiner's cold start did not pick replica 0"
-  sleep 0.3  # replica 0 holds its lease, about to write
-  kill -STOP "$r0"
-  wait_for_line "$work/coordinator.log" "replica 0 .*dropped: .*cold start .*stalled" 10000 ||
-    fail "the coordinator did not drop the stalled source"
-  wait_for_line "$work/joiner.log" "first version $hold from peer" 20000 ||
-    fail "the joiner did not get version $hold after its source stalled"
-  grep -qE "replica 2 cold-started from replica 1 with version $hold: .*attempt 2" "$work/coordinator.log" ||
-    fail "the cold start did not fail over to replica 1"
-  kill -CONT "$r0"
-  wait_pid "$r0" 20000
-  touch "$resume"
-  for p in "$t0:trainer 0" "$t1:trainer 1" "$r1:rollout 1" "$j:joiner"; do
-    expect_exit "${p%%:*}" "${p#*:}" 60000
-  done
-  expect_exit "$coordinator_pid" coordinator 10000
+  cold_start_source_lost stop 1000 --timeout-ms 6000 --heartbeat-timeout-ms 30000
   echo "stallsource iteration $iteration: $(grep -o 'replica 0 (rollout ranks 0) dropped.*' "$work/coordinator.log" | head -n 1 | cut -c1-120); $(grep -o 'replica 2 cold-started.*' "$work/coordinator.log")"
 }
 

@@ -16,6 +16,9 @@ cp "$build/trainer_integration/wsync-trainer-demo" "$build/rollout_integration/w
 coordinator=$(find "$build/src" -name wsync-coordinator -type f | head -1)
 cp "$coordinator" "$out/"
 cp -L "$build/src/capi/libwsync.so.0" "$out/"
+# wsync-coordinator's /metrics server links cpp-httplib, which the GPU machine lacks.
+httplib=$(ldd "$coordinator" | awk '/libcpp-httplib/ {print $3}')
+[ -n "$httplib" ] && cp -L "$httplib" "$out/"
 ln -sf libwsync.so.0 "$out/libwsync.so"
 for f in "$out"/*; do
   [ -L "$f" ] || strip --strip-debug "$f"

@@ -129,18 +129,19 @@ def fixed(a: dict) -> None:
 
 def safetensors_load_seconds(r: "wsync.Rollout", version: int, path: Path) -> float:
     """Seconds to load `version`'s tensors from a safetensors file onto the GPU (file written
-    first, so the load reads a warm page cache), every byte compared with the slot's."""
+    first, so the load reads a warm page cache), every byte compared with the slot's. The slot's
+    bytes are copied out under a short lease; the file work runs without one."""
     from safetensors.torch import load_file, save_file
     with r.lease(version) as lease:
-        tensors = r.lease_tensors(lease)
-        save_file({n: t.cpu() for n, t in tensors.items()}, str(path))
-        torch.cuda.synchronize()
-        t0 = time.time()
-        loaded = load_file(str(path), device="cuda")
-        torch.cuda.synchronize()
-        seconds = time.time() - t0
-        for n, t in tensors.items():
-            assert torch.equal(loaded[n].view(torch.int32), t.view(torch.int32)), n
+        host = {n: t.contiguous().cpu() for n, t in r.lease_tensors(lease).items()}
+    save_file(host, str(path))
+    torch.cuda.synchronize()
+    t0 = time.time()
+    loaded = load_file(str(path), device="cuda")
+    torch.cuda.synchronize()
+    seconds = time.time() - t0
+    for n, t in host.items():
+        assert torch.equal(loaded[n].cpu().view(torch.int32), t.view(torch.int32)), n
     path.unlink()
     return seconds
 
@@ -158,12 +159,13 @@ def joiner(a: dict) -> None:
     wall_s = time.time() - t0
     stats = r.version_stats()
     assert stats is not None
+    seen = [check(r, first)]
     extra = {"bytes": sum(4 * torch.Size(s).numel() for s in SHAPES.values())}
-    if dev.type == "cuda":
-        extra["safetensors_load_s"] = safetensors_load_seconds(r, first, out / f"{name}.st")
+    if dev.type == "cuda":  # after the first check: versions move on meanwhile
+        extra["safetensors_load_s"] = safetensors_load_seconds(r, wsync.VERSION_NEWEST,
+                                                               out / f"{name}.st")
     write(out / f"{name}.first.json", json.dumps(dict(dataclasses.asdict(stats), wall_s=wall_s,
                                                       newest_at_first=first, **extra)))
-    seen = [check(r, first)]
     write(out / f"{name}.progress", json.dumps(seen))
     while seen[-1] < stop_version(out):
         r.wait_for_version(after=seen[-1], timeout_ms=60000)

@@ -48,7 +48,11 @@ def _wait(what: str, cond, job, c, timeout_s: float = 120) -> None:
                                      f"{(job.out / (name + '.log')).read_text()[-3000:]}\n"
                                      f"coordinator:\n{c.stderr[-3000:]}")
         if time.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\ncoordinator:\n{c.stderr[-3000:]}")
+            logs = "".join(f"\n{name} (exit {p.poll()}):\n"
+                           f"{(job.out / (name + '.log')).read_text()[-1500:]}"
+                           for name, p, _ in job.procs if (job.out / (name + ".log")).exists())
+            raise AssertionError(f"timed out waiting for {what}{logs}\ncoordinator:\n"
+                                 f"{c.stderr[-2000:]}")
         time.sleep(0.05)
 
 

@@ -120,32 +120,9 @@ Result<uint64_t> RolloutContext::waitVersion(uint64_t newer_than,
   if (!committed()) return invalidUsage("wait_version before commit");
   // A failed job answers with its failure every time (never TIMEOUT, which means "wait again").
   if (failedOrAborted()) return failure();
-  // Waits in steps, so that the trainers finishing (TrainersDone) ends the wait at once.
-  constexpr std::chrono::milliseconds kStep(50);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    const bool finished = trainers_finished_.load();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    Result<uint64_t> v = store_->waitForNewer(
-        newer_than, finished ? std::chrono::milliseconds(0)
-                             : std::max(std::chrono::milliseconds(0), std::min(left, kStep)));
-    if (!v.isOk() && failedOrAborted()) return failure();
-    if (v.isOk() || v.status().code() != WSYNC_ERR_TIMEOUT) return v;
-    if (finished) {
-      return Status(WSYNC_ERR_TRAINERS_DONE,
-                    "the trainers finished at version " + std::to_string(trainers_done_.load()) +
-                        "; no version newer than " + std::to_string(newer_than) +
-                        " will come to this rank");
-    }
-    if (left <= kStep) {  // the caller's whole timeout ran out: say that one, not the step's
-      const std::string& m = v.status().message();
-      const size_t state = m.find(" ms (");
-      return timeoutError("no version newer than " + std::to_string(newer_than) +
-                          " became ready within " + std::to_string(timeout.count()) +
-                          (state == std::string::npos ? std::string(" ms") : m.substr(state)));
-    }
-  }
+  Result<uint64_t> v = store_->waitForNewer(newer_than, timeout);  // TRAINERS_DONE included
+  if (!v.isOk() && failedOrAborted()) return failure();
+  return v;
 }
 
 void* RolloutContext::bufferData(const Lease& lease, int32_t index) const {
@@ -299,7 +276,6 @@ Status RolloutContext::handle(const Frame& frame) {
       }
       // Before readers see it. Ready without Go: a peer replica wrote it (peer cold start).
       staleness_.onReady(m.version, RolloutStaleness::Clock::now(), m.version != go_version_);
-      if (m.version > trainers_done_.load()) trainers_finished_ = false;  // trainers came back
       WSYNC_RETURN_IF_ERROR(store_->markReady(m.slot, m.version));
       if (m.slot == prepared_slot_) prepared_slot_ = -1;
       // Readable here now: the trainers' requests complete once every rank of the replica says so.
@@ -322,8 +298,7 @@ Status RolloutContext::handle(const Frame& frame) {
     case MessageType::kTrainersDone: {
       VersionMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
-      trainers_done_ = m.version;
-      trainers_finished_ = true;
+      if (store_) store_->trainersDone(m.version);  // waits for newer versions end
       return Status::ok();
     }
     case MessageType::kLeft: {

@@ -113,9 +113,6 @@ class RolloutContext final : public Context {
   bool checksums_built_ = false;
   uint64_t landed_version_ = 0;
   std::atomic<bool> stopping_{false};
-  // TrainersDone: the trainers finished at this version (0: not yet); waits for newer ones end.
-  std::atomic<uint64_t> trainers_done_{0};
-  std::atomic<bool> trainers_finished_{false};
   std::thread receiver_;
 
   // Membership: the heartbeat thread, and the receiver's news for leaveJob().

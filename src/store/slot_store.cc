@@ -147,15 +147,22 @@ Result<uint64_t> SlotStore::waitLocked(std::unique_lock<std::mutex>& lock,
                                        const std::optional<uint64_t>& after,
                                        std::chrono::milliseconds timeout) {
   const auto deadline = deadlineAfter(timeout);
-  auto satisfied = [&] {
-    if (aborted_) return true;
+  auto newer = [&] {
     const std::optional<uint64_t> newest = newestLocked();
     return newest.has_value() && (!after.has_value() || *newest > *after);
   };
-  const bool done = readyCv_.wait_until(lock, deadline, satisfied);
+  const bool done = readyCv_.wait_until(
+      lock, deadline, [&] { return aborted_ || trainers_done_.has_value() || newer(); });
   if (aborted_) {
     return Status(WSYNC_ERR_ABORTED, "slot store aborted while waiting for a version newer than " +
                                          (after ? std::to_string(*after) : "none"));
+  }
+  if (done && !newer()) {
+    return Status(WSYNC_ERR_TRAINERS_DONE,
+                  "the trainers finished at version " + std::to_string(*trainers_done_) +
+                      "; no version " +
+                      (after ? "newer than " + std::to_string(*after) : std::string("at all")) +
+                      " will come to this rank");
   }
   if (!done) {
     const std::optional<uint64_t> newest = newestLocked();
@@ -276,6 +283,7 @@ Status SlotStore::markReady(int slot, uint64_t version) {
     s.state = SlotState::kReady;
     s.drained = false;
     if (newest_ < 0 || version > slots_[static_cast<size_t>(newest_)].version) newest_ = slot;
+    if (trainers_done_ && version > *trainers_done_) trainers_done_.reset();  // trainers came back
     callback = onReady_;
   }
   readyCv_.notify_all();
@@ -307,6 +315,14 @@ void SlotStore::setOnReady(std::function<void(uint64_t)> callback) {
                     : nullptr;
   std::lock_guard lock(mu_);
   onReady_ = std::move(shared);
+}
+
+void SlotStore::trainersDone(uint64_t last_version) {
+  {
+    std::lock_guard lock(mu_);
+    trainers_done_ = last_version;
+  }
+  readyCv_.notify_all();
 }
 
 void SlotStore::abort() {

@@ -103,7 +103,8 @@ class SlotStore {
   std::optional<uint64_t> newestReady() const;
 
   // Blocks until a version > `version` is READY and returns the newest READY version then.
-  // TIMEOUT after `timeout` (a non-positive timeout polls once); ABORTED once abort() was called.
+  // TIMEOUT after `timeout` (a non-positive timeout polls once); ABORTED once abort() was called;
+  // TRAINERS_DONE after trainersDone() when no READY version is newer.
   Result<uint64_t> waitForNewer(uint64_t version, std::chrono::milliseconds timeout);
 
   // Blocks until any version is READY (the first one may be version 0) and returns the newest.
@@ -145,6 +146,11 @@ class SlotStore {
   void setOnReady(std::function<void(uint64_t)> callback);
 
   // ---- lifecycle -----------------------------------------------------------------------------
+  // The trainers finished at `last_version`: no newer version will come. Every blocked and later
+  // waitForNewer/waitForAny that no READY version satisfies returns TRAINERS_DONE at once. A later
+  // markReady of a version above `last_version` (restarted trainers) clears it.
+  void trainersDone(uint64_t last_version);
+
   // Every blocked and later waitForNewer/waitForAny/beginWrite (and later pickSlotForWrite,
   // markReady) returns ABORTED. acquire, newestReady, Lease::release and abandonWrite keep working.
   void abort();
@@ -181,6 +187,7 @@ class SlotStore {
   std::vector<Slot> slots_;            // size fixed at creation
   int newest_ = -1;                    // index of the newest READY slot, -1 when none
   bool aborted_ = false;
+  std::optional<uint64_t> trainers_done_;  // trainersDone()'s version until a newer one is READY
   std::shared_ptr<const std::function<void(uint64_t)>> onReady_;
 };
 

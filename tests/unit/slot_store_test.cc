@@ -339,6 +339,27 @@ TEST(SlotStore, WaitForNewerWakesAndTimesOut) {
                 "newer than 1", "newest ready: v1");
 }
 
+TEST(SlotStore, TrainersDoneEndsWaitsUntilANewerVersionIsReady) {
+  auto store = makeStore(2);
+  ASSERT_TRUE(writeVersion(*store, 0, 1));
+  Status waiterStatus;
+  std::thread waiter([&] { waiterStatus = store->waitForNewer(1, kLong).status(); });
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto t0 = Clock::now();
+  store->trainersDone(3);  // versions 2 and 3 went elsewhere: none newer comes here
+  waiter.join();
+  EXPECT_LT(Clock::now() - t0, milliseconds(5000));
+  EXPECT_STATUS(waiterStatus, WSYNC_ERR_TRAINERS_DONE, "finished at version 3", "newer than 1");
+  EXPECT_STATUS(store->waitForNewer(1, kLong).status(), WSYNC_ERR_TRAINERS_DONE);
+  // A READY version the wait asks for is still returned; reads keep working.
+  Result<uint64_t> any = store->waitForAny(kLong);
+  ASSERT_TRUE(any.isOk());
+  EXPECT_EQ(*any, 1u);
+  // Restarted trainers deliver a newer version: waits wait again.
+  ASSERT_TRUE(writeVersion(*store, 1, 4));
+  EXPECT_STATUS(store->waitForNewer(4, milliseconds(10)).status(), WSYNC_ERR_TIMEOUT);
+}
+
 TEST(SlotStore, AbortWakesEveryWaiterAndKeepsReadsWorking) {
   auto store = makeStore(2);
   ASSERT_TRUE(writeVersion(*store, 0, 1));

@@ -360,13 +360,62 @@ wsync_status_t wsync_commit(wsync_context_t ctx);
 
 /** @name Trainer: publish */
 /**@{*/
-/** Sets the scale of conversions of global tensor `tensor` into float8 (e4m3 / e5m2) on this
- *  trainer: the rollout receives fp8(x * scale) (round to nearest even, saturating). Applies to
+/** Sets the per-tensor scale of conversions of global tensor `tensor` into float8 (e4m3 / e5m2)
+ *  on this trainer (block-scaled rollout weights ignore it: wsync_set_block_scaling): the rollout
+ *  receives fp8(x * scale) (round to nearest even, saturating). Applies to
  *  versions published after this call; before or after commit; 1 until set. Conversions between
  *  wider types ignore it. Float8 conversion runs on the device (device-memory trainers).
  *  @return SUCCESS; INVALID_ARGUMENT (null name, `tensor` not declared on this rank, scale not
  *          finite and > 0); INVALID_USAGE (rollout context). */
 wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, float scale);
+
+/** How a block-scaled float8 rollout weight stores its scales (wsync_block_scaling_t). The formulas
+ *  are those of the engines' own quantizers, bit for bit (docs/block_fp8.md): amax is the maximum
+ *  |x| of the block over the whole global tensor, whichever trainers hold its elements. */
+typedef enum {
+  /** float32 s = max(amax, 1e-4) / 448, q = e4m3(x * (1 / s)): vLLM's per_block_cast_to_fp8
+      (weight_scale_inv of DeepSeek-V3, Kimi-K2, Qwen3-FP8 checkpoints). */
+  WSYNC_SCALE_FLOAT32 = 1,
+  /** the same with s rounded up to a power of two (per_block_cast_to_fp8 with use_ue8m0). */
+  WSYNC_SCALE_POW2_FLOAT32 = 2,
+  /** uint8 e8m0 e = clamp(ceil(log2(amax / 448)) + 127, 0, 254), q = e4m3(x / 2^(e - 127)):
+      OCP MXFP8 (blocks of 1 x 32). */
+  WSYNC_SCALE_E8M0 = 3,
+  WSYNC_SCALE_FORCE_INT32_ = 0x7fffffff
+} wsync_scale_format_t;
+
+/** A rollout's block-scaled float8 (e4m3) weight: blocks of block_rows x block_cols tile the last
+ *  two dims of the global tensor (leading dims, e.g. experts, have block 1); the scales form a
+ *  global tensor of their own, `scale_tensor`, of shape [..., ceil(rows / block_rows),
+ *  ceil(cols / block_cols)] (float32, or uint8 for e8m0), which the rollout registers like any
+ *  tensor (its TP shards take their rows of blocks). Grows like wsync_config_t (`size`). */
+typedef struct {
+  size_t size; /**< sizeof(wsync_block_scaling_t) as the caller compiled it */
+  wsync_scale_format_t format;
+  int64_t block_rows; /**< along dim ndim-2 of the weight (1 for MXFP8) */
+  int64_t block_cols; /**< along dim ndim-1 (32 for MXFP8) */
+  const char* scale_tensor; /**< the scale tensor's global name, e.g. "...weight_scale_inv" */
+} wsync_block_scaling_t;
+
+#define WSYNC_BLOCK_SCALING_INITIALIZER \
+  { sizeof(wsync_block_scaling_t), WSYNC_SCALE_FLOAT32, 128, 128, NULL }
+
+/** Rollouts, before commit: global tensor `tensor` is held as block-scaled float8 e4m3 with
+ *  `scaling`. Trainers register their bfloat16 / float16 / float32 shards as usual; each trainer
+ *  quantizes its own elements in flight (only float8 bytes and scales travel), and a block whose
+ *  elements sit on several trainers gets its scale from the maximum of their partial maxima,
+ *  relayed by the coordinator with the version (no gather). The rollout's pieces of `tensor` must
+ *  be in WSYNC_DTYPE_FLOAT8_E4M3 buffers and cut the tensor only at block boundaries (as
+ *  block-fp8 engines shard it); its pieces of the scale tensor in float32 (uint8 for e8m0)
+ *  buffers. Every rank of a replica that holds `tensor` must declare the same scaling; replicas
+ *  may differ. Checked at commit: MISMATCH (on every rank) names the tensor and rank for a piece
+ *  that cuts a block, a scale tensor of the wrong shape or dtype, or ranks of one replica that
+ *  disagree.
+ *  @return SUCCESS; INVALID_ARGUMENT (null, unknown format, block extent < 1, MXFP8 with
+ *          block_rows != 1, no scale_tensor, `tensor` already scaled with another scaling);
+ *          INVALID_USAGE (trainer context, or after commit). */
+wsync_status_t wsync_set_block_scaling(wsync_context_t ctx, const char* tensor,
+                                       const wsync_block_scaling_t* scaling);
 
 /** Starts publishing `version` (strictly greater than the last one) and returns at once: after
  *  sending the coordinator one control message (tens of microseconds; a peer that accepts no data
@@ -497,7 +546,8 @@ wsync_status_t wsync_config_init(wsync_config_t* config);
 wsync_status_t wsync_version_stats_init(wsync_version_stats_t* stats);
 
 /** The layout of a public struct as this library was compiled: `type` is one of
- *  "wsync_config_t", "wsync_version_stats_t", "wsync_plan_info_t", "wsync_piece_t"; `field` is a
+ *  "wsync_config_t", "wsync_version_stats_t", "wsync_plan_info_t", "wsync_piece_t",
+ *  "wsync_block_scaling_t"; `field` is a
  *  field's name, or NULL for the whole struct. Writes the field's offset (0 for the struct) and
  *  size (sizeof the struct for NULL); either pointer may be NULL. Bindings check their mirrors of
  *  the structs against it.

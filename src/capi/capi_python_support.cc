@@ -82,6 +82,12 @@ constexpr FieldLayout kPieceFields[] = {
     WSYNC_FIELD(wsync_piece_t, local_strides),
 };
 
+constexpr FieldLayout kBlockScalingFields[] = {
+    WSYNC_FIELD(wsync_block_scaling_t, size),         WSYNC_FIELD(wsync_block_scaling_t, format),
+    WSYNC_FIELD(wsync_block_scaling_t, block_rows),   WSYNC_FIELD(wsync_block_scaling_t, block_cols),
+    WSYNC_FIELD(wsync_block_scaling_t, scale_tensor),
+};
+
 #undef WSYNC_FIELD
 
 template <size_t N>
@@ -94,6 +100,7 @@ constexpr StructLayout kStructs[] = {
     layoutOf("wsync_version_stats_t", sizeof(wsync_version_stats_t), kVersionStatsFields),
     layoutOf("wsync_plan_info_t", sizeof(wsync_plan_info_t), kPlanInfoFields),
     layoutOf("wsync_piece_t", sizeof(wsync_piece_t), kPieceFields),
+    layoutOf("wsync_block_scaling_t", sizeof(wsync_block_scaling_t), kBlockScalingFields),
 };
 
 // The table lists every field up to the struct's end: a field appended to the header without a

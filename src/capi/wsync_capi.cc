@@ -382,6 +382,38 @@ wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, f
   });
 }
 
+wsync_status_t wsync_set_block_scaling(wsync_context_t ctx, const char* tensor,
+                                       const wsync_block_scaling_t* scaling) {
+  if (ctx == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(ctx, [&]() -> wsync_status_t {
+    if (tensor == nullptr || scaling == nullptr) {
+      return record(ctx, invalid("set_block_scaling: null tensor name or scaling"));
+    }
+    if (scaling->size != sizeof(wsync_block_scaling_t)) {
+      return record(ctx, invalid("set_block_scaling: wsync_block_scaling_t.size " +
+                                 std::to_string(scaling->size) + " is not this library's " +
+                                 std::to_string(sizeof(wsync_block_scaling_t)) +
+                                 " (initialize with WSYNC_BLOCK_SCALING_INITIALIZER)"));
+    }
+    wsync::RolloutContext* rollout = asRollout(ctx);
+    if (rollout == nullptr) {
+      return record(ctx, wsync::invalidUsage("set_block_scaling on a trainer context (the "
+                                             "rollouts say how they hold their weights)"));
+    }
+    wsync::BlockScaling s;
+    s.format = static_cast<wsync::ScaleFormat>(scaling->format);
+    if (!wsync::validScaleFormat(static_cast<int>(scaling->format))) {
+      return record(ctx, invalid("set_block_scaling '" + std::string(tensor) +
+                                 "': unknown scale format " +
+                                 std::to_string(static_cast<int>(scaling->format))));
+    }
+    s.block_rows = scaling->block_rows;
+    s.block_cols = scaling->block_cols;
+    s.scale_tensor = scaling->scale_tensor == nullptr ? "" : scaling->scale_tensor;
+    return record(ctx, rollout->setBlockScaling(tensor, s));
+  });
+}
+
 wsync_status_t wsync_publish(wsync_context_t ctx, uint64_t version, wsync_request_t* request) {
   return wsync_publish_on_stream(ctx, version, nullptr, request);
 }

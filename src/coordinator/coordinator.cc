@@ -8,6 +8,7 @@
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/coordinator_impl.h"
 #include "layout/registration_checks.h"
+#include "plan/block_scaling_plan.h"
 #include "plan/planner.h"
 
 namespace wsync {
@@ -183,6 +184,8 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kChecksumFailed:
       if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onVersionMessage(p, type, payload);
+    case MessageType::kPartialMaxima:
+      return onPartialMaxima(p, payload);
     case MessageType::kReadied:
       if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onReadied(p, payload);
@@ -351,7 +354,8 @@ Status Coordinator::Impl::onRegister(Participant& p, const std::vector<uint8_t>&
   return Status::ok();
 }
 
-Result<Registration> Coordinator::Impl::decodeRegistrationOf(const Participant& p) const {
+Result<Registration> Coordinator::Impl::decodeRegistrationOf(const Participant& p,
+                                                             bool scaled) const {
   WSYNC_ASSIGN_OR_RETURN(Registration reg,
                          decodeRegistration(p.reg.registration.data(), p.reg.registration.size()));
   if (reg.role != p.hello.role || (!p.joiner && reg.rank != p.role_rank)) {
@@ -369,6 +373,11 @@ Result<Registration> Coordinator::Impl::decodeRegistrationOf(const Participant& 
     if (p.reg.buffer_byte_offsets.size() != reg.buffers.size()) {
       return protocolError(nameOf(p) + " sent buffer offsets that do not match its buffers");
     }
+    if (scaled) {
+      const std::vector<ScaledTensor> scalings(p.reg.block_scalings.begin(),
+                                               p.reg.block_scalings.end());
+      WSYNC_RETURN_IF_ERROR(applyRolloutScalings(reg, scalings));
+    }
   }
   return reg;
 }
@@ -378,7 +387,7 @@ Status Coordinator::Impl::planAll() {
   std::vector<Registration> rollouts(rollout_index_.size());
   for (Participant& p : participants_) {
     if (p.joiner) continue;
-    Result<Registration> decoded = decodeRegistrationOf(p);
+    Result<Registration> decoded = decodeRegistrationOf(p, /*scaled=*/false);
     if (!decoded.isOk()) {  // blame the rank that sent it, not the one whose message came last
       fail(decoded.status());
       return Status::ok();
@@ -386,6 +395,10 @@ Status Coordinator::Impl::planAll() {
     Registration reg = std::move(*decoded);
     auto& role_regs = reg.role == Role::kRollout ? rollouts : trainers;
     role_regs[static_cast<size_t>(reg.rank)] = std::move(reg);
+  }
+  if (Status s = planBlockScaling(trainers, rollouts); !s.isOk()) {
+    fail(s.withContext("block-scaled tensors"));
+    return Status::ok();
   }
   const BroadcastDecision broadcast = decideBroadcastBackend(
       bufferPlaces(), opt_.mpi_world_size > 0, !trainer(0).reg.nccl_unique_id.empty());
@@ -500,6 +513,7 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
       }
     }
     msg.replica_of_rollout = replica_of_rollout_;
+    if (role == Role::kTrainer) addBlockScaling(rank, msg);
     return encode(msg);
   };
   for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t) {

@@ -26,6 +26,7 @@
 #include "coordinator/broadcast_backend.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/delivery_gate.h"
+#include "coordinator/maxima_relay.h"
 #include "coordinator/metrics.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration.h"
@@ -198,13 +199,24 @@ class Coordinator::Impl {
   void onHello(ConnectionId conn, const std::vector<uint8_t>& payload);
   void admitAll();
   Status onRegister(Participant& p, const std::vector<uint8_t>& payload);
-  // p's registration, decoded and checked against its identity (rollouts: slots and offsets).
-  Result<Registration> decodeRegistrationOf(const Participant& p) const;
+  // p's registration, decoded and checked against its identity (rollouts: slots and offsets);
+  // a rollout's block-scaled tensors renamed (plan/block_scaling_plan.h) when `scaled`.
+  Result<Registration> decodeRegistrationOf(const Participant& p, bool scaled = true) const;
   Status planAll();
   std::vector<RankBufferPlace> bufferPlaces();
   Status setupReplicas(const std::vector<Registration>& rollouts);
   void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
+
+  // ---- block-scaled rollout tensors (coordinator_block_scaling.cc) ----
+  // Before planning: the job's table from the rollouts' scalings, their pieces renamed, the
+  // trainers' quantized sources added, and the maxima relay for blocks that straddle trainers.
+  Status planBlockScaling(std::vector<Registration>& trainers, std::vector<Registration>& rollouts);
+  // A restarted trainer's registration as planning saw its predecessor's.
+  Status addQuantizedSourcesTo(Registration& trainer) const;
+  // Trainer t's part of PlanAssignment: the table and its exchanged blocks.
+  void addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const;
+  Status onPartialMaxima(const Participant& p, const std::vector<uint8_t>& payload);
 
   // ---- versions (coordinator.cc) ----
   Status onVersionMessage(const Participant& p, MessageType type,
@@ -319,11 +331,14 @@ class Coordinator::Impl {
   std::vector<int32_t> rollout_index_;
   std::vector<int32_t> replica_of_rollout_;
   BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
-  DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
-  std::optional<VersionSequencer> sequencer_;        // from planning on
-  std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
-  std::map<int32_t, JoiningReplica> joining_;        // by replica id
-  uint64_t last_fill_id_ = 0;                        // cold start attempts
+  DeliveryGate delivery_gate_;                           // holds Delivered until Ready is confirmed
+  std::optional<VersionSequencer> sequencer_;            // from planning on
+  std::vector<Registration> trainer_registrations_;      // kept for planning joining replicas
+  std::vector<ScaledTensor> scaling_table_;              // block-scaled tensors of the job
+  std::vector<std::vector<uint64_t>> exchanged_blocks_;  // per trainer (PlanAssignment)
+  std::optional<MaximaRelay> maxima_;                    // when some block straddles trainers
+  std::map<int32_t, JoiningReplica> joining_;            // by replica id
+  uint64_t last_fill_id_ = 0;                            // cold start attempts
   // Trainer restart: the plan (kept when opt_.trainer_restart), each joined replica's plan
   // extension per trainer rank (encoded PlanExtensionMsg), and the restart under way.
   std::optional<Plan> plan_;

@@ -93,6 +93,7 @@ void Coordinator::Impl::beginTrainerRestart(const Status& cause) {
   Status s = apply(sequencer_->abortVersions());
   if (!s.isOk()) return fail(s);
   delivery_gate_.abandonAll();
+  if (maxima_) maxima_->reset();
   restart_.emplace();
   restart_->cause = cause.message();
   restart_->deadline = Clock::now() + opt_.trainer_restart_timeout;
@@ -162,6 +163,8 @@ Status Coordinator::Impl::onRestartRegister(Participant& p, const std::vector<ui
   Result<Registration> after =
       decodeRegistration(p.reg.registration.data(), p.reg.registration.size());
   WSYNC_RETURN_IF_ERROR(after.status().withContext(nameOf(p) + "'s registration"));
+  // Compared as planning saw the predecessor's: with its quantized sources.
+  WSYNC_RETURN_IF_ERROR(addQuantizedSourcesTo(*after).withContext(nameOf(p)));
   if (encodeRegistration(*after) != before) {
     const Status refused = mismatch(
         nameOf(p) + " registered differently than before the trainers restarted: " +
@@ -212,6 +215,7 @@ void Coordinator::Impl::sendRestartAssignments() {
                            q.reg.buffer_byte_offsets});
     }
     msg.replica_of_rollout = replica_of;
+    addBlockScaling(t, msg);
     sendTo(trainer(t), MessageType::kPlanAssignment, encode(msg));
   }
 }

@@ -5,7 +5,9 @@
 namespace wsync {
 namespace {
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
@@ -21,7 +23,9 @@ const char* scaleFormatName(ScaleFormat f) {
   return "unknown";
 }
 
-bool validScaleFormat(int value) { return value >= 1 && value <= kMaxScaleFormat; }
+bool validScaleFormat(int value) {
+  return value >= 1 && value <= kMaxScaleFormat;
+}
 
 DType scaleDType(ScaleFormat f) {
   return f == ScaleFormat::kE8M0 ? DType::kUInt8 : DType::kFloat32;

@@ -44,6 +44,15 @@ struct BlockScaling {
   bool operator!=(const BlockScaling& o) const { return !(*this == o); }
 };
 
+// A global tensor a rollout holds block-scaled.
+struct ScaledTensor {
+  std::string tensor;
+  BlockScaling scaling;
+  bool operator==(const ScaledTensor& o) const {
+    return tensor == o.tensor && scaling == o.scaling;
+  }
+};
+
 const char* scaleFormatName(ScaleFormat f);  // "float32", "pow2_float32", "e8m0"
 bool validScaleFormat(int value);
 // The dtype of the scale tensor: float32, or uint8 for e8m0.

@@ -28,6 +28,9 @@
 //            (sent ahead, for v = the last started + 1, once the previous version was delivered,
 //            to a replica whose next slot does not hold the newest version but one; a Publish of
 //            another version is prepared again, replacing it)
+//   trainers with exchanged blocks (block-scaled rollout tensors) -> PartialMaxima(v, their
+//            blocks' partial maxima); once every such trainer sent them, coord -> BlockMaxima(v,
+//            the merged maxima) to each (they quantize with them after Go)
 //   coord -> Go(v, slot per replica, -1 = skipped) to every trainer and rollout rank
 //   trainers write/broadcast -> Sent(v);  rollout ranks that receive broadcasts -> Received(v)
 //   coord -> Ready(v, slot) to the ranks of each replica once all of its data landed
@@ -81,6 +84,7 @@
 
 #include "common/field_codec.h"
 #include "common/status.h"
+#include "layout/block_scaling.h"
 #include "layout/registration.h"
 #include "plan/broadcast_comm.h"
 
@@ -89,7 +93,7 @@ namespace wsync {
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
 // Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill)
 // and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums).
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // The bounds decoders hold every count and length to.
 namespace protocol_limits {
@@ -158,6 +162,18 @@ struct WelcomeMsg {
   }
 };
 
+// A rollout's block-scaled float8 tensor (wsync_set_block_scaling; layout/block_scaling.h).
+struct BlockScalingRecord : ScaledTensor {
+  template <class V, class M>
+  static void fields(V& v, M& m) {
+    v.str(m.tensor, protocol_limits::kMaxStringBytes);
+    v.enum8(m.scaling.format, static_cast<uint8_t>(kMaxScaleFormat));
+    v.i64(m.scaling.block_rows);
+    v.i64(m.scaling.block_cols);
+    v.str(m.scaling.scale_tensor, protocol_limits::kMaxStringBytes);
+  }
+};
+
 struct RegisterMsg {
   std::vector<uint8_t> registration;       // encodeRegistration()
   std::string transport;                   // rollouts: the write backend of the slots
@@ -169,6 +185,7 @@ struct RegisterMsg {
   std::vector<uint8_t> nccl_unique_id;
   std::vector<std::vector<uint8_t>> slot_descriptors;  // rollouts: one per slot
   std::vector<uint64_t> buffer_byte_offsets;           // rollouts: each buffer's offset in a slot
+  std::vector<BlockScalingRecord> block_scalings;      // rollouts: their block-scaled tensors
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -179,6 +196,7 @@ struct RegisterMsg {
     v.list(m.slot_descriptors, protocol_limits::kMaxSlots,
            [](auto& f, auto& d) { f.bytes(d, protocol_limits::kMaxBlobBytes); });
     v.u64s(m.buffer_byte_offsets, protocol_limits::kMaxRanks);
+    v.list(m.block_scalings, protocol_limits::kMaxRanks);
     v.bytes(m.nccl_unique_id, protocol_limits::kMaxWorldTokenBytes);
   }
 };
@@ -232,6 +250,12 @@ struct PlanAssignmentMsg {
   std::vector<int32_t> group_comm;          // per RankPlan group: index into `comms`
   std::vector<int32_t> replica_of_rollout;  // replica of every rollout rank
   BroadcastWorldAssignment broadcast;
+  // Trainers: every block-scaled tensor of the job (plan/block_scaling_plan.h), from which the
+  // trainer derives its quantized sources, and the blocks of those sources whose maxima it
+  // exchanges each version (PartialMaxima / BlockMaxima): indices into its sources' block grids,
+  // concatenated in source order, increasing.
+  std::vector<BlockScalingRecord> block_scalings;
+  std::vector<uint64_t> exchanged_blocks;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -244,9 +268,25 @@ struct PlanAssignmentMsg {
     v.i32s(m.group_comm, protocol_limits::kMaxGroups);
     v.i32s(m.replica_of_rollout, protocol_limits::kMaxRanks);
     BroadcastWorldAssignment::fields(v, m.broadcast);
+    v.list(m.block_scalings, protocol_limits::kMaxRanks);
+    v.u64s(m.exchanged_blocks, protocol_limits::kMaxBlobBytes);
   }
   // Group indices within `comms`; world ranks within the broadcast world.
   Status afterDecode();
+};
+
+// PartialMaxima (trainer -> coordinator): the trainer's maxima |x| of its exchanged blocks for
+// `version`, in PlanAssignment::exchanged_blocks order. BlockMaxima (coordinator -> trainer): the
+// same blocks' maxima over every trainer (NaN-propagating max). float32 little-endian each.
+struct BlockMaximaMsg {
+  uint64_t version = 0;
+  std::vector<uint8_t> amax;
+
+  template <class V, class M>
+  static void fields(V& v, M& m) {
+    v.u64(m.version);
+    v.bytes(m.amax, protocol_limits::kMaxBlobBytes);
+  }
 };
 
 struct VersionMsg {  // Publish, Sent, Received, Readied, Verified, CommitDone(version 0)
@@ -513,7 +553,9 @@ enum class Sender : uint8_t { kRank, kCoordinator, kEither };
   X(Verify, 27, VerifyMsg, kCoordinator)                \
   X(Verified, 28, VersionMsg, kRank)                    \
   X(ChecksumFailed, 29, ChecksumFailedMsg, kRank)       \
-  X(TrainersDone, 30, VersionMsg, kCoordinator)
+  X(TrainersDone, 30, VersionMsg, kCoordinator)         \
+  X(PartialMaxima, 31, BlockMaximaMsg, kRank)           \
+  X(BlockMaxima, 32, BlockMaximaMsg, kCoordinator)
 
 enum class MessageType : uint16_t {
 #define WSYNC_PROTOCOL_ENUM(name, id, payload, sender) k##name = (id),

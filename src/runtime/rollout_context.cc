@@ -32,6 +32,11 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
   WSYNC_ASSIGN_OR_RETURN(transport_, backend->create(transportSetup(-1)));
   msg.transport = backend->name;
   msg.transport_address = transport_->localAddress();
+  for (const ScaledTensor& t : block_scalings_) {
+    BlockScalingRecord record;
+    static_cast<ScaledTensor&>(record) = t;
+    msg.block_scalings.push_back(std::move(record));
+  }
   if (memory == MemoryKind::kDevice) {
     WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
     WSYNC_ASSIGN_OR_RETURN(flip_stream_, DeviceStream::create(options_.cuda_device));
@@ -411,6 +416,33 @@ Status RolloutContext::leaveJob() {
                         " ms");
   }
   return failure().isOk() ? remoteError("leaving the job: the control channel ended") : failure();
+}
+
+Status RolloutContext::setBlockScaling(const std::string& tensor, const BlockScaling& scaling) {
+  if (committed()) return invalidUsage("set_block_scaling after commit");
+  if (tensor.empty()) return invalidArgument("empty tensor name");
+  const std::string what = "tensor '" + tensor + "' (" + describe(scaling) + ")";
+  if (!validScaleFormat(static_cast<int>(scaling.format))) {
+    return invalidArgument(what + ": unknown scale format " +
+                           std::to_string(static_cast<int>(scaling.format)));
+  }
+  // The weight's shape is checked at commit; here what needs none.
+  if (std::string why = checkBlockScaling(scaling, Dims{scaling.block_rows, scaling.block_cols});
+      !why.empty()) {
+    return invalidArgument(what + ": " + why);
+  }
+  for (const ScaledTensor& t : block_scalings_) {
+    if (t.tensor == tensor && t.scaling == scaling) return Status::ok();  // idempotent
+    if (t.tensor == tensor) {
+      return invalidArgument(what + ": already scaled with " + describe(t.scaling));
+    }
+    if (t.scaling.scale_tensor == scaling.scale_tensor) {
+      return invalidArgument(what + ": its scale tensor '" + scaling.scale_tensor +
+                             "' already holds the scales of '" + t.tensor + "'");
+    }
+  }
+  block_scalings_.push_back({tensor, scaling});
+  return Status::ok();
 }
 
 }  // namespace wsync

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "layout/block_scaling.h"
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
 #include "runtime/version_checksums.h"
@@ -52,6 +53,11 @@ class RolloutContext final : public Context {
   // returns; buffers registered without live memory are skipped.
   Result<uint64_t> copyFlip(uint64_t version, CudaStreamHandle stream);
 
+  // Before commit: global tensor `tensor` is held block-scaled (float8 e4m3 values, scales in
+  // scaling.scale_tensor); plan/block_scaling_plan.h. INVALID_ARGUMENT for a bad scheme or a
+  // tensor (or scale tensor) scaled twice differently; INVALID_USAGE after commit.
+  Status setBlockScaling(const std::string& tensor, const BlockScaling& scaling);
+
   void abort() override;
   Status finalize() override;
 
@@ -60,6 +66,7 @@ class RolloutContext final : public Context {
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
   bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
+  std::vector<ScaledTensor> block_scalings_;  // setBlockScaling, sent with Register
 
   void receiverLoop();
   // A message to the coordinator failed with `failure` (REMOTE): when the coordinator said why

@@ -82,6 +82,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   if (group_comm_.size() != plan_.groups.size()) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
+  WSYNC_RETURN_IF_ERROR(setUpQuantizer(assignment));
   WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
   if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(buildChecksums());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
@@ -171,6 +172,7 @@ Status TrainerContext::registerSources(WriteTransport& transport) {
     WSYNC_RETURN_IF_ERROR(onDevice() ? add(part->device_staging.data(), part->device_staging.size())
                                      : add(part->host_staging.data(), part->host_staging.size()));
   }
+  WSYNC_RETURN_IF_ERROR(add(quantizer_.memory(), quantizer_.memoryBytes()));
   return onDevice() ? add(device_convert_staging_.data(), device_convert_staging_.size())
                     : add(convert_staging_.data(), convert_staging_.size());
 }
@@ -325,10 +327,8 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   const std::string what = "version " + std::to_string(version);
   using Clock = std::chrono::steady_clock;
   const Clock::time_point started = Clock::now();  // publish() sent Publish
-  WSYNC_ASSIGN_OR_RETURN(Frame go_frame,
-                         nextFrame(MessageType::kGo, options_.timeout + kCoordinatorReplyGrace));
-  GoMsg go;
-  WSYNC_RETURN_IF_ERROR(decode(go_frame.payload, go));
+  WSYNC_RETURN_IF_ERROR(startQuantizing(version));
+  WSYNC_ASSIGN_OR_RETURN(GoMsg go, awaitGo(version));
   if (go.version != version) {
     return invalidUsage("the coordinator started version " + std::to_string(go.version) +
                         " while this trainer publishes " + what +
@@ -373,6 +373,9 @@ void TrainerContext::printTiming(const std::string& what, double to_go_ms, doubl
 }
 
 const uint8_t* TrainerContext::sourceOf(int32_t buffer) const {
+  if (buffer >= quantizer_.firstBuffer() && !quantizer_.empty()) {
+    return quantizer_.bufferData(buffer);
+  }
   const auto b = static_cast<size_t>(buffer);
   if (options_.snapshot) {
     return (onDevice() ? device_snapshot_.data() : snapshot_.data()) + snapshot_offsets_[b];

@@ -16,6 +16,7 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/trainer_quantizer.h"
 #include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "transport/backend.h"
@@ -126,6 +127,13 @@ class TrainerContext final : public Context {
   Status postExtensionWrites(const GoMsg& go);
   Status convertExtensionsIntoStaging(const GoMsg& go);
 
+  // Block-scaled rollout tensors (trainer_quantize.cc): the quantized sources of the job's table;
+  // per version, their maxima before Go (PartialMaxima sent, or quantized at once when no block
+  // straddles trainers), then Go (after BlockMaxima, with which the rest is quantized).
+  Status setUpQuantizer(const PlanAssignmentMsg& assignment);
+  Status startQuantizing(uint64_t version);
+  Result<GoMsg> awaitGo(uint64_t version);
+
   // Checksums (trainer_checksums.cc, Welcome::checksums): what this trainer sends, summed per
   // rollout rank; Sent or SentChecksums after each transfer; re-sends until Delivered.
   Status buildChecksums();
@@ -189,6 +197,7 @@ class TrainerContext final : public Context {
   std::unordered_map<std::string, float> scale_by_name_;
   std::vector<float> plan_scales_;
   std::vector<float> active_scales_;  // the version being sent (publisher thread only)
+  TrainerQuantizer quantizer_;  // block-scaled rollout tensors: the float8 values and scales
   std::vector<std::unique_ptr<SourceRegistration>> source_registrations_;
   std::vector<uint8_t> snapshot_;              // snapshot mode, host memory: a copy of every buffer
   DeviceBuffer device_snapshot_;               // snapshot mode, device memory

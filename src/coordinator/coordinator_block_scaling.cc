@@ -1,0 +1,68 @@
+// Block-scaled rollout tensors on the coordinator: rewriting registrations before planning
+// (plan/block_scaling_plan.h) and relaying the maxima of blocks that straddle trainers.
+#include "coordinator/coordinator_impl.h"
+#include "plan/block_scaling_plan.h"
+
+namespace wsync {
+
+Status Coordinator::Impl::planBlockScaling(std::vector<Registration>& trainers,
+                                           std::vector<Registration>& rollouts) {
+  std::vector<std::vector<ScaledTensor>> scalings(rollouts.size());
+  std::vector<RolloutScalings> inputs;
+  for (size_t r = 0; r < rollouts.size(); ++r) {
+    const auto& records = rollout(static_cast<int32_t>(r)).reg.block_scalings;
+    scalings[r].assign(records.begin(), records.end());
+    inputs.push_back({&rollouts[r], &scalings[r]});
+  }
+  WSYNC_ASSIGN_OR_RETURN(scaling_table_, jobScalingTable(inputs));
+  for (size_t r = 0; r < rollouts.size(); ++r)
+    WSYNC_RETURN_IF_ERROR(applyRolloutScalings(rollouts[r], scalings[r]));
+  if (scaling_table_.empty()) return Status::ok();
+  std::vector<std::vector<QuantizedSource>> sources(trainers.size());
+  for (size_t t = 0; t < trainers.size(); ++t) {
+    WSYNC_ASSIGN_OR_RETURN(sources[t], addQuantizedSources(trainers[t], scaling_table_));
+  }
+  MaximaExchange exchange = planMaximaExchange(sources, scaling_table_);
+  exchanged_blocks_ = exchange.exchanged;
+  if (!exchange.empty()) maxima_.emplace(std::move(exchange));
+  log("block scaling: " + std::to_string(scaling_table_.size()) + " scaled tensor schemes; " +
+      (maxima_
+           ? std::to_string(maxima_->numBlocks()) + " blocks straddle trainers, partial maxima " +
+                 std::to_string(maxima_->bytesPerVersion()) + " bytes per version"
+           : std::string("no block straddles trainers")));
+  return Status::ok();
+}
+
+Status Coordinator::Impl::addQuantizedSourcesTo(Registration& trainer) const {
+  if (scaling_table_.empty()) return Status::ok();
+  return addQuantizedSources(trainer, scaling_table_).status();
+}
+
+void Coordinator::Impl::addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const {
+  for (const ScaledTensor& s : scaling_table_) {
+    BlockScalingRecord record;
+    static_cast<ScaledTensor&>(record) = s;
+    msg.block_scalings.push_back(std::move(record));
+  }
+  if (static_cast<size_t>(t) < exchanged_blocks_.size())
+    msg.exchanged_blocks = exchanged_blocks_[static_cast<size_t>(t)];
+}
+
+Status Coordinator::Impl::onPartialMaxima(const Participant& p,
+                                          const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning || p.hello.role != Role::kTrainer) {
+    return protocolError("unexpected PartialMaxima from " + nameOf(p));
+  }
+  if (!maxima_) return protocolError("PartialMaxima from " + nameOf(p) + ": no block straddles");
+  BlockMaximaMsg m;
+  WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<MaximaRelay::Reply> replies,
+                         maxima_->onPartial(p.role_rank, m.version, m.amax));
+  for (auto& [t, amax] : replies) {
+    sendTo(trainer(t), MessageType::kBlockMaxima,
+           encode(BlockMaximaMsg{m.version, std::move(amax)}));
+  }
+  return Status::ok();
+}
+
+}  // namespace wsync

@@ -1,0 +1,143 @@
+#include "runtime/trainer_quantizer.h"
+
+#include <cstring>
+
+#include "runtime/device_quant_ops.h"
+
+namespace wsync {
+namespace {
+
+constexpr size_t kAlign = 256;  // every quantized buffer starts aligned for vector access
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+Result<TrainerQuantizer> TrainerQuantizer::create(const Registration& own,
+                                                  const std::vector<ScaledTensor>& table,
+                                                  std::vector<uint64_t> exchanged,
+                                                  MemoryKind memory, int cuda_device,
+                                                  std::chrono::milliseconds timeout) {
+  TrainerQuantizer z;
+  z.first_buffer_ = static_cast<int32_t>(own.buffers.size());
+  z.memory_ = memory;
+  z.cuda_device_ = cuda_device;
+  z.timeout_ = timeout;
+  if (table.empty()) return z;
+  Registration expanded = own;
+  WSYNC_ASSIGN_OR_RETURN(std::vector<QuantizedSource> sources,
+                         addQuantizedSources(expanded, table));
+  size_t grid = 0;
+  for (const QuantizedSource& q : sources) {
+    Source s;
+    s.q = q;
+    s.scaling = table[static_cast<size_t>(q.entry)].scaling;
+    const LocalBuffer& b = own.buffers[static_cast<size_t>(q.source_buffer)];
+    const Piece& p = b.pieces[static_cast<size_t>(q.source_piece)];
+    s.view.dtype = b.dtype;
+    s.view.box = p.box;
+    s.view.strides = p.local_strides.rank == 0 ? rowMajorStrides(p.box.extent) : p.local_strides;
+    s.view.data = reinterpret_cast<const void*>(  // NOLINT(performance-no-int-to-ptr)
+        static_cast<uintptr_t>(p.local_offset) * dtypeSize(b.dtype));
+    s.values_at = z.arena_bytes_;
+    z.arena_bytes_ += alignUp(static_cast<size_t>(q.box.volume()));
+    s.scales_at = z.arena_bytes_;
+    z.arena_bytes_ +=
+        alignUp(static_cast<size_t>(q.cover.volume()) * dtypeSize(scaleDType(s.scaling.format)));
+    s.amax_at = grid;
+    grid += static_cast<size_t>(q.cover.volume());
+    z.buffer_at_.push_back(s.values_at);
+    z.buffer_at_.push_back(s.scales_at);
+    z.sources_.push_back(std::move(s));
+  }
+  for (uint64_t i : exchanged) {
+    if (i >= grid) return protocolError("plan assignment: exchanged block " + std::to_string(i) +
+                                        " outside this trainer's " + std::to_string(grid) + " blocks");
+  }
+  z.exchanged_ = std::move(exchanged);
+  z.amax_.assign(grid, 0.0f);
+  if (memory == MemoryKind::kDevice) {
+    WSYNC_ASSIGN_OR_RETURN(z.device_arena_, DeviceBuffer::allocate(z.arena_bytes_, cuda_device));
+    WSYNC_ASSIGN_OR_RETURN(z.device_amax_, DeviceBuffer::allocate(grid * 4, cuda_device));
+  } else {
+    z.host_arena_.assign(z.arena_bytes_, 0);
+  }
+  return z;
+}
+
+uint8_t* TrainerQuantizer::bufferData(int32_t buffer) const {
+  const int64_t i = static_cast<int64_t>(buffer) - first_buffer_;
+  if (i < 0 || static_cast<size_t>(i) >= buffer_at_.size()) return nullptr;
+  return const_cast<uint8_t*>(memory()) + buffer_at_[static_cast<size_t>(i)];
+}
+
+const uint8_t* TrainerQuantizer::memory() const {
+  return memory_ == MemoryKind::kDevice ? device_arena_.data() : host_arena_.data();
+}
+
+PieceView TrainerQuantizer::viewOf(const Source& s, const SourceOf& source) const {
+  PieceView v = s.view;
+  v.data = source(s.q.source_buffer) + reinterpret_cast<uintptr_t>(s.view.data);
+  return v;
+}
+
+Result<std::vector<uint8_t>> TrainerQuantizer::computeMaxima(const SourceOf& source,
+                                                             CudaStreamHandle stream) {
+  for (const Source& s : sources_) {
+    const PieceView v = viewOf(s, source);
+    if (memory_ == MemoryKind::kDevice) {
+      WSYNC_RETURN_IF_ERROR(blockAmaxAsync(v, s.q.shape, s.scaling,
+                                           reinterpret_cast<float*>(device_amax_.data()) + s.amax_at,
+                                           stream));
+    } else {
+      WSYNC_RETURN_IF_ERROR(blockAmaxHost(v, s.q.shape, s.scaling, amax_.data() + s.amax_at));
+    }
+  }
+  std::vector<uint8_t> partial;
+  if (exchanged_.empty()) return partial;
+  if (memory_ == MemoryKind::kDevice) {  // the grid to the host (exchanged blocks are read there)
+    WSYNC_RETURN_IF_ERROR(copyAsync(amax_.data(), device_amax_.data(), amax_.size() * 4, stream));
+    WSYNC_RETURN_IF_ERROR(streamSync(stream, timeout_));
+  }
+  partial.resize(exchanged_.size() * 4);
+  for (size_t i = 0; i < exchanged_.size(); ++i)
+    std::memcpy(partial.data() + 4 * i, &amax_[exchanged_[i]], 4);
+  return partial;
+}
+
+Status TrainerQuantizer::quantize(const std::vector<uint8_t>& merged, const SourceOf& source,
+                                  CudaStreamHandle stream) {
+  if (!exchanged_.empty()) {
+    if (merged.size() != exchanged_.size() * 4) {
+      return protocolError("BlockMaxima: " + std::to_string(merged.size()) + " bytes, expected " +
+                           std::to_string(exchanged_.size() * 4));
+    }
+    for (size_t i = 0; i < exchanged_.size(); ++i)
+      std::memcpy(&amax_[exchanged_[i]], merged.data() + 4 * i, 4);
+    if (memory_ == MemoryKind::kDevice) {
+      WSYNC_RETURN_IF_ERROR(copyAsync(device_amax_.data(), amax_.data(), amax_.size() * 4, stream));
+    }
+  }
+  uint8_t* base = const_cast<uint8_t*>(memory());
+  for (const Source& s : sources_) {
+    const PieceView v = viewOf(s, source);
+    const int64_t blocks = s.q.cover.volume();
+    if (memory_ == MemoryKind::kDevice) {
+      const float* amax = reinterpret_cast<const float*>(device_amax_.data()) + s.amax_at;
+      WSYNC_RETURN_IF_ERROR(
+          scalesFromAmaxAsync(amax, blocks, s.scaling.format, base + s.scales_at, stream));
+      WSYNC_RETURN_IF_ERROR(quantizeBlocksAsync(v, s.q.shape, s.scaling, base + s.scales_at,
+                                                base + s.values_at, stream));
+    } else {
+      scalesFromAmax(amax_.data() + s.amax_at, blocks, s.scaling.format, base + s.scales_at);
+      WSYNC_RETURN_IF_ERROR(
+          quantizeBlocksHost(v, s.q.shape, s.scaling, base + s.scales_at, base + s.values_at));
+    }
+  }
+  if (memory_ == MemoryKind::kDevice && !exchanged_.empty()) {
+    // amax_ is read by the host-to-device copy above; keep it until the copy ran.
+    WSYNC_RETURN_IF_ERROR(streamSync(stream, timeout_));
+  }
+  return Status::ok();
+}
+
+}  // namespace wsync

@@ -1,0 +1,79 @@
+// A trainer's quantized sources (plan/block_scaling_plan.h): the float8 values and block scales of
+// every piece a block-scaled rollout tensor takes from this trainer, in memory of the trainer's
+// kind, refilled each version before the writes copy them unchanged. Per version:
+//   1. computeMaxima: every source's block maxima from the version's bytes; returns the partial
+//      maxima of the exchanged blocks (the PartialMaxima payload; empty when none);
+//   2. quantize(merged): the exchanged blocks take the job-wide maxima (BlockMaxima), then scales
+//      and float8 values are computed.
+// Memory cost: one byte per quantized element plus the scales, per scheme. Publisher thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/status.h"
+#include "layout/block_scaling.h"
+#include "layout/registration.h"
+#include "plan/block_scaling_plan.h"
+#include "quant/block_quant.h"
+#include "runtime/device_ops.h"
+
+namespace wsync {
+
+class TrainerQuantizer {
+ public:
+  TrainerQuantizer() = default;
+  // The quantized sources of `own` (the trainer's registration, unchanged) for the job's `table`;
+  // `exchanged`: PlanAssignment::exchanged_blocks. Device memory lives on `cuda_device`.
+  static Result<TrainerQuantizer> create(const Registration& own,
+                                         const std::vector<ScaledTensor>& table,
+                                         std::vector<uint64_t> exchanged, MemoryKind memory,
+                                         int cuda_device, std::chrono::milliseconds timeout);
+
+  bool empty() const { return sources_.empty(); }
+  bool exchanges() const { return !exchanged_.empty(); }
+  // The registration index of the first quantized buffer (the trainer's own come before).
+  int32_t firstBuffer() const { return first_buffer_; }
+  // The memory of quantized buffer `buffer` (>= firstBuffer()); nullptr when out of range.
+  uint8_t* bufferData(int32_t buffer) const;
+  // The memory the writes read (to register with every transport): base and bytes.
+  const uint8_t* memory() const;
+  size_t memoryBytes() const { return arena_bytes_; }
+
+  // `source(b)`: where the version's bytes of the trainer's own buffer b are (its memory or its
+  // snapshot). Device memory: the work runs on `stream` (waited for before returning).
+  using SourceOf = std::function<const uint8_t*(int32_t)>;
+  Result<std::vector<uint8_t>> computeMaxima(const SourceOf& source, CudaStreamHandle stream);
+  // `merged`: the BlockMaxima payload (ignored when nothing is exchanged). Device memory: the
+  // quantization is enqueued on `stream` (the writes after it on the same stream see it).
+  Status quantize(const std::vector<uint8_t>& merged, const SourceOf& source,
+                  CudaStreamHandle stream);
+
+ private:
+  struct Source {
+    QuantizedSource q;
+    BlockScaling scaling;
+    PieceView view;           // data: offset from the buffer start (bytes), filled per version
+    size_t values_at = 0;     // bytes into the arena
+    size_t scales_at = 0;
+    size_t amax_at = 0;       // floats into the grid
+  };
+  PieceView viewOf(const Source& s, const SourceOf& source) const;
+
+  std::vector<Source> sources_;
+  std::vector<uint64_t> exchanged_;
+  int32_t first_buffer_ = 0;
+  MemoryKind memory_ = MemoryKind::kHost;
+  int cuda_device_ = -1;
+  std::chrono::milliseconds timeout_{60000};  // bound on a device wait
+  std::vector<size_t> buffer_at_;  // per quantized buffer: bytes into the arena
+  size_t arena_bytes_ = 0;
+  std::vector<uint8_t> host_arena_;
+  DeviceBuffer device_arena_;
+  std::vector<float> amax_;   // every source's block maxima, concatenated (host copy)
+  DeviceBuffer device_amax_;  // device memory: the same grid on the device
+};
+
+}  // namespace wsync

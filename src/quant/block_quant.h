@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 #include "layout/block_scaling.h"
@@ -46,5 +47,25 @@ void scalesFromAmax(const float* amax, int64_t n, ScaleFormat format, void* scal
 // them). Vectorized with AVX-512 where the CPU has it, else scalar; both give the same bytes.
 Status quantizeBlocksHost(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                           const void* scales, uint8_t* dst);
+
+// ---- added for tests and benchmarks (same contracts as above, with the host code chosen) -------
+
+// The host code paths; quantizeBlocksHost and blockAmaxHost take the fastest the CPU has. Every
+// path gives the same amax and the same bytes.
+enum class HostQuantKernel : uint8_t { kScalar, kAvx512 };
+bool hostQuantKernelAvailable(HostQuantKernel k);  // kAvx512: the CPU has AVX-512F
+HostQuantKernel bestHostQuantKernel();
+const char* hostQuantKernelName(HostQuantKernel k);  // "scalar", "avx512"
+
+// INVALID_ARGUMENT when `k` is not available on this CPU, else as the functions above.
+Status blockAmaxHostWith(HostQuantKernel k, const PieceView& piece, const Dims& shape,
+                         const BlockScaling& s, float* amax);
+Status quantizeBlocksHostWith(HostQuantKernel k, const PieceView& piece, const Dims& shape,
+                              const BlockScaling& s, const void* scales, uint8_t* dst);
+
+// An empty string when `piece` can be quantized under `s` for a weight of `shape` (dtype, ranks,
+// box inside the shape, innermost stride 1, block extents >= 1, a known format), else why not.
+// The CUDA launchers (kernels/block_quant_kernels.h) check with it too.
+std::string checkPiece(const PieceView& piece, const Dims& shape, const BlockScaling& s);
 
 }  // namespace wsync

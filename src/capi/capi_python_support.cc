@@ -83,8 +83,10 @@ constexpr FieldLayout kPieceFields[] = {
 };
 
 constexpr FieldLayout kBlockScalingFields[] = {
-    WSYNC_FIELD(wsync_block_scaling_t, size),         WSYNC_FIELD(wsync_block_scaling_t, format),
-    WSYNC_FIELD(wsync_block_scaling_t, block_rows),   WSYNC_FIELD(wsync_block_scaling_t, block_cols),
+    WSYNC_FIELD(wsync_block_scaling_t, size),
+    WSYNC_FIELD(wsync_block_scaling_t, format),
+    WSYNC_FIELD(wsync_block_scaling_t, block_rows),
+    WSYNC_FIELD(wsync_block_scaling_t, block_cols),
     WSYNC_FIELD(wsync_block_scaling_t, scale_tensor),
 };
 

@@ -403,9 +403,9 @@ wsync_status_t wsync_set_block_scaling(wsync_context_t ctx, const char* tensor,
     wsync::BlockScaling s;
     s.format = static_cast<wsync::ScaleFormat>(scaling->format);
     if (!wsync::validScaleFormat(static_cast<int>(scaling->format))) {
-      return record(ctx, invalid("set_block_scaling '" + std::string(tensor) +
-                                 "': unknown scale format " +
-                                 std::to_string(static_cast<int>(scaling->format))));
+      return record(
+          ctx, invalid("set_block_scaling '" + std::string(tensor) + "': unknown scale format " +
+                       std::to_string(static_cast<int>(scaling->format))));
     }
     s.block_rows = scaling->block_rows;
     s.block_cols = scaling->block_cols;

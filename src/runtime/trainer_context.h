@@ -197,7 +197,7 @@ class TrainerContext final : public Context {
   std::unordered_map<std::string, float> scale_by_name_;
   std::vector<float> plan_scales_;
   std::vector<float> active_scales_;  // the version being sent (publisher thread only)
-  TrainerQuantizer quantizer_;  // block-scaled rollout tensors: the float8 values and scales
+  TrainerQuantizer quantizer_;        // block-scaled rollout tensors: the float8 values and scales
   std::vector<std::unique_ptr<SourceRegistration>> source_registrations_;
   std::vector<uint8_t> snapshot_;              // snapshot mode, host memory: a copy of every buffer
   DeviceBuffer device_snapshot_;               // snapshot mode, device memory

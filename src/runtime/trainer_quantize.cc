@@ -19,7 +19,8 @@ Status TrainerContext::startQuantizing(uint64_t version) {
   WSYNC_ASSIGN_OR_RETURN(std::vector<uint8_t> partial,
                          quantizer_.computeMaxima(source, stream_.get()));
   if (!quantizer_.exchanges()) return quantizer_.quantize({}, source, stream_.get());
-  return sendMessage(MessageType::kPartialMaxima, encode(BlockMaximaMsg{version, std::move(partial)}));
+  return sendMessage(MessageType::kPartialMaxima,
+                     encode(BlockMaximaMsg{version, std::move(partial)}));
 }
 
 Result<GoMsg> TrainerContext::awaitGo(uint64_t version) {
@@ -29,9 +30,9 @@ Result<GoMsg> TrainerContext::awaitGo(uint64_t version) {
   while (!go || !have_maxima) {
     std::optional<MessageType> also;
     if (!have_maxima && !go) also = MessageType::kGo;
-    WSYNC_ASSIGN_OR_RETURN(Frame frame,
-                           nextFrame(have_maxima ? MessageType::kGo : MessageType::kBlockMaxima,
-                                     timeout, also));
+    WSYNC_ASSIGN_OR_RETURN(
+        Frame frame,
+        nextFrame(have_maxima ? MessageType::kGo : MessageType::kBlockMaxima, timeout, also));
     if (static_cast<MessageType>(frame.type) == MessageType::kGo) {
       GoMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));

@@ -8,7 +8,9 @@ namespace wsync {
 namespace {
 
 constexpr size_t kAlign = 256;  // every quantized buffer starts aligned for vector access
-size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t alignUp(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 
 }  // namespace
 
@@ -50,8 +52,9 @@ Result<TrainerQuantizer> TrainerQuantizer::create(const Registration& own,
     z.sources_.push_back(std::move(s));
   }
   for (uint64_t i : exchanged) {
-    if (i >= grid) return protocolError("plan assignment: exchanged block " + std::to_string(i) +
-                                        " outside this trainer's " + std::to_string(grid) + " blocks");
+    if (i >= grid)
+      return protocolError("plan assignment: exchanged block " + std::to_string(i) +
+                           " outside this trainer's " + std::to_string(grid) + " blocks");
   }
   z.exchanged_ = std::move(exchanged);
   z.amax_.assign(grid, 0.0f);
@@ -85,9 +88,9 @@ Result<std::vector<uint8_t>> TrainerQuantizer::computeMaxima(const SourceOf& sou
   for (const Source& s : sources_) {
     const PieceView v = viewOf(s, source);
     if (memory_ == MemoryKind::kDevice) {
-      WSYNC_RETURN_IF_ERROR(blockAmaxAsync(v, s.q.shape, s.scaling,
-                                           reinterpret_cast<float*>(device_amax_.data()) + s.amax_at,
-                                           stream));
+      WSYNC_RETURN_IF_ERROR(
+          blockAmaxAsync(v, s.q.shape, s.scaling,
+                         reinterpret_cast<float*>(device_amax_.data()) + s.amax_at, stream));
     } else {
       WSYNC_RETURN_IF_ERROR(blockAmaxHost(v, s.q.shape, s.scaling, amax_.data() + s.amax_at));
     }

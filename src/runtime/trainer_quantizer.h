@@ -55,10 +55,10 @@ class TrainerQuantizer {
   struct Source {
     QuantizedSource q;
     BlockScaling scaling;
-    PieceView view;           // data: offset from the buffer start (bytes), filled per version
-    size_t values_at = 0;     // bytes into the arena
+    PieceView view;        // data: offset from the buffer start (bytes), filled per version
+    size_t values_at = 0;  // bytes into the arena
     size_t scales_at = 0;
-    size_t amax_at = 0;       // floats into the grid
+    size_t amax_at = 0;  // floats into the grid
   };
   PieceView viewOf(const Source& s, const SourceOf& source) const;
 
@@ -68,7 +68,7 @@ class TrainerQuantizer {
   MemoryKind memory_ = MemoryKind::kHost;
   int cuda_device_ = -1;
   std::chrono::milliseconds timeout_{60000};  // bound on a device wait
-  std::vector<size_t> buffer_at_;  // per quantized buffer: bytes into the arena
+  std::vector<size_t> buffer_at_;             // per quantized buffer: bytes into the arena
   size_t arena_bytes_ = 0;
   std::vector<uint8_t> host_arena_;
   DeviceBuffer device_arena_;

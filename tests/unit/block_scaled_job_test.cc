@@ -1,0 +1,382 @@
+// Block-scaled rollouts end to end, in one process (coordinator through the C++ API, ranks on
+// threads with WSYNC_BOOTSTRAP_EXPLICIT, real UCX writes): bfloat16 trainers whose row shards cut
+// 128x128 blocks -> replicas holding the same weights as block fp8 (float32 scales, TP column
+// shards), as block fp8 with power-of-two scales, and as MXFP8 (1x32, e8m0); every version's
+// float8 bytes and scales equal the full-tensor reference quantizer bit for bit (which the
+// quantizer tests tie to vLLM's own). Then the errors commit must name: a rollout shard that cuts
+// a block, a scale tensor of the wrong shape, two ranks of one replica that disagree.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "support/block_quant_testing.h"
+#include "support/explicit_job.h"
+#include "wsync/wsync.h"
+
+namespace {
+
+namespace bq = wsync::block_quant_testing;
+constexpr char kSecret[] = "block-scaled-job-secret";
+
+struct Coordinator {
+  std::unique_ptr<wsync::Coordinator> coordinator;
+  std::string address;
+};
+
+Coordinator startCoordinator(int trainers, int rollouts) {
+  wsync::CoordinatorOptions opt;
+  opt.num_trainers = trainers;
+  opt.num_rollouts = rollouts;
+  opt.control.secret = kSecret;
+  opt.timeout = std::chrono::milliseconds(20000);
+  auto c = wsync::Coordinator::start(std::move(opt));
+  EXPECT_TRUE(c.isOk()) << c.status().toString();
+  Coordinator job;
+  job.address = "127.0.0.1:" + std::to_string((*c)->port());
+  job.coordinator = std::move(c).value();
+  return job;
+}
+
+// One registered buffer: pieces of one tensor (a box each), its dtype.
+struct Piece {
+  std::string tensor;
+  std::vector<int64_t> shape, offset, extent;
+};
+struct Buffer {
+  std::string name;
+  wsync_dtype_t dtype;
+  std::vector<Piece> pieces;
+  int64_t elements() const {
+    int64_t n = 0;
+    for (const Piece& p : pieces) {
+      int64_t v = 1;
+      for (int64_t e : p.extent)
+        v *= e;
+      n += v;
+    }
+    return n;
+  }
+};
+
+int registerBuffer(wsync_context_t ctx, const Buffer& b, void* data) {
+  std::vector<wsync_piece_t> pieces;
+  int64_t local = 0;
+  for (const Piece& p : b.pieces) {
+    wsync_piece_t w = WSYNC_PIECE_INITIALIZER;
+    w.tensor = p.tensor.c_str();
+    w.ndim = static_cast<int>(p.shape.size());
+    w.global_shape = p.shape.data();
+    w.box_offset = p.offset.data();
+    w.box_extent = p.extent.data();
+    w.local_offset = local;
+    int64_t v = 1;
+    for (int64_t e : p.extent)
+      v *= e;
+    local += v;
+    pieces.push_back(w);
+  }
+  int index = -1;
+  EXPECT_EQ(
+      wsync_register_buffer(ctx, b.name.c_str(), b.dtype, WSYNC_MEMORY_HOST, data, b.elements(),
+                            static_cast<int>(pieces.size()), pieces.data(), &index),
+      WSYNC_SUCCESS)
+      << wsync_last_error(ctx);
+  return index;
+}
+
+// The elements of `box` of a row-major tensor of `shape` (element size `size`), packed.
+std::vector<uint8_t> boxBytes(const std::vector<uint8_t>& all, const std::vector<int64_t>& shape,
+                              const std::vector<int64_t>& offset,
+                              const std::vector<int64_t>& extent, size_t size) {
+  wsync::Box box;
+  wsync::Dims s;
+  box.offset.rank = box.extent.rank = s.rank = static_cast<uint8_t>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    box.offset[static_cast<int>(d)] = offset[d];
+    box.extent[static_cast<int>(d)] = extent[d];
+    s[static_cast<int>(d)] = shape[d];
+  }
+  std::vector<uint8_t> out;
+  bq::forEachIndex(box, [&](const wsync::Dims& i) {
+    const auto at = static_cast<size_t>(bq::linearIndex(i, s)) * size;
+    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
+               all.begin() + static_cast<std::ptrdiff_t>(at + size));
+  });
+  return out;
+}
+
+wsync::Dims dimsOf(const std::vector<int64_t>& v) {
+  wsync::Dims d = wsync::Dims::zeros(static_cast<int>(v.size()));
+  for (size_t i = 0; i < v.size(); ++i)
+    d[static_cast<int>(i)] = v[i];
+  return d;
+}
+
+// The job: trainers and rollout ranks (replica, scalings, buffers) on threads.
+struct RolloutRank {
+  int replica = 0;
+  std::vector<std::pair<std::string, wsync_block_scaling_t>> scalings;
+  std::vector<Buffer> buffers;
+};
+
+const std::vector<int64_t> kW = {300, 256};   // rows cut by the trainers at 100 and 210
+const std::vector<int64_t> kE = {3, 64, 96};  // experts; rows cut at 40
+
+wsync_block_scaling_t scaling(wsync_scale_format_t f, int64_t rows, int64_t cols,
+                              const char* scales) {
+  wsync_block_scaling_t s = WSYNC_BLOCK_SCALING_INITIALIZER;
+  s.format = f;
+  s.block_rows = rows;
+  s.block_cols = cols;
+  s.scale_tensor = scales;
+  return s;
+}
+
+wsync::BlockScaling internal(const wsync_block_scaling_t& s) {
+  wsync::BlockScaling b;
+  b.format = static_cast<wsync::ScaleFormat>(s.format);
+  b.block_rows = s.block_rows;
+  b.block_cols = s.block_cols;
+  b.scale_tensor = s.scale_tensor;
+  return b;
+}
+
+// Trainer t's bfloat16 buffers: rows [cut t, cut t+1) of w, and of every expert of e (t < 2).
+std::vector<Buffer> trainerBuffers(int t) {
+  const int64_t w_cuts[] = {0, 100, 210, 300};
+  std::vector<Buffer> out;
+  out.push_back(
+      {"w", WSYNC_DTYPE_BFLOAT16, {{"w", kW, {w_cuts[t], 0}, {w_cuts[t + 1] - w_cuts[t], kW[1]}}}});
+  if (t < 2) {
+    const int64_t e_cuts[] = {0, 40, 64};
+    out.push_back({"e",
+                   WSYNC_DTYPE_BFLOAT16,
+                   {{"e", kE, {0, e_cuts[t], 0}, {kE[0], e_cuts[t + 1] - e_cuts[t], kE[2]}}}});
+  }
+  return out;
+}
+
+struct Outcome {
+  std::vector<wsync_status_t> commit;  // per rollout rank
+  std::vector<std::string> errors;
+  int failures = 0;
+};
+
+// Runs the job for `versions` versions; each rollout rank checks every version with `check`.
+// `data`: each buffer's bytes in `version`, under a lease.
+using Check =
+    std::function<void(int rank, uint64_t version, const std::vector<const uint8_t*>& data)>;
+Outcome runJob(const std::vector<RolloutRank>& rollouts, int versions,
+               const std::function<bq::HostTensor(const std::string&, uint64_t)>& weights,
+               const Check& check) {
+  constexpr int kTrainers = 3;
+  const int n = static_cast<int>(rollouts.size());
+  Coordinator job = startCoordinator(kTrainers, n);
+  Outcome out;
+  out.commit.assign(static_cast<size_t>(n), WSYNC_SUCCESS);
+  out.errors.resize(static_cast<size_t>(n));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kTrainers; ++t) {
+    threads.emplace_back([&, t] {
+      wsync_config_t cfg =
+          wsync_test::explicitConfig(job.address, kSecret, WSYNC_ROLE_TRAINER, t, -1, kTrainers, n);
+      wsync_context_t ctx = nullptr;
+      if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
+      const std::vector<Buffer> buffers = trainerBuffers(t);
+      std::vector<std::vector<uint8_t>> data(buffers.size());
+      for (size_t b = 0; b < buffers.size(); ++b) {
+        data[b].resize(static_cast<size_t>(buffers[b].elements()) * 2);
+        registerBuffer(ctx, buffers[b], data[b].data());
+      }
+      if (wsync_commit(ctx) == WSYNC_SUCCESS) {
+        for (uint64_t v = 1; v <= static_cast<uint64_t>(versions); ++v) {
+          for (size_t b = 0; b < buffers.size(); ++b) {
+            const Piece& p = buffers[b].pieces[0];
+            const std::vector<uint8_t> bytes =
+                boxBytes(weights(p.tensor, v).bytes, p.shape, p.offset, p.extent, 2);
+            std::memcpy(data[b].data(), bytes.data(), bytes.size());  // the registered memory
+          }
+          wsync_request_t req = nullptr;
+          ASSERT_EQ(wsync_publish(ctx, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx);
+          EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS) << wsync_request_error(req);
+          wsync_request_free(req);
+        }
+      }
+      wsync_context_destroy(ctx);
+    });
+  }
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const RolloutRank& me = rollouts[static_cast<size_t>(r)];
+      wsync_config_t cfg = wsync_test::explicitConfig(job.address, kSecret, WSYNC_ROLE_ROLLOUT, r,
+                                                      me.replica, kTrainers, n);
+      wsync_context_t ctx = nullptr;
+      if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
+      for (const auto& [tensor, s] : me.scalings)
+        EXPECT_EQ(wsync_set_block_scaling(ctx, tensor.c_str(), &s), WSYNC_SUCCESS)
+            << wsync_last_error(ctx);
+      std::vector<int> indices;
+      for (const Buffer& b : me.buffers)
+        indices.push_back(registerBuffer(ctx, b, nullptr));
+      out.commit[static_cast<size_t>(r)] = wsync_commit(ctx);
+      out.errors[static_cast<size_t>(r)] = wsync_last_error(ctx);
+      if (out.commit[static_cast<size_t>(r)] == WSYNC_SUCCESS) {
+        uint64_t seen = 0;
+        while (seen < static_cast<uint64_t>(versions)) {
+          uint64_t newest = 0;
+          ASSERT_EQ(wsync_wait_version(ctx, seen, -1, &newest), WSYNC_SUCCESS)
+              << wsync_last_error(ctx);
+          wsync_lease_t lease = nullptr;  // the newest, held while it is checked
+          ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS)
+              << wsync_last_error(ctx);
+          uint64_t v = 0;
+          ASSERT_EQ(wsync_lease_version(lease, &v), WSYNC_SUCCESS);
+          std::vector<const uint8_t*> data;
+          for (int index : indices) {
+            void* p = nullptr;
+            EXPECT_EQ(wsync_lease_buffer(lease, index, &p), WSYNC_SUCCESS);
+            data.push_back(static_cast<const uint8_t*>(p));
+          }
+          check(r, v, data);
+          wsync_lease_release(lease);
+          seen = v;
+        }
+      }
+      wsync_context_destroy(ctx);
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  out.failures = failures.load();
+  return out;
+}
+
+bq::HostTensor weightsOf(const std::string& tensor, uint64_t version) {
+  std::mt19937_64 rng(version * 7919 + tensor.size());
+  // A few infinities and NaNs from version 3 on: the engines' rules for non-finite values.
+  return bq::randomTensor(rng, wsync::DType::kBFloat16, dimsOf(tensor == "w" ? kW : kE),
+                          version >= 3 ? 30 : 0);
+}
+
+TEST(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
+  const auto fp32 = scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale");
+  const auto pow2 = scaling(WSYNC_SCALE_POW2_FLOAT32, 128, 128, "w_scale");
+  const auto mx_w = scaling(WSYNC_SCALE_E8M0, 1, 32, "w_mx");
+  const auto e_fp32 = scaling(WSYNC_SCALE_FLOAT32, 128, 128, "e_scale");
+  const auto e_mx = scaling(WSYNC_SCALE_E8M0, 1, 32, "e_mx");
+  std::vector<RolloutRank> rollouts(4);
+  // Replica 0: TP 2 over w's columns (block fp8, float32 scales: each rank its scale column);
+  // rank 0 also holds every expert with its scales.
+  for (int r = 0; r < 2; ++r) {
+    RolloutRank& me = rollouts[static_cast<size_t>(r)];
+    me.replica = 0;
+    me.scalings = {{"w", fp32}};
+    me.buffers.push_back({"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 128 * r}, {300, 128}}}});
+    me.buffers.push_back({"w_scale", WSYNC_DTYPE_FLOAT32, {{"w_scale", {3, 2}, {0, r}, {3, 1}}}});
+    if (r == 0) {
+      me.scalings.push_back({"e", e_fp32});
+      me.buffers.push_back({"e", WSYNC_DTYPE_FLOAT8_E4M3, {{"e", kE, {0, 0, 0}, kE}}});
+      me.buffers.push_back(
+          {"e_scale", WSYNC_DTYPE_FLOAT32, {{"e_scale", {3, 1, 1}, {0, 0, 0}, {3, 1, 1}}}});
+    }
+  }
+  // Replica 1: power-of-two scales for w, MXFP8 experts.
+  rollouts[2].replica = 1;
+  rollouts[2].scalings = {{"w", pow2}, {"e", e_mx}};
+  rollouts[2].buffers = {
+      {"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 0}, kW}}},
+      {"w_scale", WSYNC_DTYPE_FLOAT32, {{"w_scale", {3, 2}, {0, 0}, {3, 2}}}},
+      {"e", WSYNC_DTYPE_FLOAT8_E4M3, {{"e", kE, {0, 0, 0}, kE}}},
+      {"e_mx", WSYNC_DTYPE_UINT8, {{"e_mx", {3, 64, 3}, {0, 0, 0}, {3, 64, 3}}}}};
+  // Replica 2: MXFP8 w; the experts unscaled in bfloat16 (a plain conversion beside).
+  rollouts[3].replica = 2;
+  rollouts[3].scalings = {{"w", mx_w}};
+  rollouts[3].buffers = {{"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 0}, kW}}},
+                         {"w_mx", WSYNC_DTYPE_UINT8, {{"w_mx", {300, 8}, {0, 0}, {300, 8}}}},
+                         {"e", WSYNC_DTYPE_BFLOAT16, {{"e", kE, {0, 0, 0}, kE}}}};
+  std::atomic<int> checked{0};
+  const Outcome out = runJob(
+      rollouts, 4, weightsOf, [&](int r, uint64_t v, const std::vector<const uint8_t*>& data) {
+        const RolloutRank& me = rollouts[static_cast<size_t>(r)];
+        for (size_t b = 0; b < me.buffers.size(); ++b) {
+          const Buffer& buf = me.buffers[b];
+          const Piece& p = buf.pieces[0];
+          const std::string& weight = p.tensor == "w" || p.tensor == "e" ? p.tensor
+                                      : p.tensor[0] == 'w'               ? "w"
+                                                                         : "e";
+          const bq::HostTensor full = weightsOf(weight, v);
+          std::vector<uint8_t> want;
+          if (buf.dtype == WSYNC_DTYPE_BFLOAT16) {
+            want = boxBytes(full.bytes, p.shape, p.offset, p.extent, 2);
+          } else {
+            const wsync_block_scaling_t* s = nullptr;
+            for (const auto& [tensor, sc] : me.scalings)
+              if (tensor == weight) s = &sc;
+            ASSERT_NE(s, nullptr);
+            const bq::Quantized q = bq::referenceQuantize(full, internal(*s));
+            const bool values = p.tensor == weight;
+            want = values ? boxBytes(q.values, p.shape, p.offset, p.extent, 1)
+                          : boxBytes(q.scales, p.shape, p.offset, p.extent,
+                                     bq::scaleSize(internal(*s).format));
+          }
+          const std::vector<uint8_t> got(data[b], data[b] + want.size());
+          ASSERT_EQ(got, want) << "rollout " << r << " buffer " << buf.name << " version " << v;
+          ++checked;
+        }
+      });
+  EXPECT_EQ(out.failures, 0);
+  for (size_t r = 0; r < out.commit.size(); ++r)
+    EXPECT_EQ(out.commit[r], WSYNC_SUCCESS) << out.errors[r];
+  EXPECT_GT(checked.load(), 0);
+}
+
+// Commit fails on every rank with MISMATCH, the message naming what `needle` says.
+void expectCommitMismatch(const std::vector<RolloutRank>& rollouts, const std::string& needle) {
+  const Outcome out =
+      runJob(rollouts, 1, weightsOf, [](int, uint64_t, const std::vector<const uint8_t*>&) {});
+  for (size_t r = 0; r < out.commit.size(); ++r) {
+    EXPECT_EQ(out.commit[r], WSYNC_ERR_MISMATCH) << out.errors[r];
+    EXPECT_NE(out.errors[r].find(needle), std::string::npos) << out.errors[r];
+  }
+}
+
+TEST(BlockScaledJob, AShardThatCutsABlockIsNamedAtCommit) {
+  std::vector<RolloutRank> rollouts(2);
+  for (int r = 0; r < 2; ++r) {  // TP 2 over columns at 100: cuts the first 128-wide block
+    const int64_t c0 = r == 0 ? 0 : 100, c1 = r == 0 ? 100 : 256;
+    rollouts[static_cast<size_t>(r)].scalings = {
+        {"w", scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale")}};
+    rollouts[static_cast<size_t>(r)].buffers = {
+        {"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, c0}, {300, c1 - c0}}}}};
+  }
+  expectCommitMismatch(rollouts, "cuts blocks of 128 along dim 1");
+}
+
+TEST(BlockScaledJob, AScaleTensorOfTheWrongShapeIsNamedAtCommit) {
+  std::vector<RolloutRank> rollouts(1);
+  rollouts[0].scalings = {{"w", scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale")}};
+  rollouts[0].buffers = {{"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 0}, kW}}},
+                         {"w_scale", WSYNC_DTYPE_FLOAT32, {{"w_scale", {2, 2}, {0, 0}, {2, 2}}}}};
+  expectCommitMismatch(rollouts, "'w_scale' is declared with shape [2, 2]");
+}
+
+TEST(BlockScaledJob, RanksOfOneReplicaThatDisagreeAreNamedAtCommit) {
+  std::vector<RolloutRank> rollouts(2);
+  rollouts[0].scalings = {{"w", scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale")}};
+  rollouts[1].scalings = {{"w", scaling(WSYNC_SCALE_POW2_FLOAT32, 128, 128, "w_scale")}};
+  for (int r = 0; r < 2; ++r) {
+    rollouts[static_cast<size_t>(r)].buffers = {
+        {"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 128 * r}, {300, 128}}}}};
+  }
+  expectCommitMismatch(rollouts, "ranks of one replica must agree");
+}
+
+}  // namespace

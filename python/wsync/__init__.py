@@ -19,14 +19,14 @@ from .errors import (AbortedError, InternalError, InvalidArgumentError, InvalidU
                      RemoteError, TrainersDoneError, UnpublishableError, UnsupportedError,
                      WsyncError, WsyncSystemError, WsyncTimeoutError)
 from .types import (VERSION_NEWEST, CudaIpcExport, DeviceTransport, DType, Memory, Replicas,
-                    Role, Status)
+                    Role, ScaleFormat, Status)
 
 __all__ = [
     "__version__", "library_path", "library_version", "find_coordinator", "Bootstrap",
     "Coordinator", "replica_id", "DeviceTransport", "CudaIpcExport", "Context", "ContextConfig",
     "Lease", "Piece", "PlanInfo", "Request",
     "VersionStats", "status_name", "Trainer", "Rollout", "VERSION_NEWEST", "DType", "Memory",
-    "Replicas", "Role", "Status", "WsyncError", "InvalidArgumentError",
+    "Replicas", "Role", "ScaleFormat", "Status", "WsyncError", "InvalidArgumentError",
     "InvalidUsageError", "MismatchError", "WsyncTimeoutError", "NotReadyError",
     "WsyncSystemError", "RemoteError", "ProtocolError", "UnsupportedError", "AbortedError",
     "InternalError", "TrainersDoneError", "UnpublishableError", "LibraryNotFoundError",

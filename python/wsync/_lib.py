@@ -103,6 +103,18 @@ class Piece(ctypes.Structure):
     ]
 
 
+class BlockScaling(ctypes.Structure):
+    """wsync_block_scaling_t."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("format", ctypes.c_int),
+        ("block_rows", ctypes.c_int64),
+        ("block_cols", ctypes.c_int64),
+        ("scale_tensor", ctypes.c_char_p),
+    ]
+
+
 class VersionStats(ctypes.Structure):
     """wsync_version_stats_t: every field, in the header's order (checked like Config). `size`
     tells the library which fields we know."""
@@ -176,6 +188,7 @@ _OPTIONAL_PROTOTYPES = {
     "wsync_version_stats": (_st, [_vp, ctypes.POINTER(VersionStats)]),
     "wsync_request_replicas": (_st, [_vp, ctypes.c_int, ctypes.c_int, _int_p, _int_p]),
     "wsync_config_init": (_st, [ctypes.POINTER(Config)]),
+    "wsync_set_block_scaling": (_st, [_vp, ctypes.c_char_p, ctypes.POINTER(BlockScaling)]),
     "wsync_version_stats_init": (_st, [ctypes.POINTER(VersionStats)]),
     "wsync_struct_layout": (_st, [ctypes.c_char_p, ctypes.c_char_p,
                                   ctypes.POINTER(ctypes.c_size_t),
@@ -184,7 +197,8 @@ _OPTIONAL_PROTOTYPES = {
 
 # The ctypes mirrors of the header's structs (tests/python/test_parity.py checks each one).
 MIRRORS = {"wsync_config_t": Config, "wsync_version_stats_t": VersionStats,
-           "wsync_plan_info_t": PlanInfo, "wsync_piece_t": Piece}
+           "wsync_plan_info_t": PlanInfo, "wsync_piece_t": Piece,
+           "wsync_block_scaling_t": BlockScaling}
 
 
 def candidate_paths() -> List[Path]:

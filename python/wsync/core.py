@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _lib
-from .errors import WsyncError, error_for
+from .errors import UnsupportedError, WsyncError, error_for
 from .types import (VERSION_NEWEST, Bootstrap, CudaIpcExport, DeviceTransport, DType, Memory,
-                    Replicas, Role, Status)
+                    Replicas, Role, ScaleFormat, Status)
 
 
 def status_name(status: int) -> str:
@@ -439,6 +439,23 @@ class Context:
         """wsync_set_tensor_scale: the float8 conversion scale of global tensor `tensor`."""
         _check(_lib.load().wsync_set_tensor_scale(self._h(), tensor.encode(), float(scale)),
                self.handle, "wsync_set_tensor_scale")
+
+    def set_block_scaling(self, tensor: str, scale_tensor: str,
+                          format: ScaleFormat = ScaleFormat.FLOAT32,
+                          block: Tuple[int, int] = (128, 128)) -> None:
+        """wsync_set_block_scaling (rollouts, before commit): global tensor `tensor` is held as
+        block-scaled float8 e4m3, its scales as global tensor `scale_tensor` of shape
+        [..., ceil(rows / block[0]), ceil(cols / block[1])] (float32, uint8 for E8M0)."""
+        fn = getattr(_lib.load(), "wsync_set_block_scaling", None)
+        if fn is None:
+            raise UnsupportedError("this libwsync has no wsync_set_block_scaling")
+        s = _lib.BlockScaling()
+        s.size = ctypes.sizeof(_lib.BlockScaling)
+        s.format = int(format)
+        s.block_rows, s.block_cols = int(block[0]), int(block[1])
+        s.scale_tensor = scale_tensor.encode()
+        _check(fn(self._h(), tensor.encode(), ctypes.byref(s)), self.handle,
+               "wsync_set_block_scaling")
 
     def publish(self, version: int, stream: Optional[int] = None) -> Request:
         """wsync_publish, or wsync_publish_on_stream when `stream` (a cudaStream_t as an int;

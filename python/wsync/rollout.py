@@ -27,7 +27,7 @@ from .bootstrap import Bootstrap
 from .core import Context, ContextConfig, Lease, PlanInfo, VersionStats
 from .errors import NotReadyError, UnpublishableError, WsyncTimeoutError
 from .layout import pieces_for
-from .types import (VERSION_NEWEST, CudaIpcExport, DeviceTransport, Memory, Role,
+from .types import (VERSION_NEWEST, CudaIpcExport, DeviceTransport, Memory, Role, ScaleFormat,
                     torch_dtype_to_wsync, wsync_dtype_to_torch)
 
 SlotSpec = Union[torch.Tensor, Tuple[Sequence[int], torch.dtype]]
@@ -116,6 +116,15 @@ class Rollout:
         self._watchers: List[Watcher] = []
         self.flip_python_s: List[float] = []  # Python time per flip/swap minus the C calls
         self.flip_c_s: List[float] = []  # time in wsync_copy_flip per flip
+
+    def set_block_scaling(self, tensor: str, scale_tensor: str,
+                          format: ScaleFormat = ScaleFormat.FLOAT32,
+                          block: Tuple[int, int] = (128, 128)) -> None:
+        """Before commit: HF tensor `tensor` is held here as block-scaled float8 e4m3 (register its
+        float8 parameter as usual) with its scales registered as `scale_tensor` (e.g. vLLM's
+        ``...weight_scale_inv``). The trainers keep sending bf16 / fp32: each quantizes its own
+        elements in flight, bit-equal to the engine's quantizer (docs/block_fp8.md)."""
+        self.connect().set_block_scaling(tensor, scale_tensor, format, block)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def connect(self, cuda_device: Optional[int] = None) -> Context:

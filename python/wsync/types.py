@@ -75,6 +75,14 @@ class Memory(enum.IntEnum):
     DEVICE = 1
 
 
+class ScaleFormat(enum.IntEnum):
+    """wsync_scale_format_t: how a block-scaled float8 rollout weight stores its scales."""
+
+    FLOAT32 = 1  # float32 max(amax, 1e-4) / 448 per block (vLLM per_block_cast_to_fp8)
+    POW2_FLOAT32 = 2  # the same rounded up to a power of two (use_ue8m0)
+    E8M0 = 3  # uint8 biased exponent per 1x32 block (OCP MXFP8)
+
+
 class DType(enum.IntEnum):
     """wsync_dtype_t."""
 

@@ -8,7 +8,9 @@
 //   2. scalesFromAmax, then quantizeBlocksHost with the complete scales.
 // Non-finite values behave as in the engines' quantizers: a NaN in a block makes its scale and
 // every element of the block NaN; an infinity makes the scale infinite, the block's finite
-// elements (+-)0 and the infinite ones NaN (float32 and pow2 scales); see docs/block_fp8.md.
+// elements (+-)0 and the infinite ones NaN (float32 and pow2 scales); e8m0: an infinity gives
+// scale 254 and saturates to +-448, a NaN gives scale 0xff (the MX NaN; vLLM writes 0). Every
+// NaN element is 0x7f. See docs/block_fp8.md.
 #pragma once
 
 #include <cstdint>

@@ -49,6 +49,32 @@ WSYNC_QUANT_HD float floatOf(uint32_t u) {
 #endif
 }
 
+// a * b and a + b each rounded once: never contracted into an FMA (nvcc fuses a multiply and a
+// dependent add by default; wsync_quant builds with -ffp-contract=off on the host).
+WSYNC_QUANT_HD float mulRounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+WSYNC_QUANT_HD float addRounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+WSYNC_QUANT_HD float divRounded(float a, float b) {  // IEEE division even under -prec-div=false
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 WSYNC_QUANT_HD bool isNaN(float f) {
   return (bitsOf(f) & 0x7fffffffu) > 0x7f800000u;
 }
@@ -96,7 +122,7 @@ WSYNC_QUANT_HD float clampMin(float amax, float floor) {
 WSYNC_QUANT_HD float float32Scale(float amax) {
   const float a = clampMin(amax, kFloat32AmaxFloor);
   if (isNaN(a)) return nanValue();
-  return a / kE4m3Max;
+  return divRounded(a, kE4m3Max);
 }
 
 // kPow2Float32: 2^ceil(log2(float32Scale(amax))) (torch.pow(2.0, ceil(log2(sf.abs())))).
@@ -112,7 +138,7 @@ WSYNC_QUANT_HD float pow2Scale(float amax) {
 WSYNC_QUANT_HD uint8_t e8m0Scale(float amax) {
   const float a = clampMin(amax, kE8m0AmaxFloor);
   if (isNaN(a)) return kE8m0NaN;
-  float biased = ceilLog2AsTorch(a / kE4m3Max) + 127.0f;
+  float biased = ceilLog2AsTorch(divRounded(a, kE4m3Max)) + 127.0f;
   if (biased < 0.0f) biased = 0.0f;
   if (biased > static_cast<float>(kE8m0MaxBiased)) biased = static_cast<float>(kE8m0MaxBiased);
   return static_cast<uint8_t>(biased);
@@ -120,7 +146,7 @@ WSYNC_QUANT_HD uint8_t e8m0Scale(float amax) {
 
 // The multiplier m of a block from its float32 scale (kFloat32, kPow2Float32): 1 / s.
 WSYNC_QUANT_HD float multiplierOfFloatScale(float s) {
-  return 1.0f / s;
+  return divRounded(1.0f, s);
 }
 
 // The multiplier m of a block from its e8m0 scale: 2^(127 - e), NaN for 0xff.
@@ -143,7 +169,8 @@ WSYNC_QUANT_HD uint8_t e4m3FromFloat(float f) {
     result = 0x7e;
   } else if (bits < (121u << 23)) {  // below 2^-6: subnormal e4m3, rounded by a float add
     const uint32_t denorm_mask = 141u << 23;
-    result = static_cast<uint8_t>(bitsOf(floatOf(bits) + floatOf(denorm_mask)) - denorm_mask);
+    result =
+        static_cast<uint8_t>(bitsOf(addRounded(floatOf(bits), floatOf(denorm_mask))) - denorm_mask);
   } else {
     const uint32_t mant_odd = (bits >> 20) & 1u;
     bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7ffffu;
@@ -156,7 +183,7 @@ WSYNC_QUANT_HD uint8_t e4m3FromFloat(float f) {
 
 // One element: e4m3(x * m).
 WSYNC_QUANT_HD uint8_t quantizeElement(float x, float m) {
-  return e4m3FromFloat(x * m);
+  return e4m3FromFloat(mulRounded(x, m));
 }
 
 // bfloat16 / float16 bits -> float (exact). float16 by bit manipulation, subnormals included.
@@ -171,7 +198,7 @@ WSYNC_QUANT_HD float floatOfFloat16(uint16_t h) {
   if (exponent == 0x1f) return floatOf(sign | 0x7f800000u | (mantissa << 13));
   if (exponent != 0) return floatOf(sign | ((exponent + 112u) << 23) | (mantissa << 13));
   // zero or subnormal: mantissa * 2^-24, exact in float32
-  const float magnitude = static_cast<float>(mantissa) * floatOf(0x33800000u);  // 2^-24
+  const float magnitude = mulRounded(static_cast<float>(mantissa), floatOf(0x33800000u));  // 2^-24
   return floatOf(sign | bitsOf(magnitude));
 }
 

@@ -12,6 +12,7 @@
 
 #include "quant/block_quant.h"
 #include "quant/block_quant_math.h"
+#include "quant/block_quant_segments.h"
 #include "support/block_quant_testing.h"
 
 namespace wsync {
@@ -97,6 +98,76 @@ TEST(BlockQuantMath, E4m3RoundsLikeTorch) {
   EXPECT_EQ(qm::e4m3FromFloat(bitsFloat(0xffc00000u)), 0x7f);
   EXPECT_EQ(qm::e4m3FromFloat(bitsFloat(0x00000001u)), 0x00);  // float32 subnormal
 }
+
+// The vectorized e4m3 conversion against the scalar one (torch's c10 algorithm) on 4M float32
+// bit patterns: every sign / exponent / top-7-mantissa-bits combination (bits 16..31) with 64
+// low halves (the rounding ties 0x0000 / 0x8000 at bit 19 come from the top bits).
+TEST(BlockQuantMath, VectorE4m3EqualsScalarOnEveryHighHalf) {
+  if (!hostQuantKernelAvailable(HostQuantKernel::kAvx512)) {
+    GTEST_SKIP() << "this CPU lacks AVX-512F: only the scalar path exists here";
+  }
+  std::vector<uint16_t> lows = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
+  std::mt19937 rng(3);
+  while (lows.size() < 64)
+    lows.push_back(static_cast<uint16_t>(rng()));
+  std::vector<uint32_t> bits(65536 * lows.size());
+  for (uint32_t high = 0; high < 65536; ++high) {
+    for (size_t j = 0; j < lows.size(); ++j)
+      bits[high * lows.size() + j] = high << 16 | lows[j];
+  }
+  const int64_t n = static_cast<int64_t>(bits.size());
+  std::vector<uint8_t> scalar(bits.size()), vector(bits.size());
+  quant_detail::segmentQuantizeScalar(bits.data(), DType::kFloat32, n, 1.0f, scalar.data());
+  quant_detail::segmentQuantizeAvx512(bits.data(), DType::kFloat32, n, 1.0f, vector.data());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    ASSERT_EQ(vector[i], scalar[i]) << std::hex << "float bits 0x" << bits[i];
+    ASSERT_EQ(scalar[i], qm::e4m3FromFloat(bitsFloat(bits[i])));
+  }
+}
+
+// Every bfloat16 and float16 bit pattern, loaded and multiplied by several multipliers (0, inf
+// and NaN included): vectorized and scalar bytes equal.
+TEST(BlockQuantMath, VectorEqualsScalarOnEveryHalfWidthPattern) {
+  if (!hostQuantKernelAvailable(HostQuantKernel::kAvx512)) {
+    GTEST_SKIP() << "this CPU lacks AVX-512F: only the scalar path exists here";
+  }
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i)
+    all[i] = static_cast<uint16_t>(i);
+  const float multipliers[] = {
+      1.0f, 448.0f / 3.7f,          std::ldexp(1.0f, -20),  std::ldexp(1.0f, 100),
+      0.0f, bitsFloat(0x7f800000u), bitsFloat(qm::kNaNBits)};
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (float m : multipliers) {
+      std::vector<uint8_t> scalar(all.size()), vector(all.size());
+      quant_detail::segmentQuantizeScalar(all.data(), dtype, 65536, m, scalar.data());
+      quant_detail::segmentQuantizeAvx512(all.data(), dtype, 65536, m, vector.data());
+      ASSERT_EQ(vector, scalar) << dtypeName(dtype) << " m " << m;
+    }
+    const float a = quant_detail::segmentAmaxScalar(all.data(), dtype, 65536, 0.0f);
+    EXPECT_TRUE(qm::isNaN(a));
+    EXPECT_TRUE(qm::isNaN(quant_detail::segmentAmaxAvx512(all.data(), dtype, 65536, 0.0f)));
+  }
+}
+
+#if defined(__FLT16_MAX__)
+// float16 -> float32 by bits (subnormals, inf, NaN payloads) equals the compiler's _Float16.
+TEST(BlockQuantMath, Float16ConversionIsExact) {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<uint16_t>(i);
+    _Float16 f;
+    std::memcpy(&f, &h, 2);
+    const float expected = static_cast<float>(f);
+    const float got = qm::floatOfFloat16(h);
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(got)) << i;
+      ASSERT_EQ(std::signbit(got), std::signbit(expected)) << i;
+    } else {
+      ASSERT_EQ(qm::bitsOf(got), qm::bitsOf(expected)) << i;
+    }
+  }
+}
+#endif
 
 TEST(BlockQuantMath, CeilLog2IsTorchsNotTheExactCeiling) {
   // torch.ceil(torch.log2(x)) for x = 2^k + j ulps, j = 0..7 (torch 2.13, CPU): log2 rounds to

@@ -1,22 +1,43 @@
 #include "runtime/device_quant_ops.h"
 
+#ifdef WSYNC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/block_quant_kernels.h"
+#endif
+
 namespace wsync {
+
+#ifdef WSYNC_HAVE_CUDA
+Status blockAmaxAsync(const PieceView& piece, const Dims& shape, const BlockScaling& s, float* amax,
+                      CudaStreamHandle stream) {
+  return launchBlockAmax(piece, shape, s, amax, stream);
+}
+Status scalesFromAmaxAsync(const float* amax, int64_t n, ScaleFormat format, void* scales,
+                           CudaStreamHandle stream) {
+  return launchScalesFromAmax(amax, n, format, scales, stream);
+}
+Status quantizeBlocksAsync(const PieceView& piece, const Dims& shape, const BlockScaling& s,
+                           const void* scales, uint8_t* dst, CudaStreamHandle stream) {
+  return launchQuantizeBlocks(piece, shape, s, scales, dst, stream);
+}
+#else
 namespace {
-Status noDeviceQuantizer() {
-  return {WSYNC_ERR_UNSUPPORTED, "block quantization on the device is not in this build"};
+Status noCuda() {
+  return {WSYNC_ERR_UNSUPPORTED, "block quantization on the device: a build without CUDA"};
 }
 }  // namespace
-
 Status blockAmaxAsync(const PieceView&, const Dims&, const BlockScaling&, float*,
                       CudaStreamHandle) {
-  return noDeviceQuantizer();
+  return noCuda();
 }
 Status scalesFromAmaxAsync(const float*, int64_t, ScaleFormat, void*, CudaStreamHandle) {
-  return noDeviceQuantizer();
+  return noCuda();
 }
 Status quantizeBlocksAsync(const PieceView&, const Dims&, const BlockScaling&, const void*,
                            uint8_t*, CudaStreamHandle) {
-  return noDeviceQuantizer();
+  return noCuda();
 }
+#endif
 
 }  // namespace wsync

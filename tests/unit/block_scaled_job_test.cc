@@ -30,8 +30,9 @@ struct Coordinator {
   std::string address;
 };
 
-Coordinator startCoordinator(int trainers, int rollouts) {
+Coordinator startCoordinator(int trainers, int rollouts, bool checksums) {
   wsync::CoordinatorOptions opt;
+  opt.job.checksums = checksums;
   opt.num_trainers = trainers;
   opt.num_rollouts = rollouts;
   opt.control.secret = kSecret;
@@ -64,6 +65,10 @@ struct Buffer {
     return n;
   }
 };
+
+size_t elementBytes(const Buffer& b) {
+  return b.dtype == WSYNC_DTYPE_FLOAT32 ? 4 : b.dtype == WSYNC_DTYPE_BFLOAT16 ? 2 : 1;
+}
 
 int registerBuffer(wsync_context_t ctx, const Buffer& b, void* data) {
   std::vector<wsync_piece_t> pieces;
@@ -173,12 +178,22 @@ struct Outcome {
 // `data`: each buffer's bytes in `version`, under a lease.
 using Check =
     std::function<void(int rank, uint64_t version, const std::vector<const uint8_t*>& data)>;
-Outcome runJob(const std::vector<RolloutRank>& rollouts, int versions,
-               const std::function<bq::HostTensor(const std::string&, uint64_t)>& weights,
-               const Check& check) {
-  constexpr int kTrainers = 3;
+// The trainers' buffers (bfloat16 or float32 pieces; `weights` in the same dtype), per trainer.
+struct JobSpec {
+  std::vector<std::vector<Buffer>> trainers;
+  std::vector<RolloutRank> rollouts;
+  int versions = 1;
+  bool checksums = false;
+  std::function<bq::HostTensor(const std::string&, uint64_t)> weights;
+};
+
+Outcome runJob(const JobSpec& spec, const Check& check) {
+  const auto& rollouts = spec.rollouts;
+  const auto& weights = spec.weights;
+  const int versions = spec.versions;
+  const int kTrainers = static_cast<int>(spec.trainers.size());
   const int n = static_cast<int>(rollouts.size());
-  Coordinator job = startCoordinator(kTrainers, n);
+  Coordinator job = startCoordinator(kTrainers, n, spec.checksums);
   Outcome out;
   out.commit.assign(static_cast<size_t>(n), WSYNC_SUCCESS);
   out.errors.resize(static_cast<size_t>(n));
@@ -190,18 +205,19 @@ Outcome runJob(const std::vector<RolloutRank>& rollouts, int versions,
           wsync_test::explicitConfig(job.address, kSecret, WSYNC_ROLE_TRAINER, t, -1, kTrainers, n);
       wsync_context_t ctx = nullptr;
       if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
-      const std::vector<Buffer> buffers = trainerBuffers(t);
+      const std::vector<Buffer>& buffers = spec.trainers[static_cast<size_t>(t)];
       std::vector<std::vector<uint8_t>> data(buffers.size());
       for (size_t b = 0; b < buffers.size(); ++b) {
-        data[b].resize(static_cast<size_t>(buffers[b].elements()) * 2);
+        data[b].resize(static_cast<size_t>(buffers[b].elements()) * elementBytes(buffers[b]));
         registerBuffer(ctx, buffers[b], data[b].data());
       }
       if (wsync_commit(ctx) == WSYNC_SUCCESS) {
         for (uint64_t v = 1; v <= static_cast<uint64_t>(versions); ++v) {
           for (size_t b = 0; b < buffers.size(); ++b) {
+            if (buffers[b].pieces.empty()) continue;
             const Piece& p = buffers[b].pieces[0];
-            const std::vector<uint8_t> bytes =
-                boxBytes(weights(p.tensor, v).bytes, p.shape, p.offset, p.extent, 2);
+            const std::vector<uint8_t> bytes = boxBytes(
+                weights(p.tensor, v).bytes, p.shape, p.offset, p.extent, elementBytes(buffers[b]));
             std::memcpy(data[b].data(), bytes.data(), bytes.size());  // the registered memory
           }
           wsync_request_t req = nullptr;
@@ -266,7 +282,10 @@ bq::HostTensor weightsOf(const std::string& tensor, uint64_t version) {
                           version >= 3 ? 30 : 0);
 }
 
-TEST(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
+// Without and with checksums (the trainers sum the float8 bytes and scales they send).
+class BlockScaledJob : public ::testing::TestWithParam<bool> {};
+
+TEST_P(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
   const auto fp32 = scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale");
   const auto pow2 = scaling(WSYNC_SCALE_POW2_FLOAT32, 128, 128, "w_scale");
   const auto mx_w = scaling(WSYNC_SCALE_E8M0, 1, 32, "w_mx");
@@ -303,35 +322,41 @@ TEST(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
                          {"w_mx", WSYNC_DTYPE_UINT8, {{"w_mx", {300, 8}, {0, 0}, {300, 8}}}},
                          {"e", WSYNC_DTYPE_BFLOAT16, {{"e", kE, {0, 0, 0}, kE}}}};
   std::atomic<int> checked{0};
-  const Outcome out = runJob(
-      rollouts, 4, weightsOf, [&](int r, uint64_t v, const std::vector<const uint8_t*>& data) {
-        const RolloutRank& me = rollouts[static_cast<size_t>(r)];
-        for (size_t b = 0; b < me.buffers.size(); ++b) {
-          const Buffer& buf = me.buffers[b];
-          const Piece& p = buf.pieces[0];
-          const std::string& weight = p.tensor == "w" || p.tensor == "e" ? p.tensor
-                                      : p.tensor[0] == 'w'               ? "w"
-                                                                         : "e";
-          const bq::HostTensor full = weightsOf(weight, v);
-          std::vector<uint8_t> want;
-          if (buf.dtype == WSYNC_DTYPE_BFLOAT16) {
-            want = boxBytes(full.bytes, p.shape, p.offset, p.extent, 2);
-          } else {
-            const wsync_block_scaling_t* s = nullptr;
-            for (const auto& [tensor, sc] : me.scalings)
-              if (tensor == weight) s = &sc;
-            ASSERT_NE(s, nullptr);
-            const bq::Quantized q = bq::referenceQuantize(full, internal(*s));
-            const bool values = p.tensor == weight;
-            want = values ? boxBytes(q.values, p.shape, p.offset, p.extent, 1)
-                          : boxBytes(q.scales, p.shape, p.offset, p.extent,
-                                     bq::scaleSize(internal(*s).format));
-          }
-          const std::vector<uint8_t> got(data[b], data[b] + want.size());
-          ASSERT_EQ(got, want) << "rollout " << r << " buffer " << buf.name << " version " << v;
-          ++checked;
-        }
-      });
+  JobSpec spec;
+  for (int t = 0; t < 3; ++t)
+    spec.trainers.push_back(trainerBuffers(t));
+  spec.rollouts = rollouts;
+  spec.versions = 4;
+  spec.checksums = GetParam();
+  spec.weights = weightsOf;
+  const Outcome out = runJob(spec, [&](int r, uint64_t v, const std::vector<const uint8_t*>& data) {
+    const RolloutRank& me = rollouts[static_cast<size_t>(r)];
+    for (size_t b = 0; b < me.buffers.size(); ++b) {
+      const Buffer& buf = me.buffers[b];
+      const Piece& p = buf.pieces[0];
+      const std::string& weight = p.tensor == "w" || p.tensor == "e" ? p.tensor
+                                  : p.tensor[0] == 'w'               ? "w"
+                                                                     : "e";
+      const bq::HostTensor full = weightsOf(weight, v);
+      std::vector<uint8_t> want;
+      if (buf.dtype == WSYNC_DTYPE_BFLOAT16) {
+        want = boxBytes(full.bytes, p.shape, p.offset, p.extent, 2);
+      } else {
+        const wsync_block_scaling_t* s = nullptr;
+        for (const auto& [tensor, sc] : me.scalings)
+          if (tensor == weight) s = &sc;
+        ASSERT_NE(s, nullptr);
+        const bq::Quantized q = bq::referenceQuantize(full, internal(*s));
+        const bool values = p.tensor == weight;
+        want = values ? boxBytes(q.values, p.shape, p.offset, p.extent, 1)
+                      : boxBytes(q.scales, p.shape, p.offset, p.extent,
+                                 bq::scaleSize(internal(*s).format));
+      }
+      const std::vector<uint8_t> got(data[b], data[b] + want.size());
+      ASSERT_EQ(got, want) << "rollout " << r << " buffer " << buf.name << " version " << v;
+      ++checked;
+    }
+  });
   EXPECT_EQ(out.failures, 0);
   for (size_t r = 0; r < out.commit.size(); ++r)
     EXPECT_EQ(out.commit[r], WSYNC_SUCCESS) << out.errors[r];
@@ -340,15 +365,21 @@ TEST(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
 
 // Commit fails on every rank with MISMATCH, the message naming what `needle` says.
 void expectCommitMismatch(const std::vector<RolloutRank>& rollouts, const std::string& needle) {
-  const Outcome out =
-      runJob(rollouts, 1, weightsOf, [](int, uint64_t, const std::vector<const uint8_t*>&) {});
+  JobSpec spec;
+  for (int t = 0; t < 3; ++t)
+    spec.trainers.push_back(trainerBuffers(t));
+  spec.rollouts = rollouts;
+  spec.weights = weightsOf;
+  const Outcome out = runJob(spec, [](int, uint64_t, const std::vector<const uint8_t*>&) {});
   for (size_t r = 0; r < out.commit.size(); ++r) {
     EXPECT_EQ(out.commit[r], WSYNC_ERR_MISMATCH) << out.errors[r];
     EXPECT_NE(out.errors[r].find(needle), std::string::npos) << out.errors[r];
   }
 }
 
-TEST(BlockScaledJob, AShardThatCutsABlockIsNamedAtCommit) {
+INSTANTIATE_TEST_SUITE_P(Checksums, BlockScaledJob, ::testing::Bool());
+
+TEST(BlockScaledJobErrors, AShardThatCutsABlockIsNamedAtCommit) {
   std::vector<RolloutRank> rollouts(2);
   for (int r = 0; r < 2; ++r) {  // TP 2 over columns at 100: cuts the first 128-wide block
     const int64_t c0 = r == 0 ? 0 : 100, c1 = r == 0 ? 100 : 256;
@@ -360,7 +391,7 @@ TEST(BlockScaledJob, AShardThatCutsABlockIsNamedAtCommit) {
   expectCommitMismatch(rollouts, "cuts blocks of 128 along dim 1");
 }
 
-TEST(BlockScaledJob, AScaleTensorOfTheWrongShapeIsNamedAtCommit) {
+TEST(BlockScaledJobErrors, AScaleTensorOfTheWrongShapeIsNamedAtCommit) {
   std::vector<RolloutRank> rollouts(1);
   rollouts[0].scalings = {{"w", scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale")}};
   rollouts[0].buffers = {{"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 0}, kW}}},
@@ -368,7 +399,7 @@ TEST(BlockScaledJob, AScaleTensorOfTheWrongShapeIsNamedAtCommit) {
   expectCommitMismatch(rollouts, "'w_scale' is declared with shape [2, 2]");
 }
 
-TEST(BlockScaledJob, RanksOfOneReplicaThatDisagreeAreNamedAtCommit) {
+TEST(BlockScaledJobErrors, RanksOfOneReplicaThatDisagreeAreNamedAtCommit) {
   std::vector<RolloutRank> rollouts(2);
   rollouts[0].scalings = {{"w", scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale")}};
   rollouts[1].scalings = {{"w", scaling(WSYNC_SCALE_POW2_FLOAT32, 128, 128, "w_scale")}};
@@ -377,6 +408,115 @@ TEST(BlockScaledJob, RanksOfOneReplicaThatDisagreeAreNamedAtCommit) {
         {"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 128 * r}, {300, 128}}}}};
   }
   expectCommitMismatch(rollouts, "ranks of one replica must agree");
+}
+
+// The C API over random layouts: a weight of random shape (2-D, or 3-D experts), a random scale
+// format and block shape, 1-3 trainers holding a random grid partition of it (bfloat16 or float32;
+// cuts anywhere, so blocks straddle trainers), one replica of 1-2 ranks sharding it along rows or
+// columns at a block boundary, each with its rows or columns of scales: every rank's float8 bytes
+// and scales equal the reference, every version (non-finite values from version 2 on).
+TEST(BlockScaledJobRandom, RandomLayoutsMatchTheReference) {
+  std::mt19937_64 rng(20261205);
+  for (int it = 0; it < 6; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    const wsync_scale_format_t formats[] = {WSYNC_SCALE_FLOAT32, WSYNC_SCALE_POW2_FLOAT32,
+                                            WSYNC_SCALE_E8M0};
+    const wsync_scale_format_t format = formats[it % 3];
+    const int64_t rows_choice[] = {16, 32, 128};
+    const int64_t cols_choice[] = {16, 64, 128};
+    const int64_t block_rows = format == WSYNC_SCALE_E8M0 ? 1 : rows_choice[rng() % 3];
+    const int64_t block_cols = format == WSYNC_SCALE_E8M0 ? 32 : cols_choice[rng() % 3];
+    std::uniform_int_distribution<int64_t> dim(1, 300);
+    const int64_t cols =
+        format == WSYNC_SCALE_E8M0 ? 32 * (1 + static_cast<int64_t>(rng() % 8)) : dim(rng);
+    std::vector<int64_t> shape = {dim(rng), cols};
+    if (it % 2 == 1) shape.insert(shape.begin(), 1 + static_cast<int64_t>(rng() % 3));
+    const wsync::Dims dims = dimsOf(shape);
+    const int r = static_cast<int>(shape.size());
+    const wsync_dtype_t trainer_dtype = rng() % 2 ? WSYNC_DTYPE_BFLOAT16 : WSYNC_DTYPE_FLOAT32;
+    const wsync_block_scaling_t sc = scaling(format, block_rows, block_cols, "w_scale");
+    const wsync::BlockScaling internal_sc = internal(sc);
+    const wsync::Dims scale_dims = wsync::scaleShape(dims, internal_sc);
+
+    JobSpec spec;
+    spec.versions = 3;
+    spec.weights = [&, it](const std::string&, uint64_t v) {
+      std::mt19937_64 w(static_cast<uint64_t>(it) * 1000 + v);
+      return bq::randomTensor(w, static_cast<wsync::DType>(trainer_dtype), dims, v >= 2 ? 2000 : 0);
+    };
+    const int trainers = 1 + static_cast<int>(rng() % 3);
+    std::vector<int> parts(static_cast<size_t>(r), 1);
+    parts[static_cast<size_t>(r - 2)] = 1 + static_cast<int>(rng() % 3);
+    parts[static_cast<size_t>(r - 1)] = 1 + static_cast<int>(rng() % 2);
+    const std::vector<wsync::Box> boxes = bq::randomPartition(rng, dims, parts);
+    spec.trainers.resize(static_cast<size_t>(trainers));
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      Piece p{"w", shape, {}, {}};
+      for (int d = 0; d < r; ++d) {
+        p.offset.push_back(boxes[i].offset[d]);
+        p.extent.push_back(boxes[i].extent[d]);
+      }
+      spec.trainers[i % static_cast<size_t>(trainers)].push_back(
+          {"w" + std::to_string(i), trainer_dtype, {p}});
+    }
+    for (auto& t : spec.trainers)  // a trainer without a piece registers an empty tensor box
+      if (t.empty()) t.push_back({"none", trainer_dtype, {}});
+    // The replica: 1 or 2 ranks, cut at a block boundary along rows or columns.
+    const int d = r - 2 + static_cast<int>(rng() % 2);
+    const int64_t block = d == r - 2 ? block_rows : block_cols;
+    const int64_t cut =
+        shape[static_cast<size_t>(d)] > block
+            ? block * (1 + static_cast<int64_t>(
+                               rng() %
+                               static_cast<uint64_t>((shape[static_cast<size_t>(d)] - 1) / block)))
+            : 0;
+    const int ranks = cut > 0 ? 2 : 1;
+    for (int k = 0; k < ranks; ++k) {
+      RolloutRank me;
+      me.scalings = {{"w", sc}};
+      std::vector<int64_t> off(static_cast<size_t>(r), 0);
+      std::vector<int64_t> ext = shape;
+      if (ranks == 2) {
+        off[static_cast<size_t>(d)] = k == 0 ? 0 : cut;
+        ext[static_cast<size_t>(d)] = k == 0 ? cut : shape[static_cast<size_t>(d)] - cut;
+      }
+      wsync::Box box;
+      box.offset = dimsOf(off);
+      box.extent = dimsOf(ext);
+      const wsync::Box cover = wsync::blockCover(box, internal_sc);
+      std::vector<int64_t> scale_shape, cover_off, cover_ext;
+      for (int e = 0; e < r; ++e) {
+        scale_shape.push_back(scale_dims[e]);
+        cover_off.push_back(cover.offset[e]);
+        cover_ext.push_back(cover.extent[e]);
+      }
+      me.buffers.push_back({"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", shape, off, ext}}});
+      me.buffers.push_back({"w_scale",
+                            format == WSYNC_SCALE_E8M0 ? WSYNC_DTYPE_UINT8 : WSYNC_DTYPE_FLOAT32,
+                            {{"w_scale", scale_shape, cover_off, cover_ext}}});
+      spec.rollouts.push_back(me);
+    }
+    std::atomic<int> checked{0};
+    const Outcome out =
+        runJob(spec, [&](int rank, uint64_t v, const std::vector<const uint8_t*>& data) {
+          const bq::Quantized q = bq::referenceQuantize(spec.weights("w", v), internal_sc);
+          const RolloutRank& me = spec.rollouts[static_cast<size_t>(rank)];
+          for (size_t b = 0; b < 2; ++b) {
+            const Piece& p = me.buffers[b].pieces[0];
+            const std::vector<uint8_t> want =
+                b == 0 ? boxBytes(q.values, p.shape, p.offset, p.extent, 1)
+                       : boxBytes(q.scales, p.shape, p.offset, p.extent,
+                                  bq::scaleSize(internal_sc.format));
+            ASSERT_EQ(std::vector<uint8_t>(data[b], data[b] + want.size()), want)
+                << "rollout " << rank << " " << me.buffers[b].name << " version " << v;
+            ++checked;
+          }
+        });
+    EXPECT_EQ(out.failures, 0);
+    for (size_t k = 0; k < out.commit.size(); ++k)
+      EXPECT_EQ(out.commit[k], WSYNC_SUCCESS) << out.errors[k];
+    EXPECT_GT(checked.load(), 0);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Block-scaled rollout tensors on the coordinator: rewriting registrations before planning
 // (plan/block_scaling_plan.h) and relaying the maxima of blocks that straddle trainers.
+#include <algorithm>
+
 #include "coordinator/coordinator_impl.h"
 #include "plan/block_scaling_plan.h"
 
@@ -36,6 +38,22 @@ Status Coordinator::Impl::planBlockScaling(std::vector<Registration>& trainers,
 Status Coordinator::Impl::addQuantizedSourcesTo(Registration& trainer) const {
   if (scaling_table_.empty()) return Status::ok();
   return addQuantizedSources(trainer, scaling_table_).status();
+}
+
+Status Coordinator::Impl::checkJoinerScalings(const Participant& p) const {
+  for (const BlockScalingRecord& r : p.reg.block_scalings) {
+    const bool planned = std::any_of(scaling_table_.begin(), scaling_table_.end(),
+                                     [&](const ScaledTensor& s) { return s == r; });
+    if (!planned) {
+      return Status(WSYNC_ERR_UNSUPPORTED,
+                    nameOf(p) + " of joining replica " + std::to_string(p.hello.replica) +
+                        " holds '" + r.tensor + "' with " + describe(r.scaling) + " (scales '" +
+                        r.scaling.scale_tensor +
+                        "'), which no replica held at commit: the trainers quantize the "
+                        "schemes planned at commit only");
+    }
+  }
+  return Status::ok();
 }
 
 void Coordinator::Impl::addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const {

@@ -214,6 +214,8 @@ class Coordinator::Impl {
   Status planBlockScaling(std::vector<Registration>& trainers, std::vector<Registration>& rollouts);
   // A restarted trainer's registration as planning saw its predecessor's.
   Status addQuantizedSourcesTo(Registration& trainer) const;
+  // A joining rank's scalings must be schemes planned at commit (UNSUPPORTED names the tensor).
+  Status checkJoinerScalings(const Participant& p) const;
   // Trainer t's part of PlanAssignment: the table and its exchanged blocks.
   void addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const;
   Status onPartialMaxima(const Participant& p, const std::vector<uint8_t>& payload);

@@ -59,6 +59,7 @@ void Coordinator::Impl::planJoiner(JoiningReplica& g) {
   std::vector<Registration> rollouts;
   for (int32_t member : g.members) {
     const Participant& p = participants_[static_cast<size_t>(member)];
+    if (Status s = checkJoinerScalings(p); !s.isOk()) return abortJoin(g.id, s);
     Result<Registration> reg = decodeRegistrationOf(p);
     if (!reg.isOk()) return abortJoin(g.id, reg.status());
     const auto slots = static_cast<int32_t>(p.reg.slot_descriptors.size());

@@ -7,6 +7,7 @@
 // a block, a scale tensor of the wrong shape, two ranks of one replica that disagree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -127,6 +128,9 @@ wsync::Dims dimsOf(const std::vector<int64_t>& v) {
 // The job: trainers and rollout ranks (replica, scalings, buffers) on threads.
 struct RolloutRank {
   int replica = 0;
+  // > 0: a one-rank replica that joins the running job once trainer 0 published this version
+  // (WSYNC_BOOTSTRAP_EXPLICIT with replica_size 1); joiners come after the fixed ranks.
+  uint64_t join_after = 0;
   std::vector<std::pair<std::string, wsync_block_scaling_t>> scalings;
   std::vector<Buffer> buffers;
 };
@@ -184,6 +188,7 @@ struct JobSpec {
   std::vector<RolloutRank> rollouts;
   int versions = 1;
   bool checksums = false;
+  int publish_gap_ms = 0;  // between a trainer's versions
   std::function<bq::HostTensor(const std::string&, uint64_t)> weights;
 };
 
@@ -192,11 +197,14 @@ Outcome runJob(const JobSpec& spec, const Check& check) {
   const auto& weights = spec.weights;
   const int versions = spec.versions;
   const int kTrainers = static_cast<int>(spec.trainers.size());
-  const int n = static_cast<int>(rollouts.size());
+  const int all = static_cast<int>(rollouts.size());
+  const int n = static_cast<int>(std::count_if(
+      rollouts.begin(), rollouts.end(), [](const RolloutRank& r) { return r.join_after == 0; }));
   Coordinator job = startCoordinator(kTrainers, n, spec.checksums);
+  std::atomic<uint64_t> published{0};
   Outcome out;
-  out.commit.assign(static_cast<size_t>(n), WSYNC_SUCCESS);
-  out.errors.resize(static_cast<size_t>(n));
+  out.commit.assign(static_cast<size_t>(all), WSYNC_SUCCESS);
+  out.errors.resize(static_cast<size_t>(all));
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kTrainers; ++t) {
@@ -224,16 +232,27 @@ Outcome runJob(const JobSpec& spec, const Check& check) {
           ASSERT_EQ(wsync_publish(ctx, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx);
           EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS) << wsync_request_error(req);
           wsync_request_free(req);
+          if (t == 0) published = v;
+          if (spec.publish_gap_ms > 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(spec.publish_gap_ms));
         }
       }
       wsync_context_destroy(ctx);
     });
   }
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < all; ++r) {
     threads.emplace_back([&, r] {
       const RolloutRank& me = rollouts[static_cast<size_t>(r)];
       wsync_config_t cfg = wsync_test::explicitConfig(job.address, kSecret, WSYNC_ROLE_ROLLOUT, r,
                                                       me.replica, kTrainers, n);
+      if (me.join_after > 0) {
+        while (published.load() < me.join_after)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        cfg.rank = -1;
+        cfg.num_rollouts = 0;
+        cfg.replica_size = 1;
+        cfg.replica_rank = 0;
+      }
       wsync_context_t ctx = nullptr;
       if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
       for (const auto& [tensor, s] : me.scalings)
@@ -408,6 +427,50 @@ TEST(BlockScaledJobErrors, RanksOfOneReplicaThatDisagreeAreNamedAtCommit) {
         {"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 128 * r}, {300, 128}}}}};
   }
   expectCommitMismatch(rollouts, "ranks of one replica must agree");
+}
+
+// Replicas that join the running job: one with the scheme the job planned at commit gets its
+// first version from the running replica (peer cold start of float8 bytes and scales) and every
+// later one from the trainers, bit-equal; one asking for a scheme nobody held at commit is refused
+// with UNSUPPORTED naming the tensor, and the job goes on.
+TEST(BlockScaledJobJoin, AJoinerGetsPlannedSchemesAndIsRefusedOthers) {
+  const auto fp32 = scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale");
+  const auto pow2 = scaling(WSYNC_SCALE_POW2_FLOAT32, 128, 128, "w_scale");
+  auto replica = [&](int id, uint64_t join_after, const wsync_block_scaling_t& s) {
+    RolloutRank me;
+    me.replica = id;
+    me.join_after = join_after;
+    me.scalings = {{"w", s}};
+    me.buffers = {{"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 0}, kW}}},
+                  {"w_scale", WSYNC_DTYPE_FLOAT32, {{"w_scale", {3, 2}, {0, 0}, {3, 2}}}}};
+    return me;
+  };
+  JobSpec spec;
+  for (int t = 0; t < 3; ++t) {
+    std::vector<Buffer> only_w = trainerBuffers(t);
+    only_w.resize(1);
+    spec.trainers.push_back(only_w);
+  }
+  spec.rollouts = {replica(0, 0, fp32), replica(1, 3, fp32), replica(2, 3, pow2)};
+  spec.versions = 60;
+  spec.publish_gap_ms = 20;
+  spec.weights = weightsOf;
+  std::atomic<int> joiner_checked{0};
+  const wsync::BlockScaling ref = internal(fp32);
+  const Outcome out = runJob(spec, [&](int r, uint64_t v, const std::vector<const uint8_t*>& data) {
+    const bq::Quantized q = bq::referenceQuantize(weightsOf("w", v), ref);
+    ASSERT_EQ(std::vector<uint8_t>(data[0], data[0] + q.values.size()), q.values)
+        << "rollout " << r << " version " << v;
+    ASSERT_EQ(std::vector<uint8_t>(data[1], data[1] + q.scales.size()), q.scales)
+        << "rollout " << r << " version " << v;
+    if (r == 1) ++joiner_checked;
+  });
+  EXPECT_EQ(out.failures, 0);
+  EXPECT_EQ(out.commit[0], WSYNC_SUCCESS) << out.errors[0];
+  EXPECT_EQ(out.commit[1], WSYNC_SUCCESS) << out.errors[1];
+  EXPECT_GT(joiner_checked.load(), 1);
+  EXPECT_NE(out.commit[2], WSYNC_SUCCESS);
+  EXPECT_NE(out.errors[2].find("no replica held at commit"), std::string::npos) << out.errors[2];
 }
 
 // The C API over random layouts: a weight of random shape (2-D, or 3-D experts), a random scale

@@ -374,13 +374,18 @@ wsync_status_t wsync_set_tensor_scale(wsync_context_t ctx, const char* tensor, f
  *  |x| of the block over the whole global tensor, whichever trainers hold its elements. */
 typedef enum {
   /** float32 s = max(amax, 1e-4) / 448, q = e4m3(x * (1 / s)): vLLM's per_block_cast_to_fp8
-      (weight_scale_inv of DeepSeek-V3, Kimi-K2, Qwen3-FP8 checkpoints). */
+      as torch runs it on the CPU (weight_scale_inv of DeepSeek-V3, Kimi-K2, Qwen3-FP8
+      checkpoints). */
   WSYNC_SCALE_FLOAT32 = 1,
   /** the same with s rounded up to a power of two (per_block_cast_to_fp8 with use_ue8m0). */
   WSYNC_SCALE_POW2_FLOAT32 = 2,
   /** uint8 e8m0 e = clamp(ceil(log2(amax / 448)) + 127, 0, 254), q = e4m3(x / 2^(e - 127)):
       OCP MXFP8 (blocks of 1 x 32). */
   WSYNC_SCALE_E8M0 = 3,
+  /** float32 s = max(amax, 1e-4) * fl(1 / 448), q as FLOAT32: per_block_cast_to_fp8 as torch runs
+      it on CUDA devices, which multiplies by the reciprocal (the last bit of about half of the
+      scales differs from FLOAT32's). */
+  WSYNC_SCALE_FLOAT32_GPU = 4,
   WSYNC_SCALE_FORCE_INT32_ = 0x7fffffff
 } wsync_scale_format_t;
 

@@ -81,6 +81,7 @@ class ScaleFormat(enum.IntEnum):
     FLOAT32 = 1  # float32 max(amax, 1e-4) / 448 per block (vLLM per_block_cast_to_fp8)
     POW2_FLOAT32 = 2  # the same rounded up to a power of two (use_ue8m0)
     E8M0 = 3  # uint8 biased exponent per 1x32 block (OCP MXFP8)
+    FLOAT32_GPU = 4  # FLOAT32 as torch computes it on CUDA: max(amax, 1e-4) * fl(1 / 448)
 
 
 class DType(enum.IntEnum):

@@ -121,6 +121,9 @@ __global__ void scalesKernel(const float* amax, int64_t n, int format, void* sca
       case static_cast<int>(ScaleFormat::kPow2Float32):
         static_cast<float*>(scales)[i] = qm::pow2Scale(amax[i]);
         break;
+      case static_cast<int>(ScaleFormat::kFloat32Gpu):
+        static_cast<float*>(scales)[i] = qm::float32GpuScale(amax[i]);
+        break;
       default:
         static_cast<uint8_t*>(scales)[i] = qm::e8m0Scale(amax[i]);
         break;

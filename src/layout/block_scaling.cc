@@ -19,6 +19,8 @@ const char* scaleFormatName(ScaleFormat f) {
       return "pow2_float32";
     case ScaleFormat::kE8M0:
       return "e8m0";
+    case ScaleFormat::kFloat32Gpu:
+      return "float32_gpu";
   }
   return "unknown";
 }

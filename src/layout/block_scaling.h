@@ -20,7 +20,8 @@ namespace wsync {
 // How a block's scale is computed from its absolute maximum `amax` (NaN-propagating max |x|) and
 // stored. Values equal the public wsync_scale_format_t.
 enum class ScaleFormat : uint8_t {
-  // float32 s = max(amax, 1e-4) / 448; q = e4m3(x * (1 / s)) (vLLM per_block_cast_to_fp8).
+  // float32 s = max(amax, 1e-4) / 448; q = e4m3(x * (1 / s)) (vLLM per_block_cast_to_fp8 as torch
+  // runs it on the CPU).
   kFloat32 = 1,
   // float32 s = 2^ceil(log2(max(amax, 1e-4) / 448)); q as above (per_block_cast_to_fp8 with
   // use_ue8m0).
@@ -28,8 +29,12 @@ enum class ScaleFormat : uint8_t {
   // uint8 e = clamp(ceil(log2(max(amax, FLT_MIN) / 448)) + 127, 0, 254); q = e4m3(x / 2^(e-127))
   // (OCP MX as vLLM's _mxfp8_e4m3_quantize_torch computes it).
   kE8M0 = 3,
+  // float32 s = max(amax, 1e-4) * fl(1 / 448); q as kFloat32: per_block_cast_to_fp8 as torch runs
+  // it on CUDA devices (it multiplies by the reciprocal; the CPU divides: the last bit of the
+  // scale differs for about half of all maxima, docs/block_fp8.md).
+  kFloat32Gpu = 4,
 };
-inline constexpr int kMaxScaleFormat = 3;
+inline constexpr int kMaxScaleFormat = 4;
 
 struct BlockScaling {
   ScaleFormat format = ScaleFormat::kFloat32;

@@ -176,6 +176,10 @@ void scalesFromAmax(const float* amax, int64_t n, ScaleFormat format, void* scal
       for (int64_t i = 0; i < n; ++i)
         static_cast<float*>(scales)[i] = qm::pow2Scale(amax[i]);
       return;
+    case ScaleFormat::kFloat32Gpu:
+      for (int64_t i = 0; i < n; ++i)
+        static_cast<float*>(scales)[i] = qm::float32GpuScale(amax[i]);
+      return;
     case ScaleFormat::kE8M0:
       for (int64_t i = 0; i < n; ++i)
         static_cast<uint8_t*>(scales)[i] = qm::e8m0Scale(amax[i]);

@@ -125,6 +125,14 @@ WSYNC_QUANT_HD float float32Scale(float amax) {
   return divRounded(a, kE4m3Max);
 }
 
+// kFloat32Gpu: max(amax, 1e-4) * fl(1 / 448), as torch on CUDA computes `x_amax / fp8_max`
+// (div_true_kernel_cuda multiplies by the float32 reciprocal of a scalar divisor).
+WSYNC_QUANT_HD float float32GpuScale(float amax) {
+  const float a = clampMin(amax, kFloat32AmaxFloor);
+  if (isNaN(a)) return nanValue();
+  return mulRounded(a, divRounded(1.0f, kE4m3Max));
+}
+
 // kPow2Float32: 2^ceil(log2(float32Scale(amax))) (torch.pow(2.0, ceil(log2(sf.abs())))).
 WSYNC_QUANT_HD float pow2Scale(float amax) {
   const float s = float32Scale(amax);
@@ -142,6 +150,11 @@ WSYNC_QUANT_HD uint8_t e8m0Scale(float amax) {
   if (biased < 0.0f) biased = 0.0f;
   if (biased > static_cast<float>(kE8m0MaxBiased)) biased = static_cast<float>(kE8m0MaxBiased);
   return static_cast<uint8_t>(biased);
+}
+
+// The float32 scale of a float format (kFloat32, kFloat32Gpu, kPow2Float32; the ScaleFormat value).
+WSYNC_QUANT_HD float floatScale(int format, float amax) {
+  return format == 4 ? float32GpuScale(amax) : format == 2 ? pow2Scale(amax) : float32Scale(amax);
 }
 
 // The multiplier m of a block from its float32 scale (kFloat32, kPow2Float32): 1 / s.

@@ -63,9 +63,9 @@ Case randomCase(std::mt19937_64& rng, int it) {
   };
   Case c;
   const ScaleFormat formats[] = {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32,
-                                 ScaleFormat::kE8M0};
+                                 ScaleFormat::kE8M0, ScaleFormat::kFloat32Gpu};
   const DType dtypes[] = {DType::kBFloat16, DType::kFloat32, DType::kFloat16};
-  const ScaleFormat f = formats[it % 3];
+  const ScaleFormat f = formats[it % 4];
   c.dtype = dtypes[(it / 3) % 3];
   if (f == ScaleFormat::kE8M0) {
     c.s = scheme(f, 1, 32);

@@ -163,8 +163,7 @@ inline Quantized referenceQuantize(const HostTensor& t, const BlockScaling& s) {
       q.scales[static_cast<size_t>(b)] = e;
       m = qm::multiplierOfE8m0(e);
     } else {
-      const float scale =
-          s.format == ScaleFormat::kFloat32 ? qm::float32Scale(amax) : qm::pow2Scale(amax);
+      const float scale = qm::floatScale(static_cast<int>(s.format), amax);
       std::memcpy(q.scales.data() + 4 * b, &scale, 4);
       m = qm::multiplierOfFloatScale(scale);
     }

@@ -238,6 +238,35 @@ TEST(BlockQuant, Pow2AndE8m0Scales) {
   EXPECT_EQ(e.values, expected);
 }
 
+// kFloat32Gpu is per_block_cast_to_fp8 as torch on CUDA computes it: the clamped amax times the
+// float32 reciprocal of 448, which differs from the CPU's true division in the last bit for many
+// bfloat16 maxima; the scales the pipeline writes are that product.
+TEST(BlockQuant, GpuFloat32ScalesMultiplyByTheReciprocal) {
+  const float rcp = 1.0f / 448.0f;
+  int differ = 0;
+  for (uint32_t h = 0x3b80; h < 0x4380; ++h) {  // bfloat16 in [2^-8, 2^8)
+    const float a = qm::floatOfBFloat16(static_cast<uint16_t>(h));
+    volatile float product = a * rcp;  // one rounding (the unit builds without contraction)
+    ASSERT_EQ(qm::bitsOf(qm::float32GpuScale(a)), qm::bitsOf(product)) << a;
+    differ += qm::bitsOf(qm::float32GpuScale(a)) != qm::bitsOf(qm::float32Scale(a));
+  }
+  EXPECT_GT(differ, 1000);  // a format of its own, not the CPU's under another name
+  EXPECT_EQ(qm::bitsOf(qm::float32GpuScale(1e-6f)),
+            qm::bitsOf(qm::float32GpuScale(1e-4f)));  // clamp
+  EXPECT_TRUE(std::isnan(qm::float32GpuScale(qm::nanValue())));
+  HostTensor t;
+  t.dtype = DType::kFloat32;
+  t.shape = Dims{2, 2};
+  const float values[] = {3.0f, -1.5f, 0.25f, 2.75f};
+  t.bytes.resize(16);
+  std::memcpy(t.bytes.data(), values, 16);
+  const Quantized q = quantizeWhole(t, scheme(ScaleFormat::kFloat32Gpu, 2, 2));
+  float scale;
+  std::memcpy(&scale, q.scales.data(), 4);
+  volatile float want = 3.0f * rcp;
+  EXPECT_EQ(qm::bitsOf(scale), qm::bitsOf(want));
+}
+
 TEST(BlockQuant, NaNAndInfinities) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -302,8 +331,8 @@ Layout randomLayout(std::mt19937_64& rng, int iteration) {
   std::uniform_int_distribution<int> pick(0, 99);
   Layout l;
   const ScaleFormat formats[] = {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32,
-                                 ScaleFormat::kE8M0};
-  l.s.format = formats[iteration % 3];
+                                 ScaleFormat::kE8M0, ScaleFormat::kFloat32Gpu};
+  l.s.format = formats[iteration % 4];
   l.s.scale_tensor = "w.scale";
   const DType dtypes[] = {DType::kBFloat16, DType::kFloat32, DType::kFloat16};
   l.dtype = dtypes[(iteration / 3) % 3];

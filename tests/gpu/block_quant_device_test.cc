@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -149,6 +150,43 @@ TEST(BlockQuantDevice, KernelIndexArithmeticRunOnTheHostEqualsTheHost) {
         ASSERT_EQ(q, expected) << "case " << it << " narrow " << narrow;
       }
     }
+  }
+}
+
+// Scales of amaxes beside every power of two (amax / 448 within 64 ulps of 2^k, k = -149..127,
+// where torch's ceil(log2) is not the exact ceiling), of subnormals, 0, inf and NaN: the
+// device's log2 / division give the host's bits for all three formats.
+TEST(BlockQuantDevice, ScalesEqualTheHostBesidePowersOfTwo) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  std::vector<float> amax = {0.0f,
+                             quant_math::floatOf(1u),
+                             quant_math::floatOf(0x7f800000u),
+                             quant_math::nanValue(),
+                             1e-4f,
+                             448.0f};
+  for (int k = -149; k <= 127; ++k) {
+    const float center = std::ldexp(448.0f, k);
+    const uint32_t bits = quant_math::bitsOf(center);
+    for (int d = -64; d <= 64; ++d) {
+      const int64_t b = static_cast<int64_t>(bits) + d;
+      if (b > 0 && b < 0x7f800000) amax.push_back(quant_math::floatOf(static_cast<uint32_t>(b)));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(amax.size());
+  DeviceBytes device_amax(amax.size() * 4), device_scales(amax.size() * 4);
+  ASSERT_EQ(cudaMemcpy(device_amax.data, amax.data(), amax.size() * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (ScaleFormat f : {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32, ScaleFormat::kE8M0}) {
+    const size_t bytes = amax.size() * bqt::scaleSize(f);
+    std::vector<uint8_t> host(bytes), device(bytes);
+    scalesFromAmax(amax.data(), n, f, host.data());
+    ASSERT_TRUE(launchScalesFromAmax(static_cast<const float*>(device_amax.data), n, f,
+                                     device_scales.data, nullptr)
+                    .isOk());
+    ASSERT_EQ(cudaMemcpy(device.data(), device_scales.data, bytes, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(device, host) << scaleFormatName(f);
   }
 }
 

@@ -1,5 +1,6 @@
 // Block quantization kernels (kernels/block_quant_kernels.h). The arithmetic is
-// quant/block_quant_math.h, shared with the host code, so both give the same bits. Compiled by
+// quant/block_quant_math.h, shared with the host code, so both give the same bits; the index
+// arithmetic is block_quant_geometry.h, which the GPU test also runs on the host. Compiled by
 // nvcc as C++17 (block_quant.h and what it includes are C++17).
 #include <cuda_runtime.h>
 
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "common/cuda_check.h"
+#include "kernels/block_quant_geometry.h"
 #include "kernels/block_quant_kernels.h"
 #include "quant/block_quant_math.h"
 
@@ -14,92 +16,33 @@ namespace wsync {
 namespace {
 
 namespace qm = quant_math;
+using block_quant_kernels::BlockPart;
+using block_quant_kernels::Geometry;
+using block_quant_kernels::RowPlace;
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr int64_t kMaxGrid = 65535LL * 32;  // grid-stride loops cover the rest
-
-// A piece and its block cover, by value into the kernels.
-struct Geometry {
-  int rank = 0;
-  int dtype = 0;  // 0 float32, 1 bfloat16, 2 float16
-  const void* data = nullptr;
-  int64_t offset[kMaxRank] = {};
-  int64_t extent[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {};
-  int64_t cover_offset[kMaxRank] = {};
-  int64_t cover_extent[kMaxRank] = {};
-  int64_t block_rows = 1;
-  int64_t block_cols = 1;
-  int64_t volume = 0;        // elements of the piece
-  int64_t cover_volume = 0;  // blocks of the cover
-};
-
-Geometry geometryOf(const PieceView& piece, const BlockScaling& s) {
-  Geometry g;
-  g.rank = piece.box.rank();
-  g.dtype = piece.dtype == DType::kFloat32 ? 0 : piece.dtype == DType::kBFloat16 ? 1 : 2;
-  g.data = piece.data;
-  const Box cover = blockCover(piece.box, s);
-  for (int d = 0; d < g.rank; ++d) {
-    g.offset[d] = piece.box.offset[d];
-    g.extent[d] = piece.box.extent[d];
-    g.stride[d] = piece.strides[d];
-    g.cover_offset[d] = cover.offset[d];
-    g.cover_extent[d] = cover.extent[d];
-  }
-  g.block_rows = s.block_rows;
-  g.block_cols = s.block_cols;
-  g.volume = piece.box.volume();
-  g.cover_volume = cover.volume();
-  return g;
-}
-
-__device__ __forceinline__ float loadElement(const Geometry& g, int64_t element) {
-  switch (g.dtype) {
-    case 1:
-      return qm::floatOfBFloat16(static_cast<const uint16_t*>(g.data)[element]);
-    case 2:
-      return qm::floatOfFloat16(static_cast<const uint16_t*>(g.data)[element]);
-    default:
-      return static_cast<const float*>(g.data)[element];
-  }
-}
 
 int gridFor(int64_t work_items, int per_block) {
   const int64_t blocks = (work_items + per_block - 1) / per_block;
   return static_cast<int>(blocks < kMaxGrid ? blocks : kMaxGrid);
 }
 
-// One warp per block of the cover: the part of the block inside the piece, lanes along columns.
+// One warp per block of the cover: the part of the block inside the piece, lanes along columns,
+// then a warp max (exact, so the order does not matter) and a warp vote for NaN.
 __global__ void blockAmaxKernel(Geometry g, float* amax) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  const int r = g.rank;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
        b < g.cover_volume; b += warps) {
-    // cover coordinates of block b; leading dims index the piece directly
-    int64_t rest = b;
-    int64_t lead_elems = 0;
-    int64_t coord[kMaxRank];
-    for (int d = r - 1; d >= 0; --d) {
-      coord[d] = rest % g.cover_extent[d];
-      rest /= g.cover_extent[d];
-    }
-    for (int d = 0; d < r - 2; ++d)
-      lead_elems += coord[d] * g.stride[d];
-    const int64_t brow = coord[r - 2] + g.cover_offset[r - 2];
-    const int64_t bcol = coord[r - 1] + g.cover_offset[r - 1];
-    const int64_t row_lo = max(brow * g.block_rows, g.offset[r - 2]);
-    const int64_t row_hi = min((brow + 1) * g.block_rows, g.offset[r - 2] + g.extent[r - 2]);
-    const int64_t col_lo = max(bcol * g.block_cols, g.offset[r - 1]);
-    const int64_t col_hi = min((bcol + 1) * g.block_cols, g.offset[r - 1] + g.extent[r - 1]);
+    const BlockPart p = block_quant_kernels::blockPart(g, b);
     float best = 0.0f;
     bool nan = false;
-    for (int64_t row = row_lo; row < row_hi; ++row) {
-      const int64_t base = lead_elems + (row - g.offset[r - 2]) * g.stride[r - 2] - g.offset[r - 1];
-      for (int64_t col = col_lo + lane; col < col_hi; col += 32) {
-        const float a = qm::absOf(loadElement(g, base + col));
+    for (int64_t row = p.row_lo; row < p.row_hi; ++row) {
+      const int64_t base = p.base + row * p.row_stride;
+      for (int64_t col = p.col_lo + lane; col < p.col_hi; col += 32) {
+        const float a = qm::absOf(block_quant_kernels::loadElement(g, base + col));
         nan |= qm::isNaN(a);
         best = a > best ? a : best;
       }
@@ -131,31 +74,21 @@ __global__ void scalesKernel(const float* amax, int64_t n, int format, void* sca
   }
 }
 
-// One thread per element of the piece (grid-stride), row-major over its extent.
-__global__ void quantizeKernel(Geometry g, const void* scales, bool e8m0, uint8_t* dst) {
-  const int r = g.rank;
-  const int64_t width = g.extent[r - 1];
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.volume;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t col = i % width;
-    int64_t row = i / width;
-    int64_t src = col;
-    int64_t cover_index = 0;
-    int64_t scale_stride = g.cover_extent[r - 1];
-    // the row's index, innermost row dim first
-    for (int d = r - 2; d >= 0; --d) {
-      const int64_t idx = row % g.extent[d];
-      row /= g.extent[d];
-      src += idx * g.stride[d];
-      const int64_t c = d == r - 2 ? (g.offset[d] + idx) / g.block_rows - g.cover_offset[d] : idx;
-      cover_index += c * scale_stride;
-      scale_stride *= g.cover_extent[d];
+// Rows of the piece along grid y (grid-stride), columns along x: a row's source offset and first
+// cover block once per row and thread; per element the block column and the multiplier.
+__global__ void quantizeKernel(Geometry g, const void* scales, bool e8m0, bool narrow,
+                               uint8_t* dst) {
+  const int64_t width = g.extent[g.rank - 1];
+  const int64_t rows = g.volume / width;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const RowPlace place = block_quant_kernels::rowPlace(g, row);
+    for (int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; col < width;
+         col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const int64_t k = block_quant_kernels::scaleIndex(g, place, col, narrow);
+      const float m = block_quant_kernels::multiplierAt(scales, e8m0, k);
+      dst[row * width + col] =
+          qm::quantizeElement(block_quant_kernels::loadElement(g, place.src + col), m);
     }
-    cover_index += (g.offset[r - 1] + col) / g.block_cols - g.cover_offset[r - 1];
-    const float m =
-        e8m0 ? qm::multiplierOfE8m0(static_cast<const uint8_t*>(scales)[cover_index])
-             : qm::multiplierOfFloatScale(static_cast<const float*>(scales)[cover_index]);
-    dst[i] = qm::quantizeElement(loadElement(g, src), m);
   }
 }
 
@@ -171,7 +104,7 @@ Status launchBlockAmax(const PieceView& piece, const Dims& shape, const BlockSca
   if (Status st = checked(piece, shape, s); !st) return st;
   if (piece.box.empty()) return Status::ok();
   if (amax == nullptr) return invalidArgument("launchBlockAmax: no amax array");
-  const Geometry g = geometryOf(piece, s);
+  const Geometry g = block_quant_kernels::geometryOf(piece, s);
   blockAmaxKernel<<<gridFor(g.cover_volume, kWarpsPerBlock), kThreads, 0, stream>>>(g, amax);
   return cudaCheck(cudaGetLastError(), "launchBlockAmax");
 }
@@ -197,9 +130,16 @@ Status launchQuantizeBlocks(const PieceView& piece, const Dims& shape, const Blo
   if (scales == nullptr || dst == nullptr) {
     return invalidArgument("launchQuantizeBlocks: null scales or destination");
   }
-  const Geometry g = geometryOf(piece, s);
-  quantizeKernel<<<gridFor(g.volume, kThreads), kThreads, 0, stream>>>(
-      g, scales, s.format == ScaleFormat::kE8M0, dst);
+  const Geometry g = block_quant_kernels::geometryOf(piece, s);
+  const int64_t width = piece.box.extent[g.rank - 1];
+  const int64_t rows = g.volume / width;
+  // about 8 elements per thread and row along x; rows along y (at most 65535, grid-stride)
+  const int64_t x_blocks = (width + 8 * kThreads - 1) / (8 * kThreads);
+  const dim3 grid(static_cast<unsigned>(x_blocks < 1024 ? x_blocks : 1024),
+                  static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  const bool narrow = shape[shape.size() - 1] <= INT32_MAX && s.block_cols <= INT32_MAX;
+  quantizeKernel<<<grid, kThreads, 0, stream>>>(g, scales, s.format == ScaleFormat::kE8M0, narrow,
+                                                dst);
   return cudaCheck(cudaGetLastError(), "launchQuantizeBlocks");
 }
 

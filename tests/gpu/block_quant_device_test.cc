@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -15,6 +17,7 @@
 
 #include "common/cuda_check.h"
 #include "gpu/device_bytes.h"
+#include "kernels/block_quant_geometry.h"
 #include "kernels/block_quant_kernels.h"
 #include "quant/block_quant.h"
 #include "support/block_quant_testing.h"
@@ -81,6 +84,110 @@ Case randomCase(std::mt19937_64& rng, int it) {
     c.parts.push_back(static_cast<int>(dim(1, 4)));
   c.specials_per_million = it % 4 == 3 ? 2000 : 0;
   return c;
+}
+
+// What each kernel thread computes, run on the host: blockAmaxKernel's 32 lanes of every cover
+// block (then the warp max and NaN vote), quantizeKernel's (row, col) of every element, with the
+// 32- and 64-bit block column; equal to blockAmaxHost and quantizeBlocksHost for random layouts.
+TEST(BlockQuantDevice, KernelIndexArithmeticRunOnTheHostEqualsTheHost) {
+  namespace bk = block_quant_kernels;
+  std::mt19937_64 rng(777);
+  for (int it = 0; it < 90; ++it) {
+    const Case c = randomCase(rng, it);
+    const bqt::HostTensor t = bqt::randomTensor(rng, c.dtype, c.shape, c.specials_per_million);
+    std::vector<bqt::HeldPiece> pieces;
+    for (const Box& b : bqt::randomPartition(rng, c.shape, c.parts))
+      pieces.push_back(bqt::holdPiece(rng, t, b, 5));
+    bqt::Quantized host;
+    ASSERT_TRUE(
+        bqt::quantizePiecewiseHost(HostQuantKernel::kScalar, pieces, c.shape, c.s, &host).isOk());
+    const Dims grid = scaleShape(c.shape, c.s);
+    const size_t ssize = bqt::scaleSize(c.s.format);
+    for (const bqt::HeldPiece& piece : pieces) {
+      const bk::Geometry g = bk::geometryOf(piece.view(), c.s);
+      std::vector<float> expected_amax(static_cast<size_t>(g.cover_volume));
+      ASSERT_TRUE(blockAmaxHost(piece.view(), c.shape, c.s, expected_amax.data()).isOk());
+      for (int64_t b = 0; b < g.cover_volume; ++b) {
+        const bk::BlockPart p = bk::blockPart(g, b);
+        float warp_best = 0.0f;
+        bool warp_nan = false;
+        for (int lane = 0; lane < 32; ++lane) {
+          float best = 0.0f;
+          for (int64_t row = p.row_lo; row < p.row_hi; ++row) {
+            for (int64_t col = p.col_lo + lane; col < p.col_hi; col += 32) {
+              const float a =
+                  quant_math::absOf(bk::loadElement(g, p.base + row * p.row_stride + col));
+              warp_nan |= quant_math::isNaN(a);
+              best = a > best ? a : best;
+            }
+          }
+          warp_best = std::max(warp_best, best);
+        }
+        const float amax = warp_nan ? quant_math::nanValue() : warp_best;
+        ASSERT_EQ(quant_math::bitsOf(amax),
+                  quant_math::bitsOf(expected_amax[static_cast<size_t>(b)]))
+            << "case " << it << " block " << b;
+      }
+      const std::vector<uint8_t> scales =
+          bqt::gather(host.scales, grid, blockCover(piece.box, c.s), ssize);
+      std::vector<uint8_t> expected(static_cast<size_t>(g.volume));
+      ASSERT_TRUE(
+          quantizeBlocksHost(piece.view(), c.shape, c.s, scales.data(), expected.data()).isOk());
+      for (bool narrow : {true, false}) {
+        const int64_t width = g.extent[g.rank - 1];
+        std::vector<uint8_t> q(static_cast<size_t>(g.volume));
+        for (int64_t row = 0; row < g.volume / width; ++row) {
+          const bk::RowPlace place = bk::rowPlace(g, row);
+          for (int64_t col = 0; col < width; ++col) {
+            const int64_t k = bk::scaleIndex(g, place, col, narrow);
+            ASSERT_GE(k, 0);
+            ASSERT_LT(k, g.cover_volume);
+            const float m = bk::multiplierAt(scales.data(), c.s.format == ScaleFormat::kE8M0, k);
+            q[static_cast<size_t>(row * width + col)] =
+                quant_math::quantizeElement(bk::loadElement(g, place.src + col), m);
+          }
+        }
+        ASSERT_EQ(q, expected) << "case " << it << " narrow " << narrow;
+      }
+    }
+  }
+}
+
+// Scales of amaxes beside every power of two (amax / 448 within 64 ulps of 2^k, k = -149..127,
+// where torch's ceil(log2) is not the exact ceiling), of subnormals, 0, inf and NaN: the
+// device's log2 / division give the host's bits for all three formats.
+TEST(BlockQuantDevice, ScalesEqualTheHostBesidePowersOfTwo) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  std::vector<float> amax = {0.0f,
+                             quant_math::floatOf(1u),
+                             quant_math::floatOf(0x7f800000u),
+                             quant_math::nanValue(),
+                             1e-4f,
+                             448.0f};
+  for (int k = -149; k <= 127; ++k) {
+    const float center = std::ldexp(448.0f, k);
+    const uint32_t bits = quant_math::bitsOf(center);
+    for (int d = -64; d <= 64; ++d) {
+      const int64_t b = static_cast<int64_t>(bits) + d;
+      if (b > 0 && b < 0x7f800000) amax.push_back(quant_math::floatOf(static_cast<uint32_t>(b)));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(amax.size());
+  DeviceBytes device_amax(amax.size() * 4), device_scales(amax.size() * 4);
+  ASSERT_EQ(cudaMemcpy(device_amax.data, amax.data(), amax.size() * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (ScaleFormat f : {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32, ScaleFormat::kE8M0}) {
+    const size_t bytes = amax.size() * bqt::scaleSize(f);
+    std::vector<uint8_t> host(bytes), device(bytes);
+    scalesFromAmax(amax.data(), n, f, host.data());
+    ASSERT_TRUE(launchScalesFromAmax(static_cast<const float*>(device_amax.data), n, f,
+                                     device_scales.data, nullptr)
+                    .isOk());
+    ASSERT_EQ(cudaMemcpy(device.data(), device_scales.data, bytes, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(device, host) << scaleFormatName(f);
+  }
 }
 
 TEST(BlockQuantDevice, PiecesEqualTheHostBitForBit) {

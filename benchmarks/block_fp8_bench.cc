@@ -458,6 +458,19 @@ int run(int argc, char** argv) {
                 opt.phases_text.c_str(), load.c_str());
     std::fflush(stdout);
   }
+  // Every phase's rollout layout first: a TP shard that would cut a block is a usage error.
+  std::string problem;
+  for (Format f : opt.phases)
+    if (!roles.trainer && problem.empty())
+      rolloutBuffers(makePhase(weights, f), roles.tp, roles.tp_rank, &problem);
+  int bad = problem.empty() ? 0 : 1, any_bad = 0;
+  MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+  if (any_bad) {
+    if (bad && roles.tp_rank == 0 && roles.replica == 0)
+      std::fprintf(stderr, "wsync-block-fp8-bench: %s\n", problem.c_str());
+    MPI_Comm_free(&comm);
+    return 2;
+  }
   TrainerMemory trainer(opt, roles, weights);
   std::vector<PhaseResult> results;
   for (Format f : opt.phases) {

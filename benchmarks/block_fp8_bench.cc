@@ -14,14 +14,17 @@
 // Output on world rank 0: human lines, then, as the last line, one JSON object.
 #include <mpi.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cxxopts.hpp>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_device.h"
@@ -52,6 +55,7 @@ struct Options {
   int slots = 2;
   int check_every = 1;
   int timeout_ms = 120000;
+  int threads = 4;
   bool kernel = false;
   int kernel_repeats = 5;
   bool kernel_mxfp8 = false;
@@ -96,6 +100,8 @@ int parseArguments(int argc, char** argv, Options* opt, Roles* roles) {
       "check-every", "check every n-th rollout buffer of the last version (1: all)",
       cxxopts::value<int>()->default_value("1"))("timeout-ms", "wsync timeout",
                                                  cxxopts::value<int>()->default_value("120000"))(
+      "threads", "threads per rank that fill (trainers) and check (rollouts) the checked version",
+      cxxopts::value<int>()->default_value("4"))(
       "kernel", "one process: the device quantizer's GB/s against a device copy")(
       "kernel-repeats", "--kernel: timed rounds (best kept)",
       cxxopts::value<int>()->default_value("5"))(
@@ -121,6 +127,7 @@ int parseArguments(int argc, char** argv, Options* opt, Roles* roles) {
   opt->slots = args["slots"].as<int>();
   opt->check_every = args["check-every"].as<int>();
   opt->timeout_ms = args["timeout-ms"].as<int>();
+  opt->threads = args["threads"].as<int>();
   opt->kernel = args.count("kernel") > 0;
   opt->kernel_repeats = args["kernel-repeats"].as<int>();
   opt->kernel_mxfp8 = args.count("kernel-mxfp8") > 0;
@@ -136,8 +143,8 @@ int parseArguments(int argc, char** argv, Options* opt, Roles* roles) {
   if (opt->phases.empty() || opt->phases[0] != Format::kBf16)
     problem = "--phases must start with bf16 (the baseline)";
   if (opt->bytes <= 0 || opt->iters < 1 || opt->warmup < 0 || opt->check_every < 1 ||
-      opt->kernel_repeats < 1 || opt->slots < 2)
-    problem = "--bytes, --iters, --check-every, --kernel-repeats positive; --slots >= 2";
+      opt->kernel_repeats < 1 || opt->slots < 2 || opt->threads < 1)
+    problem = "--bytes, --iters, --check-every, --kernel-repeats, --threads positive; --slots >= 2";
   roles->trainers = opt->trainers > 0 ? opt->trainers : roles->world_size / 2;
   roles->rollouts = roles->world_size - roles->trainers;
   if (!opt->kernel && (roles->trainers < 1 || roles->rollouts < 1 || opt->replicas < 1 ||
@@ -155,6 +162,23 @@ int parseArguments(int argc, char** argv, Options* opt, Roles* roles) {
   roles->replica = roles->trainer ? -1 : roles->role_rank / roles->tp;
   roles->tp_rank = roles->trainer ? 0 : roles->role_rank % roles->tp;
   return -1;
+}
+
+// fn(0..n-1) on up to --threads threads (device memory: each on --cuda-device first).
+void parallelFor(const Options& opt, size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    std::string error;
+    if (opt.device) wsync_bench::setDevice(opt.cuda_device, &error);
+    for (size_t i = next++; i < n; i = next++)
+      fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < opt.threads && static_cast<size_t>(t) < n; ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool)
+    t.join();
 }
 
 std::vector<wsync_demo::TensorSpec> modelTensors(const Options& opt) {
@@ -200,8 +224,9 @@ class TrainerMemory {
   wsync_cuda_stream_t stream() const { return stream_ ? stream_->handle() : nullptr; }
 
   void fill(uint64_t version) {
-    std::vector<uint16_t> staging;
-    for (size_t b = 0; b < buffers_.size(); ++b) {
+    std::atomic<bool> failed{false};
+    parallelFor(opt_, buffers_.size(), [&](size_t b) {
+      std::vector<uint16_t> staging;
       uint16_t* out = nullptr;
       if (opt_.device) {
         staging.resize(static_cast<size_t>(buffers_[b].elements()));
@@ -211,9 +236,12 @@ class TrainerMemory {
       }
       fillBuffer(phase_, buffers_[b], version, out);
       std::string error;
-      if (opt_.device && !wsync_bench::copyToDevice(data_[b], out, buffers_[b].bytes(), &error))
-        dieBench(roles_.world_rank, error);
-    }
+      if (opt_.device && !wsync_bench::copyToDevice(data_[b], out, buffers_[b].bytes(), &error)) {
+        std::fprintf(stderr, "[world rank %d] %s\n", roles_.world_rank, error.c_str());
+        failed = true;
+      }
+    });
+    if (failed) dieBench(roles_.world_rank, "filling the trainer buffers failed");
   }
 
  private:
@@ -246,22 +274,39 @@ int64_t checkVersion(wsync_context_t ctx, const Options& opt, const Roles& roles
   wsync_lease_t lease = nullptr;
   const wsync_status_t s = wsync_acquire(ctx, version, &lease);
   if (s != WSYNC_SUCCESS) dieWsync(ctx, roles.world_rank, "wsync_acquire", s);
-  std::vector<const uint8_t*> data;
-  std::vector<std::vector<uint8_t>> copies(buffers.size());
-  for (size_t b = 0; b < buffers.size(); ++b) {
-    void* p = nullptr;
-    wsync_lease_buffer(lease, indices[b], &p);
-    if (opt.device) {
-      copies[b].resize(buffers[b].bytes());
+  std::vector<void*> slot(buffers.size(), nullptr);
+  for (size_t b = 0; b < buffers.size(); ++b)
+    wsync_lease_buffer(lease, indices[b], &slot[b]);
+  // Device memory: a host copy of each buffer checked (and of its scales) first.
+  const std::vector<size_t> checked = checkedBuffers(buffers, opt.check_every);
+  std::vector<std::string> firsts(checked.size());
+  std::vector<int64_t> wrongs(checked.size(), 0);
+  parallelFor(opt, checked.size(), [&](size_t i) {
+    const size_t b = checked[i];
+    std::vector<const uint8_t*> data(buffers.size(), nullptr);
+    std::vector<std::vector<uint8_t>> copies;
+    copies.reserve(2);
+    for (size_t c : {b, static_cast<size_t>(buffers[b].scales)}) {
+      if (c >= buffers.size()) continue;  // no scales
+      data[c] = static_cast<const uint8_t*>(slot[c]);
       std::string error;
-      if (!wsync_bench::copyToHost(copies[b].data(), p, copies[b].size(), &error))
-        dieBench(roles.world_rank, error);
-      p = copies[b].data();
+      if (!opt.device) continue;
+      copies.emplace_back(buffers[c].bytes());
+      if (!wsync_bench::copyToHost(copies.back().data(), slot[c], copies.back().size(), &error)) {
+        firsts[i] = error;
+        wrongs[i] = 1;
+        return;
+      }
+      data[c] = copies.back().data();
     }
-    data.push_back(static_cast<const uint8_t*>(p));
-  }
+    wrongs[i] = countWrongBytes(phase, buffers, data, b, version, &firsts[i]);
+  });
+  int64_t wrong = 0;
   std::string first;
-  const int64_t wrong = countWrongBytes(phase, buffers, data, version, opt.check_every, &first);
+  for (size_t i = 0; i < checked.size(); ++i) {
+    if (wrongs[i] > 0 && first.empty()) first = firsts[i];
+    wrong += wrongs[i];
+  }
   wsync_lease_release(lease);
   if (wrong > 0)
     std::fprintf(stderr, "[rollout %d] %s version %" PRIu64 ": %" PRId64 " wrong bytes; %s\n",

@@ -302,74 +302,72 @@ void fillBuffer(const PhaseModel& phase, const Buffer& buffer, uint64_t version,
   }
 }
 
+std::vector<size_t> checkedBuffers(const std::vector<Buffer>& buffers, int every) {
+  std::vector<bool> is_scales(buffers.size(), false);
+  for (const Buffer& b : buffers)
+    if (b.scales >= 0) is_scales[static_cast<size_t>(b.scales)] = true;
+  std::vector<size_t> out;
+  int seen = 0;
+  for (size_t b = 0; b < buffers.size(); ++b)
+    if (!is_scales[b] && seen++ % every == 0) out.push_back(b);
+  return out;
+}
+
 int64_t countWrongBytes(const PhaseModel& phase, const std::vector<Buffer>& buffers,
-                        const std::vector<const uint8_t*>& data, uint64_t version, int every,
+                        const std::vector<const uint8_t*>& data, size_t b, uint64_t version,
                         std::string* first) {
   int64_t wrong = 0;
-  const auto note = [&](const Buffer& b, const std::string& what, int64_t n) {
+  const auto note = [&](const Buffer& buf, const std::string& what, int64_t n) {
     if (n > 0 && wrong == 0 && first)
-      *first = "buffer '" + b.name + "': " + std::to_string(n) + " wrong " + what;
+      *first = "buffer '" + buf.name + "': " + std::to_string(n) + " wrong " + what;
     wrong += n;
   };
-  const auto differing = [](const uint8_t* a, const uint8_t* b, size_t n) {
+  const auto differing = [](const uint8_t* x, const uint8_t* y, size_t n) {
     int64_t d = 0;
     for (size_t i = 0; i < n; ++i)
-      d += a[i] != b[i] ? 1 : 0;
+      d += x[i] != y[i] ? 1 : 0;
     return d;
   };
   const wsync::BlockScaling s = internalScaling(phase);
   const size_t scale_bytes = phase.format == Format::kMxfp8 ? 1 : 4;
-  int seen = 0;
-  for (size_t b = 0; b < buffers.size(); ++b) {
-    const Buffer& buf = buffers[b];
-    const bool is_scales = std::any_of(buffers.begin(), buffers.end(), [&](const Buffer& o) {
-      return o.scales == static_cast<int>(b);
-    });
-    if (is_scales || seen++ % every != 0) continue;
-    int64_t local = 0, scale_local = 0;
-    for (size_t pi = 0; pi < buf.pieces.size(); ++pi) {
-      const Piece& p = buf.pieces[pi];
-      std::vector<uint16_t> want(static_cast<size_t>(p.elements()));
-      pieceValues(phase, p, version, want.data());
-      if (buf.scales < 0) {  // bf16: bit for bit
-        note(buf, "bf16 bytes",
-             differing(data[b] + 2 * local, reinterpret_cast<const uint8_t*>(want.data()),
-                       2 * want.size()));
-        local += p.elements();
-        continue;
-      }
-      // fp8: the reference quantizer over the whole blocks this rank holds.
-      const wsync::Dims shape = dimsOf(phase.tensors[static_cast<size_t>(p.tensor)].shape);
-      wsync::Box box;
-      box.offset = dimsOf(p.offset);
-      box.extent = dimsOf(p.extent);
-      const wsync::PieceView view{want.data(), wsync::DType::kBFloat16, box,
-                                  wsync::Dims{p.extent[1], 1}};
-      const int64_t n = wsync::blockCover(box, s).volume();
-      std::vector<float> amax(static_cast<size_t>(n));
-      std::vector<uint8_t> scales(static_cast<size_t>(n) * scale_bytes);
-      std::vector<uint8_t> q(want.size());
-      if (!wsync::blockAmaxHost(view, shape, s, amax.data()).isOk()) {
-        note(buf, "pieces (reference amax failed)", 1);
-        continue;
-      }
-      wsync::scalesFromAmax(amax.data(), n, s.format, scales.data());
-      if (!wsync::quantizeBlocksHost(view, shape, s, scales.data(), q.data()).isOk()) {
-        note(buf, "pieces (reference quantize failed)", 1);
-        continue;
-      }
-      note(buf, "fp8 bytes", differing(data[b] + local, q.data(), q.size()));
-      const Buffer& sb = buffers[static_cast<size_t>(buf.scales)];
-      if (sb.pieces[pi].elements() != n) {
-        note(buf, "scale pieces (shape)", 1);
-      } else {
-        note(sb, "scale bytes",
-             differing(data[static_cast<size_t>(buf.scales)] + scale_local * scale_bytes,
-                       scales.data(), scales.size()));
-      }
+  const Buffer& buf = buffers[b];
+  int64_t local = 0, scale_local = 0;
+  for (size_t pi = 0; pi < buf.pieces.size(); ++pi) {
+    const Piece& p = buf.pieces[pi];
+    std::vector<uint16_t> want(static_cast<size_t>(p.elements()));
+    pieceValues(phase, p, version, want.data());
+    if (buf.scales < 0) {  // bf16: bit for bit
+      note(buf, "bf16 bytes",
+           differing(data[b] + 2 * local, reinterpret_cast<const uint8_t*>(want.data()),
+                     2 * want.size()));
       local += p.elements();
-      scale_local += sb.pieces[pi].elements();
+      continue;
     }
+    // fp8: the reference quantizer over the whole blocks this rank holds.
+    const Buffer& sb = buffers[static_cast<size_t>(buf.scales)];
+    const wsync::Dims shape = dimsOf(phase.tensors[static_cast<size_t>(p.tensor)].shape);
+    wsync::Box box;
+    box.offset = dimsOf(p.offset);
+    box.extent = dimsOf(p.extent);
+    const wsync::PieceView view{want.data(), wsync::DType::kBFloat16, box,
+                                wsync::Dims{p.extent[1], 1}};
+    const int64_t n = wsync::blockCover(box, s).volume();
+    std::vector<float> amax(static_cast<size_t>(n));
+    std::vector<uint8_t> scales(static_cast<size_t>(n) * scale_bytes);
+    std::vector<uint8_t> q(want.size());
+    if (!wsync::blockAmaxHost(view, shape, s, amax.data()).isOk() ||
+        (wsync::scalesFromAmax(amax.data(), n, s.format, scales.data()), false) ||
+        !wsync::quantizeBlocksHost(view, shape, s, scales.data(), q.data()).isOk() ||
+        sb.pieces[pi].elements() != n) {
+      note(buf, "pieces (the reference quantizer refused it, or its scale piece's shape)", 1);
+    } else {
+      note(buf, "fp8 bytes", differing(data[b] + local, q.data(), q.size()));
+      note(sb, "scale bytes",
+           differing(data[static_cast<size_t>(buf.scales)] + scale_local * scale_bytes,
+                     scales.data(), scales.size()));
+    }
+    local += p.elements();
+    scale_local += sb.pieces[pi].elements();
   }
   return wrong;
 }

@@ -84,11 +84,14 @@ uint16_t valueOf(int tensor, int64_t row, int64_t flat, uint64_t version);
 // Trainers: writes `version` into a bf16 buffer.
 void fillBuffer(const PhaseModel& phase, const Buffer& buffer, uint64_t version, uint16_t* data);
 
-// Rollouts: the bytes of `buffers` (host copies, one per buffer) that differ from `version`
-// (bf16 buffers bit for bit; fp8 weights and their scales against the host reference quantizer).
-// Checks every `every`-th buffer only. The first difference is described in *first.
+// Rollouts: the weight buffers a check of every `every`-th one covers (scale buffers are checked
+// with their weights).
+std::vector<size_t> checkedBuffers(const std::vector<Buffer>& buffers, int every);
+// The bytes of weight buffer `b` (and of its scales) that differ from `version`: bf16 bit for bit,
+// fp8 bytes and scales against the host reference quantizer. `data`: host copies, one per buffer
+// (only those of `b` and its scales are read). The first difference is described in *first.
 int64_t countWrongBytes(const PhaseModel& phase, const std::vector<Buffer>& buffers,
-                        const std::vector<const uint8_t*>& data, uint64_t version, int every,
+                        const std::vector<const uint8_t*>& data, size_t b, uint64_t version,
                         std::string* first);
 
 }  // namespace wsync_fp8

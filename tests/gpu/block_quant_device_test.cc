@@ -177,7 +177,8 @@ TEST(BlockQuantDevice, ScalesEqualTheHostBesidePowersOfTwo) {
   DeviceBytes device_amax(amax.size() * 4), device_scales(amax.size() * 4);
   ASSERT_EQ(cudaMemcpy(device_amax.data, amax.data(), amax.size() * 4, cudaMemcpyHostToDevice),
             cudaSuccess);
-  for (ScaleFormat f : {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32, ScaleFormat::kE8M0}) {
+  for (ScaleFormat f : {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32, ScaleFormat::kE8M0,
+                        ScaleFormat::kFloat32Gpu}) {
     const size_t bytes = amax.size() * bqt::scaleSize(f);
     std::vector<uint8_t> host(bytes), device(bytes);
     scalesFromAmax(amax.data(), n, f, host.data());

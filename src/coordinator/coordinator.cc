@@ -183,6 +183,9 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kChecksumFailed:
       if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onVersionMessage(p, type, payload);
+    case MessageType::kSlotBusy:  // advisory; a joiner's cold start waits for Prepared alone
+      if (inColdStart(p)) return Status::ok();
+      return onVersionMessage(p, type, payload);
     case MessageType::kReadied:
       if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onReadied(p, payload);

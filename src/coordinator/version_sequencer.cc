@@ -99,7 +99,7 @@ uint64_t VersionSequencer::readyVersion(int32_t replica) const {
 
 std::vector<int32_t> VersionSequencer::holdingGo(SequencerTime now) const {
   std::vector<int32_t> ids;
-  if (!in_flight_ || in_flight_->go_sent || options_.replica_timeout.count() <= 0 ||
+  if (!in_flight_ || options_.replica_timeout.count() <= 0 ||
       now - in_flight_->started < options_.replica_timeout)
     return ids;
   for (const auto& [id, replica] : replicas_) {
@@ -116,7 +116,7 @@ uint64_t VersionSequencer::inFlightVersion() const {
 std::optional<SequencerTime> VersionSequencer::nextDeadline() const {
   if (!in_flight_) return std::nullopt;
   SequencerTime deadline = in_flight_->started + options_.timeout;
-  if (!in_flight_->go_sent && !in_flight_->grace_applied) {
+  if (!in_flight_->grace_applied && (!in_flight_->go_sent || anyLate())) {
     deadline = std::min(deadline, in_flight_->started + options_.skip_grace);
   }
   if (options_.replica_timeout.count() > 0) {
@@ -181,6 +181,7 @@ Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const Slot
                            std::to_string(replica->target_slot) + " was asked");
     }
     if (!replica->prepared.insert(rollout).second) return protocolError(what + " twice");
+    replica->busy.erase(rollout);
     return out;  // Go once the version is published
   }
   if (prepared.version > last_started_) return protocolError(what + ", which never started");
@@ -194,7 +195,30 @@ Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const Slot
                          std::to_string(replica->target_slot) + " was asked");
   }
   if (!replica->prepared.insert(rollout).second) return protocolError(what + " twice");
-  tryGo(now, out);
+  replica->busy.erase(rollout);
+  if (in_flight_->go_sent) {
+    tryLateGo(now, out);  // a replica left out of the first Go
+    tryComplete(now, out);
+  } else {
+    tryGo(now, out);
+  }
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::onSlotBusy(int32_t rollout, const SlotMsg& busy,
+                                                     SequencerTime now) {
+  SequencerOutput out;
+  auto it = replica_of_.find(rollout);
+  if (it == replica_of_.end()) return out;
+  Replica& replica = replicas_.at(it->second);
+  if (busy.slot != replica.target_slot || replica.prepared.count(rollout) != 0) return out;
+  const bool ahead =
+      !in_flight_ && replica.ahead_version != 0 && busy.version == replica.ahead_version;
+  const bool current =
+      in_flight_ && busy.version == in_flight_->version && replica.stage == Stage::kPreparing;
+  if (!ahead && !current) return out;  // stale: prepared again or skipped since
+  replica.busy.insert(rollout);
+  if (current) tryGo(now, out);
   return out;
 }
 
@@ -292,6 +316,8 @@ Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
                         std::to_string(options_.timeout.count()) + " ms; " + lateReport());
   }
   tryGo(now, out);
+  tryLateGo(now, out);
+  tryComplete(now, out);  // a replica skipped late may have been the last one
   if (options_.replica_timeout.count() > 0) {
     for (auto& [id, replica] : replicas_) {
       if (replica.stall_reported || !owesAnswer(replica) ||

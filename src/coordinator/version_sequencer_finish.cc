@@ -25,7 +25,8 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
         markReady(replica, out);
       }
     }
-    all_done = all_done && replica.stage != Stage::kTaking && replica.stage != Stage::kVerifying;
+    all_done = all_done && replica.stage != Stage::kTaking && replica.stage != Stage::kVerifying &&
+               replica.stage != Stage::kPreparing;
   }
   if (!all_done || !allTrainersSentEveryGo()) return;
   VersionOutcome outcome;
@@ -128,11 +129,10 @@ void VersionSequencer::finishVerification(int32_t id, Replica& replica, Sequence
 }
 
 bool VersionSequencer::waitsOn(const Replica& replica) const {
-  return in_flight_->go_sent
-             ? (replica.stage == Stage::kTaking &&
-                replica.received.size() < replica.ranks.size()) ||
-                   replica.stage == Stage::kVerifying
-             : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
+  if (replica.stage == Stage::kPreparing) return replica.prepared.size() < replica.ranks.size();
+  return in_flight_->go_sent &&
+         ((replica.stage == Stage::kTaking && replica.received.size() < replica.ranks.size()) ||
+          replica.stage == Stage::kVerifying);
 }
 
 bool VersionSequencer::owesAnswer(const Replica& replica) const {
@@ -147,7 +147,7 @@ std::string VersionSequencer::lateReport() const {
   for (const auto& [id, replica] : replicas_) {
     if (!waitsOn(replica)) continue;
     late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id);
-    if (!in_flight_->go_sent) {
+    if (replica.stage == Stage::kPreparing) {
       late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";
     } else if (replica.stage == Stage::kVerifying) {
       late += " (verifying checksums: " + std::to_string(replica.verified.size()) + " of " +

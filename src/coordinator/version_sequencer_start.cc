@@ -48,9 +48,10 @@ void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
     replica.expected.clear();
     replica.checksum_failures = 0;
     replica.retries = 0;
-    if (ahead) continue;
+    if (ahead) continue;  // its prepared and busy ranks stand
     replica.target_slot = chooseSlot(replica);
     replica.prepared.clear();
+    replica.busy.clear();
     OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
     for (int32_t r : replica.ranks)
       prepare.to.push_back({Role::kRollout, r});
@@ -76,6 +77,7 @@ void VersionSequencer::prepareAhead(SequencerOutput& out) {
     replica.ahead_version = v;
     replica.target_slot = slot;
     replica.prepared.clear();
+    replica.busy.clear();
     OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
     for (int32_t r : replica.ranks)
       prepare.to.push_back({Role::kRollout, r});
@@ -89,31 +91,42 @@ bool VersionSequencer::canSkip(const Replica& r) const {
          in_flight_->version - r.ready_version <= static_cast<uint64_t>(options_.max_staleness);
 }
 
+// The first Go: once every replica is prepared, busy (readers hold its slot: it gets a late Go)
+// or skippable past the grace, and at least one replica takes the version or none is busy.
 void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
   if (!in_flight_ || in_flight_->go_sent) return;
   const bool grace_over = now - in_flight_->started >= options_.skip_grace;
   if (grace_over) in_flight_->grace_applied = true;
+  auto prepared = [](const Replica& r) { return r.prepared.size() == r.ranks.size(); };
+  auto skipped = [&](const Replica& r) { return !prepared(r) && grace_over && canSkip(r); };
+  bool any_prepared = false;
+  bool any_late = false;
   for (const auto& [id, replica] : replicas_) {
     if (replica.stage != Stage::kPreparing) continue;
-    const bool ready = replica.prepared.size() == replica.ranks.size();
-    if (!ready && !(grace_over && canSkip(replica))) return;  // wait for it
+    any_prepared = any_prepared || prepared(replica);
+    if (prepared(replica) || skipped(replica)) continue;
+    if (replica.busy.empty()) return;  // wait for its answer
+    any_late = true;
   }
+  if (any_late && !any_prepared) return;  // nothing to start yet
   const uint64_t v = in_flight_->version;
   GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
   OutgoingMessage message{MessageType::kGo, trainerRanks(), {}};
   std::vector<int32_t> taking;
   for (auto& [id, replica] : replicas_) {
     if (replica.stage != Stage::kPreparing) continue;
-    if (replica.prepared.size() == replica.ranks.size()) {
+    if (prepared(replica)) {
       replica.stage = Stage::kTaking;
       replica.asked = now;
       taking.push_back(id);
       go.slot_of_replica[static_cast<size_t>(id)] = replica.target_slot;
-    } else {
+    } else if (skipped(replica)) {
       replica.stage = Stage::kSkipped;
       out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
                           " skipped (its readers still hold slot " +
                           std::to_string(replica.target_slot) + ")");
+    } else {
+      continue;  // busy: a late Go of its own (tryLateGo), its ranks hear nothing now
     }
     for (int32_t r : replica.ranks)
       message.to.push_back({Role::kRollout, r});
@@ -122,6 +135,41 @@ void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
   in_flight_->go_batches.push_back(std::move(taking));
   in_flight_->go_sent = true;
   out.messages.push_back(std::move(message));
+}
+
+void VersionSequencer::tryLateGo(SequencerTime now, SequencerOutput& out) {
+  if (!in_flight_ || !in_flight_->go_sent) return;
+  const bool grace_over = now - in_flight_->started >= options_.skip_grace;
+  if (grace_over) in_flight_->grace_applied = true;
+  const uint64_t v = in_flight_->version;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kPreparing) continue;
+    std::vector<RankRef> ranks;
+    for (int32_t r : replica.ranks)
+      ranks.push_back({Role::kRollout, r});
+    if (replica.prepared.size() == replica.ranks.size()) {
+      replica.stage = Stage::kTaking;
+      replica.asked = now;
+      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
+                          " goes late (its readers held slot " +
+                          std::to_string(replica.target_slot) + ")");
+      std::vector<RankRef> to = trainerRanks();
+      to.insert(to.end(), ranks.begin(), ranks.end());
+      out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});
+      in_flight_->go_batches.push_back({id});
+    } else if (grace_over && canSkip(replica)) {
+      replica.stage = Stage::kSkipped;
+      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
+                          " skipped (its readers still hold slot " +
+                          std::to_string(replica.target_slot) + ")");
+      out.messages.push_back({MessageType::kGo, std::move(ranks), goFor(id, -1)});
+    }
+  }
+}
+
+bool VersionSequencer::anyLate() const {
+  return std::any_of(replicas_.begin(), replicas_.end(),
+                     [](const auto& entry) { return entry.second.stage == Stage::kPreparing; });
 }
 
 }  // namespace wsync

@@ -72,6 +72,12 @@
 // Trainers finished (protocol version 6): once every trainer said Bye, the coordinator sends
 //   TrainersDone(the last version started) to every rollout rank; waits for newer versions end
 //   with WSYNC_ERR_TRAINERS_DONE (a later Ready, after a trainer restart, clears it).
+// A late Go per replica (protocol version 7): a rollout rank whose readers still hold the slot a
+//   Prepare(v, slot) asked for sends SlotBusy(v, slot) (once per Prepare; Prepared follows when
+//   they let go). The first Go(v) then goes to the trainers and the prepared replicas without
+//   waiting for a busy one: such a replica is left out of it (no Go to its ranks), and once its
+//   ranks prepared it gets a Go(v) of its own (a slot for it alone, to every trainer and its
+//   ranks, as a checksum re-send), or past the skip grace Go(v, -1) to its ranks (skipped).
 #pragma once
 
 #include <cstdint>
@@ -88,8 +94,9 @@ namespace wsync {
 
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
 // Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill)
-// and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums).
-inline constexpr uint32_t kProtocolVersion = 6;
+// and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums); 6: trainers
+// finished (TrainersDone); 7: SlotBusy and a late Go per replica.
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // The bounds decoders hold every count and length to.
 namespace protocol_limits {
@@ -513,7 +520,8 @@ enum class Sender : uint8_t { kRank, kCoordinator, kEither };
   X(Verify, 27, VerifyMsg, kCoordinator)                \
   X(Verified, 28, VersionMsg, kRank)                    \
   X(ChecksumFailed, 29, ChecksumFailedMsg, kRank)       \
-  X(TrainersDone, 30, VersionMsg, kCoordinator)
+  X(TrainersDone, 30, VersionMsg, kCoordinator)         \
+  X(SlotBusy, 31, SlotMsg, kRank)
 
 enum class MessageType : uint16_t {
 #define WSYNC_PROTOCOL_ENUM(name, id, payload, sender) k##name = (id),

@@ -317,6 +317,7 @@ void Coordinator::Impl::admitAll() {
     if (index.size() <= r) index.resize(r + 1, -1);
     index[r] = static_cast<int32_t>(i);
   }
+  if (Status s = checkRanksJobSettings(); !s.isOk()) return fail(s);
   if (trainer_index_.empty()) return fail(invalidUsage("the job has no trainer rank"));
   if (rollout_index_.empty()) return fail(invalidUsage("the job has no rollout rank"));
   WelcomeMsg welcome;

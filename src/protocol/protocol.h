@@ -95,8 +95,9 @@ namespace wsync {
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
 // Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill)
 // and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums); 6: trainers
-// finished (TrainersDone); 7: SlotBusy and a late Go per replica.
-inline constexpr uint32_t kProtocolVersion = 7;
+// finished (TrainersDone); 7: SlotBusy and a late Go per replica; 8: Hello carries the job-wide
+// settings the rank set explicitly (HelloMsg::job_settings).
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // The bounds decoders hold every count and length to.
 namespace protocol_limits {
@@ -113,6 +114,19 @@ inline constexpr uint64_t kMaxGroups = 1ull << 32;     // PlanAssignment::group_
 // Each lists its fields in wire order in fields(V&, M&) (M: the struct, const when encoding); an
 // optional `Status afterDecode()` checks (and may normalize) a decoded value.
 
+// One option set on a rank: its variable and value as the variable spells them.
+struct NamedValueMsg {
+  std::string variable;  // "WSYNC_CHECKSUMS"
+  std::string value;     // "1"
+  bool operator==(const NamedValueMsg&) const = default;
+
+  template <class V, class M>
+  static void fields(V& v, M& m) {
+    v.str(m.variable, protocol_limits::kMaxNameBytes);
+    v.str(m.value, protocol_limits::kMaxStringBytes);
+  }
+};
+
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
   Role role = Role::kTrainer;
@@ -124,6 +138,9 @@ struct HelloMsg {
   // replica_size ranks, this is number replica_rank of them. 0: a rank of the fixed membership.
   int32_t replica_size = 0;
   int32_t replica_rank = -1;
+  // The job-wide settings this rank set explicitly (environment or config); the coordinator
+  // fails the job (a joiner: refuses it) when one differs from its own.
+  std::vector<NamedValueMsg> job_settings;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -137,6 +154,7 @@ struct HelloMsg {
     v.str(m.host, protocol_limits::kMaxStringBytes);
     v.i32(m.replica_size);
     v.i32(m.replica_rank);
+    v.list(m.job_settings, 64);
   }
   // PROTOCOL: "protocol version <rank's> of the rank, <ours> of the coordinator ...".
   static Status protocolVersionMismatch(uint32_t rank_version);

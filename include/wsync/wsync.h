@@ -184,7 +184,7 @@ typedef struct {
   /* ---- the end of the joining layout; fields below were appended later ---- */
   /** 1: versions are checksummed and verified before they become readable (docs/checksums.md);
       0: off; WSYNC_UNSET_INT (initializer): WSYNC_CHECKSUMS, else off. Job-wide: the coordinator's
-      rank decides (docs/options.md). */
+      rank decides; a rank that sets it otherwise fails the job (docs/options.md). */
   int checksums;
   /** With checksums: re-sends of a version that failed verification on a replica; -1: none;
       WSYNC_UNSET_INT (initializer) or 0 (kept from older headers): WSYNC_CHECKSUM_RETRIES, else 3.

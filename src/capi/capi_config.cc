@@ -71,6 +71,7 @@ Status applyChecksums(const wsync_config_t& c, Options& configured) {
                              ": not 0, 1 or WSYNC_UNSET_INT");
     }
     configured.job.checksums = c.checksums == 1;
+    configured.from_config.set(static_cast<size_t>(OptionId::checksums));
   }
   if (c.checksum_retries == WSYNC_UNSET_INT || c.checksum_retries == 0) return Status::ok();
   if (c.checksum_retries < -1) {
@@ -78,6 +79,7 @@ Status applyChecksums(const wsync_config_t& c, Options& configured) {
                            ": -1 (never), a count, or WSYNC_UNSET_INT or 0 (default: 3)");
   }
   configured.job.checksum_retries = std::max(0, c.checksum_retries);
+  configured.from_config.set(static_cast<size_t>(OptionId::checksum_retries));
   return Status::ok();
 }
 
@@ -140,6 +142,10 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config,
   WSYNC_RETURN_IF_ERROR(applyDeviceTransport(rawEnum(c.device_transport), configured));
   WSYNC_RETURN_IF_ERROR(applyCudaIpcExport(rawEnum(c.cuda_ipc_export), configured));
   WSYNC_RETURN_IF_ERROR(applyChecksums(c, configured));
+  if (rawEnum(c.device_transport) != WSYNC_DEVICE_TRANSPORT_DEFAULT)
+    configured.from_config.set(static_cast<size_t>(OptionId::device_transport));
+  if (rawEnum(c.cuda_ipc_export) != WSYNC_CUDA_IPC_EXPORT_DEFAULT)
+    configured.from_config.set(static_cast<size_t>(OptionId::cuda_ipc_export));
   ContextOptions o;
   o.settings = resolve(configured, environment);
   o.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;

@@ -124,4 +124,18 @@ std::string describeAbsentRanks(const JobShape& job, const std::vector<const Hel
   return missing + "; never arrived: " + absent;
 }
 
+Status checkExplicitJobSettings(const JobSettings& decided,
+                                const std::vector<std::pair<std::string, const HelloMsg*>>& ranks) {
+  std::vector<std::pair<std::string, JobSettings>> views{{"the coordinator", decided}};
+  for (const auto& [name, hello] : ranks) {
+    NamedSettingValues set;
+    for (const NamedValueMsg& v : hello->job_settings)
+      set.emplace_back(v.variable, v.value);
+    Result<JobSettings> view = withJobSettings(decided, set);
+    if (!view.isOk()) return view.status().withContext(name + "'s job-wide settings");
+    views.emplace_back(name, *view);
+  }
+  return checkJobSettingsAgree(views);
+}
+
 }  // namespace wsync

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
+#include "options/options.h"  // JobSettings
 #include "plan/plan.h"
 #include "protocol/protocol.h"
 
@@ -34,6 +36,13 @@ Status checkHello(const JobShape& job, const HelloMsg& hello,
 // the tensor, the trainer and the rollout ranks. Checked at planning, before any rank starts a
 // collective for the plan, so that every rank gets the same error.
 Status checkConversions(const Plan& plan, const std::vector<Registration>& trainers);
+
+// INVALID_ARGUMENT when a rank set a job-wide setting explicitly (HelloMsg::job_settings) to a
+// value other than the coordinator's `decided`, naming each such setting, the coordinator's value
+// and every rank that set it otherwise (checkJobSettingsAgree); a setting a rank left unset
+// agrees. `ranks`: each rank's name and Hello.
+Status checkExplicitJobSettings(const JobSettings& decided,
+                                const std::vector<std::pair<std::string, const HelloMsg*>>& ranks);
 
 // "2 of 3 ranks joined; never arrived: ..." naming the ranks that never said Hello.
 std::string describeAbsentRanks(const JobShape& job, const std::vector<const HelloMsg*>& joined);

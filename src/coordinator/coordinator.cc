@@ -186,6 +186,9 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
       return onVersionMessage(p, type, payload);
     case MessageType::kPartialMaxima:
       return onPartialMaxima(p, payload);
+    case MessageType::kSlotBusy:  // advisory; a joiner's cold start waits for Prepared alone
+      if (inColdStart(p)) return Status::ok();
+      return onVersionMessage(p, type, payload);
     case MessageType::kReadied:
       if (inColdStart(p)) return onColdStartMessage(p, type, payload);
       return onReadied(p, payload);
@@ -317,6 +320,7 @@ void Coordinator::Impl::admitAll() {
     if (index.size() <= r) index.resize(r + 1, -1);
     index[r] = static_cast<int32_t>(i);
   }
+  if (Status s = checkRanksJobSettings(); !s.isOk()) return fail(s);
   if (trainer_index_.empty()) return fail(invalidUsage("the job has no trainer rank"));
   if (rollout_index_.empty()) return fail(invalidUsage("the job has no rollout rank"));
   WelcomeMsg welcome;

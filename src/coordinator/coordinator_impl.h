@@ -247,6 +247,7 @@ class Coordinator::Impl {
   // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
   void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
   void onJoinHello(ConnectionId conn, const HelloMsg& hello);
+  Status checkRanksJobSettings() const;  // at admission (coordinator/admission.h)
   Status checkJoinHello(const HelloMsg& hello) const;
   void welcomeJoiners(JoiningReplica& g);
   Status onJoinerRegister(Participant& p, const std::vector<uint8_t>& payload);

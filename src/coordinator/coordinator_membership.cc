@@ -210,8 +210,28 @@ Status Coordinator::Impl::checkJoinHello(const HelloMsg& h) const {
   return Status::ok();
 }
 
+// The job-wide settings the admitted ranks set explicitly against the coordinator's (trainers,
+// then rollouts, by rank).
+Status Coordinator::Impl::checkRanksJobSettings() const {
+  std::vector<std::pair<std::string, const HelloMsg*>> named;
+  for (const auto* index : {&trainer_index_, &rollout_index_}) {
+    for (int32_t i : *index) {
+      if (i >= 0)
+        named.emplace_back(nameOf(participants_[static_cast<size_t>(i)]),
+                           &participants_[static_cast<size_t>(i)].hello);
+    }
+  }
+  return checkExplicitJobSettings(opt_.job, named);
+}
+
 void Coordinator::Impl::onJoinHello(ConnectionId conn, const HelloMsg& hello) {
   Status s = checkJoinHello(hello);
+  if (s.isOk()) {
+    s = checkExplicitJobSettings(
+        opt_.job, {{"the joining rank " + std::to_string(hello.replica_rank) + " of replica " +
+                        std::to_string(hello.replica),
+                    &hello}});
+  }
   if (!s.isOk()) {
     log("refused a joining rank: " + s.toString());
     return refuse(conn, s);

@@ -26,6 +26,11 @@ Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType typ
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
     return apply(sequencer_->onPrepared(p.role_rank, m, now));
   }
+  if (type == MessageType::kSlotBusy) {
+    SlotMsg m;
+    WSYNC_RETURN_IF_ERROR(decode(payload, m));
+    return apply(sequencer_->onSlotBusy(p.role_rank, m, now));
+  }
   if (type == MessageType::kSentChecksums) {
     SentChecksumsMsg m;
     WSYNC_RETURN_IF_ERROR(decode(payload, m));

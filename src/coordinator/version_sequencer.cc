@@ -1,19 +1,16 @@
+// The version sequencer's membership, queries and events (version_sequencer.h). Starting a
+// version (slot choice, Prepare, Go, skips): version_sequencer_start.cc; finishing it (Ready,
+// checksum verification and re-sends, Delivered): version_sequencer_finish.cc.
 #include "coordinator/version_sequencer.h"
 
 #include <algorithm>
 
+#include "coordinator/version_sequencer_names.h"
+
 namespace wsync {
-namespace {
 
-std::string versionName(uint64_t v) {
-  return "version " + std::to_string(v);
-}
-
-std::string rolloutName(int32_t rank) {
-  return "rollout " + std::to_string(rank);
-}
-
-}  // namespace
+using sequencer_names::rolloutName;
+using sequencer_names::versionName;
 
 VersionSequencer::VersionSequencer(SequencerOptions options, int32_t num_trainers)
     : options_(options), num_trainers_(num_trainers) {}
@@ -102,7 +99,7 @@ uint64_t VersionSequencer::readyVersion(int32_t replica) const {
 
 std::vector<int32_t> VersionSequencer::holdingGo(SequencerTime now) const {
   std::vector<int32_t> ids;
-  if (!in_flight_ || in_flight_->go_sent || options_.replica_timeout.count() <= 0 ||
+  if (!in_flight_ || options_.replica_timeout.count() <= 0 ||
       now - in_flight_->started < options_.replica_timeout)
     return ids;
   for (const auto& [id, replica] : replicas_) {
@@ -119,7 +116,7 @@ uint64_t VersionSequencer::inFlightVersion() const {
 std::optional<SequencerTime> VersionSequencer::nextDeadline() const {
   if (!in_flight_) return std::nullopt;
   SequencerTime deadline = in_flight_->started + options_.timeout;
-  if (!in_flight_->go_sent && !in_flight_->grace_applied) {
+  if (!in_flight_->grace_applied && (!in_flight_->go_sent || anyLate())) {
     deadline = std::min(deadline, in_flight_->started + options_.skip_grace);
   }
   if (options_.replica_timeout.count() > 0) {
@@ -184,6 +181,7 @@ Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const Slot
                            std::to_string(replica->target_slot) + " was asked");
     }
     if (!replica->prepared.insert(rollout).second) return protocolError(what + " twice");
+    replica->busy.erase(rollout);
     return out;  // Go once the version is published
   }
   if (prepared.version > last_started_) return protocolError(what + ", which never started");
@@ -197,7 +195,30 @@ Result<SequencerOutput> VersionSequencer::onPrepared(int32_t rollout, const Slot
                          std::to_string(replica->target_slot) + " was asked");
   }
   if (!replica->prepared.insert(rollout).second) return protocolError(what + " twice");
-  tryGo(now, out);
+  replica->busy.erase(rollout);
+  if (in_flight_->go_sent) {
+    tryLateGo(now, out);  // a replica left out of the first Go
+    tryComplete(now, out);
+  } else {
+    tryGo(now, out);
+  }
+  return out;
+}
+
+Result<SequencerOutput> VersionSequencer::onSlotBusy(int32_t rollout, const SlotMsg& busy,
+                                                     SequencerTime now) {
+  SequencerOutput out;
+  auto it = replica_of_.find(rollout);
+  if (it == replica_of_.end()) return out;
+  Replica& replica = replicas_.at(it->second);
+  if (busy.slot != replica.target_slot || replica.prepared.count(rollout) != 0) return out;
+  const bool ahead =
+      !in_flight_ && replica.ahead_version != 0 && busy.version == replica.ahead_version;
+  const bool current =
+      in_flight_ && busy.version == in_flight_->version && replica.stage == Stage::kPreparing;
+  if (!ahead && !current) return out;  // stale: prepared again or skipped since
+  replica.busy.insert(rollout);
+  if (current) tryGo(now, out);
   return out;
 }
 
@@ -295,6 +316,8 @@ Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
                         std::to_string(options_.timeout.count()) + " ms; " + lateReport());
   }
   tryGo(now, out);
+  tryLateGo(now, out);
+  tryComplete(now, out);  // a replica skipped late may have been the last one
   if (options_.replica_timeout.count() > 0) {
     for (auto& [id, replica] : replicas_) {
       if (replica.stall_reported || !owesAnswer(replica) ||
@@ -337,277 +360,6 @@ SequencerOutput VersionSequencer::abortVersions() {
 
 bool VersionSequencer::isAborted(uint64_t version) const {
   return aborted_version_ != 0 && version == aborted_version_ && version != inFlightVersion();
-}
-
-// ---- the version's steps ---------------------------------------------------------------------
-
-std::vector<RankRef> VersionSequencer::trainerRanks() const {
-  std::vector<RankRef> to;
-  to.reserve(static_cast<size_t>(num_trainers_));
-  for (int32_t t = 0; t < num_trainers_; ++t)
-    to.push_back({Role::kTrainer, t});
-  return to;
-}
-
-int32_t VersionSequencer::chooseSlot(const Replica& r) const {
-  int32_t best = -1;
-  for (int32_t s = 0; s < static_cast<int32_t>(r.slot_version.size()); ++s) {
-    if (s == r.ready_slot) continue;
-    if (best < 0 ||
-        r.slot_version[static_cast<size_t>(s)] < r.slot_version[static_cast<size_t>(best)])
-      best = s;
-  }
-  return best;
-}
-
-void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
-  if (in_flight_ || pending_.empty()) return;
-  const uint64_t v = *pending_.begin();
-  pending_.erase(pending_.begin());
-  last_started_ = v;
-  in_flight_.emplace();
-  in_flight_->version = v;
-  in_flight_->started = now;
-  in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), 0);
-  for (auto& [id, replica] : replicas_) {
-    replica.stage = Stage::kPreparing;
-    replica.asked = now;
-    replica.stall_reported = false;
-    const bool ahead = replica.ahead_version == v;  // its ranks drain (or drained) the slot
-    replica.ahead_version = 0;
-    replica.received.clear();
-    replica.sent.clear();
-    replica.expected.clear();
-    replica.checksum_failures = 0;
-    replica.retries = 0;
-    if (ahead) continue;
-    replica.target_slot = chooseSlot(replica);
-    replica.prepared.clear();
-    OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
-    for (int32_t r : replica.ranks)
-      prepare.to.push_back({Role::kRollout, r});
-    out.messages.push_back(std::move(prepare));
-  }
-  tryGo(now, out);  // a zero grace skips at once
-}
-
-void VersionSequencer::prepareAhead(SequencerOutput& out) {
-  if (!options_.prepare_ahead || in_flight_ || !pending_.empty()) return;
-  const uint64_t v = last_started_ + 1;
-  for (auto& [id, replica] : replicas_) {
-    if (replica.ahead_version == v) continue;  // asked already
-    // Never ahead of time at the cost of the newest version but one: readers may still ask for it
-    // (a rollout one step behind) until the next version starts, as without preparing ahead.
-    const int32_t slot = chooseSlot(replica);
-    uint64_t behind = 0;  // the newest version in a slot other than the ready one
-    for (int32_t s = 0; s < static_cast<int32_t>(replica.slot_version.size()); ++s)
-      if (s != replica.ready_slot)
-        behind = std::max(behind, replica.slot_version[static_cast<size_t>(s)]);
-    const uint64_t held = replica.slot_version[static_cast<size_t>(slot)];
-    if (held != 0 && held == behind) continue;
-    replica.ahead_version = v;
-    replica.target_slot = slot;
-    replica.prepared.clear();
-    OutgoingMessage prepare{MessageType::kPrepare, {}, SlotMsg{v, replica.target_slot}};
-    for (int32_t r : replica.ranks)
-      prepare.to.push_back({Role::kRollout, r});
-    out.messages.push_back(std::move(prepare));
-  }
-}
-
-bool VersionSequencer::canSkip(const Replica& r) const {
-  if (r.ready_version == 0) return false;  // it must get a first version
-  return options_.max_staleness < 0 ||
-         in_flight_->version - r.ready_version <= static_cast<uint64_t>(options_.max_staleness);
-}
-
-void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
-  if (!in_flight_ || in_flight_->go_sent) return;
-  const bool grace_over = now - in_flight_->started >= options_.skip_grace;
-  if (grace_over) in_flight_->grace_applied = true;
-  for (const auto& [id, replica] : replicas_) {
-    if (replica.stage != Stage::kPreparing) continue;
-    const bool ready = replica.prepared.size() == replica.ranks.size();
-    if (!ready && !(grace_over && canSkip(replica))) return;  // wait for it
-  }
-  const uint64_t v = in_flight_->version;
-  GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
-  OutgoingMessage message{MessageType::kGo, trainerRanks(), {}};
-  std::vector<int32_t> taking;
-  for (auto& [id, replica] : replicas_) {
-    if (replica.stage != Stage::kPreparing) continue;
-    if (replica.prepared.size() == replica.ranks.size()) {
-      replica.stage = Stage::kTaking;
-      replica.asked = now;
-      taking.push_back(id);
-      go.slot_of_replica[static_cast<size_t>(id)] = replica.target_slot;
-    } else {
-      replica.stage = Stage::kSkipped;
-      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
-                          " skipped (its readers still hold slot " +
-                          std::to_string(replica.target_slot) + ")");
-    }
-    for (int32_t r : replica.ranks)
-      message.to.push_back({Role::kRollout, r});
-  }
-  message.payload = std::move(go);
-  in_flight_->go_batches.push_back(std::move(taking));
-  in_flight_->go_sent = true;
-  out.messages.push_back(std::move(message));
-}
-
-void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
-  if (!in_flight_ || !in_flight_->go_sent) return;
-  const uint64_t v = in_flight_->version;
-  bool all_done = true;
-  for (auto& [id, replica] : replicas_) {
-    if (replica.stage == Stage::kTaking &&
-        replica.sent.size() == static_cast<size_t>(num_trainers_) &&
-        replica.received.size() == replica.ranks.size()) {
-      if (options_.job.checksums) {
-        replica.asked = now;
-        sendVerify(replica, out);
-      } else {
-        markReady(replica, out);
-      }
-    }
-    all_done = all_done && replica.stage != Stage::kTaking && replica.stage != Stage::kVerifying;
-  }
-  if (!all_done || !allTrainersSentEveryGo()) return;
-  VersionOutcome outcome;
-  outcome.version = v;
-  outcome.lost_replicas = std::move(in_flight_->lost);
-  std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
-  outcome.ready_replicas = std::move(in_flight_->departed_ready);
-  outcome.rejected_replicas = std::move(in_flight_->rejected);
-  std::sort(outcome.rejected_replicas.begin(), outcome.rejected_replicas.end());
-  for (auto& [id, replica] : replicas_) {
-    if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
-    if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
-    if (replica.checksum_failures > 0) outcome.checksum_failures[id] = replica.checksum_failures;
-    if (replica.retries > 0) outcome.retries[id] = replica.retries;
-    replica.stage = Stage::kOut;
-  }
-  std::sort(outcome.ready_replicas.begin(), outcome.ready_replicas.end());
-  out.messages.push_back(
-      {MessageType::kDelivered, trainerRanks(),
-       DeliveredMsg{
-           v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas, false, {}}});
-  out.delivered = std::move(outcome);
-  in_flight_.reset();
-  startNext(now, out);
-  prepareAhead(out);
-}
-
-bool VersionSequencer::allTrainersSentEveryGo() const {
-  const size_t gos = in_flight_->go_batches.size();
-  return std::all_of(in_flight_->trainer_sent.begin(), in_flight_->trainer_sent.end(),
-                     [gos](size_t sent) { return sent == gos; });
-}
-
-void VersionSequencer::markReady(Replica& replica, SequencerOutput& out) {
-  const uint64_t v = in_flight_->version;
-  replica.stage = Stage::kReady;
-  replica.ready_version = v;
-  replica.ready_slot = replica.target_slot;
-  replica.slot_version[static_cast<size_t>(replica.target_slot)] = v;
-  OutgoingMessage ready{MessageType::kReady, {}, SlotMsg{v, replica.target_slot}};
-  for (int32_t r : replica.ranks)
-    ready.to.push_back({Role::kRollout, r});
-  out.messages.push_back(std::move(ready));
-}
-
-// ---- checksums ---------------------------------------------------------------------------------
-
-void VersionSequencer::sendVerify(Replica& replica, SequencerOutput& out) {
-  replica.stage = Stage::kVerifying;
-  replica.verified.clear();
-  replica.verify_failed = false;
-  for (int32_t r : replica.ranks) {
-    VerifyMsg verify{in_flight_->version, replica.target_slot, {}};
-    for (const auto& [trainer, sum] : replica.expected[r])
-      verify.sums.push_back({trainer, sum});
-    out.messages.push_back({MessageType::kVerify, {{Role::kRollout, r}}, std::move(verify)});
-  }
-}
-
-GoMsg VersionSequencer::goFor(int32_t replica, int32_t slot) const {
-  GoMsg go{in_flight_->version,
-           std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
-  go.slot_of_replica[static_cast<size_t>(replica)] = slot;
-  return go;
-}
-
-// Every rank of replica `id` answered Verify: ready, re-sent, or (out of re-sends) skipped.
-void VersionSequencer::finishVerification(int32_t id, Replica& replica, SequencerOutput& out,
-                                          SequencerTime now) {
-  replica.asked = now;  // a re-send asks the ranks again
-  if (!replica.verify_failed) {
-    markReady(replica, out);
-    return;
-  }
-  const uint64_t v = in_flight_->version;
-  ++replica.checksum_failures;
-  std::vector<RankRef> ranks;
-  for (int32_t r : replica.ranks)
-    ranks.push_back({Role::kRollout, r});
-  const std::string what = versionName(v) + ": replica " + std::to_string(id);
-  if (replica.retries >= static_cast<uint32_t>(std::max(0, options_.job.checksum_retries))) {
-    replica.stage = Stage::kSkipped;
-    in_flight_->rejected.push_back(id);
-    out.notes.push_back(what + " skips the version: its checksums failed " +
-                        std::to_string(replica.checksum_failures) + " times");
-    out.messages.push_back({MessageType::kGo, std::move(ranks), goFor(id, -1)});
-    return;
-  }
-  ++replica.retries;
-  replica.stage = Stage::kTaking;
-  replica.sent.clear();
-  replica.received.clear();
-  replica.expected.clear();
-  out.notes.push_back(what + " re-sent (checksum retry " + std::to_string(replica.retries) +
-                      " of " + std::to_string(options_.job.checksum_retries) + ")");
-  std::vector<RankRef> to = trainerRanks();
-  to.insert(to.end(), ranks.begin(), ranks.end());
-  out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});
-  in_flight_->go_batches.push_back({id});
-}
-
-bool VersionSequencer::waitsOn(const Replica& replica) const {
-  return in_flight_->go_sent
-             ? (replica.stage == Stage::kTaking &&
-                replica.received.size() < replica.ranks.size()) ||
-                   replica.stage == Stage::kVerifying
-             : replica.stage == Stage::kPreparing && replica.prepared.size() < replica.ranks.size();
-}
-
-bool VersionSequencer::owesAnswer(const Replica& replica) const {
-  return (replica.stage == Stage::kTaking && in_flight_->go_sent &&
-          replica.received.size() < replica.ranks.size()) ||
-         (replica.stage == Stage::kVerifying && replica.verified.size() < replica.ranks.size());
-}
-
-// Who the in-flight version waits for, for the timeout error.
-std::string VersionSequencer::lateReport() const {
-  std::string late;
-  for (const auto& [id, replica] : replicas_) {
-    if (!waitsOn(replica)) continue;
-    late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id);
-    if (!in_flight_->go_sent) {
-      late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";
-    } else if (replica.stage == Stage::kVerifying) {
-      late += " (verifying checksums: " + std::to_string(replica.verified.size()) + " of " +
-              std::to_string(replica.ranks.size()) + " ranks answered)";
-    }
-  }
-  std::string report = "waiting on " + (late.empty() ? std::string("no replica") : late);
-  if (in_flight_->go_sent) {
-    const size_t gos = in_flight_->go_batches.size();
-    const auto& sent = in_flight_->trainer_sent;
-    report += "; trainers done: " + std::to_string(std::count(sent.begin(), sent.end(), gos)) +
-              " of " + std::to_string(num_trainers_);
-  }
-  return report;
 }
 
 }  // namespace wsync

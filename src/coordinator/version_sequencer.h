@@ -11,9 +11,15 @@
 //   start: Prepare(v, slot) to every rank of every replica (the slot: not the replica's newest
 //   ready one; an empty one, else the oldest);
 //   Go(v, slot per replica) to every trainer and every rank of the version's replicas once each
-//   replica is prepared on all its ranks. A replica still busy skip_grace after the start is
-//   skipped (slot -1) if it already holds a version and skipping keeps its lag within
-//   max_staleness; otherwise Go waits for it;
+//   replica is prepared on all its ranks, or busy (a rank said SlotBusy: readers hold its slot).
+//   A replica still busy skip_grace after the start is skipped (slot -1) if it already holds a
+//   version and skipping keeps its lag within max_staleness; otherwise Go waits for it, unless
+//   it is busy;
+//   late Go: a busy replica is left out of that Go (its ranks get none) unless no replica is
+//   prepared yet; once its ranks prepared it gets a Go(v) of its own (a slot for it alone, to
+//   every trainer and its ranks, like a checksum re-send), or, still busy past the grace and
+//   skippable as above, Go(v, -1) to its ranks only; so readers on one replica never hold up Go
+//   for the others. Delivered waits for it (bounded by the grace when skippable);
 //   Ready(v, slot) to the ranks of a taking replica once every trainer sent v and every rank of
 //   the replica received it (with checksums, see below: once every rank verified it);
 //   Delivered(v) to every trainer once every taking replica is ready (VersionOutcome, also the
@@ -155,6 +161,10 @@ class VersionSequencer {
   // version, for another slot than asked). On error nothing changed.
   Result<SequencerOutput> onPublish(int32_t trainer, uint64_t version, SequencerTime now);
   Result<SequencerOutput> onPrepared(int32_t rollout, const SlotMsg& prepared, SequencerTime now);
+  // A rank's readers hold the slot its Prepare asked for (SlotBusy): its replica no longer holds
+  // up Go for the others (late Go, above). Advisory: one about another version or slot, or from a
+  // rank in no replica, is ignored.
+  Result<SequencerOutput> onSlotBusy(int32_t rollout, const SlotMsg& busy, SequencerTime now);
   // A trainer's Sent for its next Go of `version`; `sums`: its checksums per rollout rank
   // (SentChecksums; used when verifying checksums).
   Result<SequencerOutput> onSent(int32_t trainer, uint64_t version, SequencerTime now,
@@ -179,9 +189,9 @@ class VersionSequencer {
   // The latest time at which advance() must be called next; none while no version is in flight.
   std::optional<SequencerTime> nextDeadline() const;
 
-  // Replicas whose ranks have not all prepared the in-flight version's slot while its Go waits for
-  // them, the version started at least options.replica_timeout before `now` (readers' leases, or a
-  // stopped rank: the caller tells them apart).
+  // Replicas whose ranks have not all prepared the in-flight version's slot while its Go (or
+  // their late Go) waits for them, the version started at least options.replica_timeout before
+  // `now` (readers' leases, or a stopped rank: the caller tells them apart).
   std::vector<int32_t> holdingGo(SequencerTime now) const;
   uint64_t inFlightVersion() const;  // 0: none
   uint64_t lastStartedVersion() const { return last_started_; }
@@ -201,6 +211,7 @@ class VersionSequencer {
     Stage stage = Stage::kOut;
     int32_t target_slot = -1;
     std::set<int32_t> prepared;  // ranks that drained target_slot
+    std::set<int32_t> busy;      // ranks whose readers hold target_slot (SlotBusy), not prepared
     uint64_t ahead_version = 0;  // prepare ahead: target_slot was asked for it (0: not asked)
     std::set<int32_t> received;  // ranks that received their broadcasts
     // Checksums: the trainers that sent the replica's current attempt, what they sent each rank
@@ -245,6 +256,9 @@ class VersionSequencer {
   void startNext(SequencerTime now, SequencerOutput& out);
   void prepareAhead(SequencerOutput& out);  // when no version is in flight or queued
   void tryGo(SequencerTime now, SequencerOutput& out);
+  // After the first Go: a late Go to each busy replica now prepared, or its skip past the grace.
+  void tryLateGo(SequencerTime now, SequencerOutput& out);
+  bool anyLate() const;  // a replica left out of the first Go still owes its Prepared
   bool canSkip(const Replica& r) const;
   void tryComplete(SequencerTime now, SequencerOutput& out);
   void markReady(Replica& r, SequencerOutput& out);

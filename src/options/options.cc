@@ -203,6 +203,7 @@ Options resolve(const Options& configured, const Options& environment) {
   WSYNC_OPTION_LIST(WSYNC_OPTION_RESOLVE_)
 #undef WSYNC_OPTION_RESOLVE_
   effective.from_environment = environment.from_environment;
+  effective.from_config = configured.from_config;
   return effective;
 }
 
@@ -256,6 +257,30 @@ Status checkJobSettingsAgree(std::span<const std::pair<std::string, JobSettings>
       "job-wide settings differ between ranks (the coordinator's are used; set "
       "them alike on every rank): " +
       differences);
+}
+
+NamedSettingValues explicitJobSettings(const Options& options) {
+  NamedSettingValues set;
+#define WSYNC_OPTION_EXPLICIT_(scope, field, type, default_value, env, kind, config, doc) \
+  if (options.explicitlySet(OptionId::field)) set.emplace_back(env, formatValue(options.job.field));
+  WSYNC_JOB_OPTION_LIST(WSYNC_OPTION_EXPLICIT_)
+#undef WSYNC_OPTION_EXPLICIT_
+  return set;
+}
+
+Result<JobSettings> withJobSettings(const JobSettings& decided, const NamedSettingValues& set) {
+  Options options;
+  options.job = decided;
+  for (const auto& [variable, value] : set) {
+    bool job_wide = false;
+#define WSYNC_OPTION_IS_JOB_(scope, field, type, default_value, env, kind, config, doc) \
+  job_wide = job_wide || variable == (env);
+    WSYNC_JOB_OPTION_LIST(WSYNC_OPTION_IS_JOB_)
+#undef WSYNC_OPTION_IS_JOB_
+    if (!job_wide) return invalidArgument("'" + variable + "' is not a job-wide option");
+    WSYNC_RETURN_IF_ERROR(setOption(options, variable, value));
+  }
+  return options.job;
 }
 
 std::string describeOptions(const Options& options) {

@@ -264,6 +264,12 @@ struct Options {
   // Which options came from a set (non-empty) environment variable; indexed by OptionId.
   std::bitset<kNumOptions> from_environment;
   bool fromEnvironment(OptionId id) const { return from_environment.test(static_cast<size_t>(id)); }
+  // Which options a wsync_config_t field set (src/capi/capi_config.cc); resolve() keeps them.
+  std::bitset<kNumOptions> from_config;
+  // Set explicitly on this rank: by its environment or its config (not just the default).
+  bool explicitlySet(OptionId id) const {
+    return fromEnvironment(id) || from_config.test(static_cast<size_t>(id));
+  }
 };
 #undef WSYNC_OPTION_FIELD_
 // NOLINTEND(bugprone-macro-parentheses)
@@ -302,6 +308,16 @@ Options resolve(const Options& configured, const Options& environment);
 // Pure; an empty list agrees. Compare ranks' own resolved values with each other (a standalone
 // wsync-coordinator's flags may differ from every rank's environment without anything being wrong).
 Status checkJobSettingsAgree(std::span<const std::pair<std::string, JobSettings>> ranks);
+
+// The job-wide settings `options` set explicitly (explicitlySet): each one's variable and value,
+// spelled as the variable takes it ({"WSYNC_CHECKSUMS", "1"}). A rank sends them to the
+// coordinator, which checks them against its own (withJobSettings, checkJobSettingsAgree).
+using NamedSettingValues = std::vector<std::pair<std::string, std::string>>;
+NamedSettingValues explicitJobSettings(const Options& options);
+// `decided` with the values of `set` (variable, value) applied: a rank's view of the job-wide
+// settings, where what it did not set is the coordinator's. INVALID_ARGUMENT for a variable that
+// is not a job-wide option or a bad value.
+Result<JobSettings> withJobSettings(const JobSettings& decided, const NamedSettingValues& set);
 
 // The name of an enum option's value, as the variable spells it ("cuda_ipc").
 const char* optionValueName(DeviceTransport value);

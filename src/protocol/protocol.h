@@ -75,6 +75,12 @@
 // Trainers finished (protocol version 6): once every trainer said Bye, the coordinator sends
 //   TrainersDone(the last version started) to every rollout rank; waits for newer versions end
 //   with WSYNC_ERR_TRAINERS_DONE (a later Ready, after a trainer restart, clears it).
+// A late Go per replica (protocol version 7): a rollout rank whose readers still hold the slot a
+//   Prepare(v, slot) asked for sends SlotBusy(v, slot) (once per Prepare; Prepared follows when
+//   they let go). The first Go(v) then goes to the trainers and the prepared replicas without
+//   waiting for a busy one: such a replica is left out of it (no Go to its ranks), and once its
+//   ranks prepared it gets a Go(v) of its own (a slot for it alone, to every trainer and its
+//   ranks, as a checksum re-send), or past the skip grace Go(v, -1) to its ranks (skipped).
 #pragma once
 
 #include <cstdint>
@@ -92,7 +98,10 @@ namespace wsync {
 
 // 3: backends by name, a generic broadcast world; 4: dynamic membership (heartbeats, leave, join,
 // Delivered outcomes) and rollouts confirming Ready with Readied; 5: peer cold start (ColdFill)
-// and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums).
+// and checksums (SentChecksums, Verify, Verified, ChecksumFailed; Welcome::checksums); 6: trainers
+// finished (TrainersDone); 7: block-scaled rollout tensors (RegisterMsg / PlanAssignmentMsg
+// block_scalings, PartialMaxima, BlockMaxima), SlotBusy and a late Go per replica, Hello carrying
+// the job-wide settings the rank set explicitly (HelloMsg::job_settings), delta versions.
 inline constexpr uint32_t kProtocolVersion = 7;
 
 // The bounds decoders hold every count and length to.
@@ -110,6 +119,19 @@ inline constexpr uint64_t kMaxGroups = 1ull << 32;     // PlanAssignment::group_
 // Each lists its fields in wire order in fields(V&, M&) (M: the struct, const when encoding); an
 // optional `Status afterDecode()` checks (and may normalize) a decoded value.
 
+// One option set on a rank: its variable and value as the variable spells them.
+struct NamedValueMsg {
+  std::string variable;  // "WSYNC_CHECKSUMS"
+  std::string value;     // "1"
+  bool operator==(const NamedValueMsg&) const = default;
+
+  template <class V, class M>
+  static void fields(V& v, M& m) {
+    v.str(m.variable, protocol_limits::kMaxNameBytes);
+    v.str(m.value, protocol_limits::kMaxStringBytes);
+  }
+};
+
 struct HelloMsg {
   uint32_t protocol_version = kProtocolVersion;
   Role role = Role::kTrainer;
@@ -121,6 +143,9 @@ struct HelloMsg {
   // replica_size ranks, this is number replica_rank of them. 0: a rank of the fixed membership.
   int32_t replica_size = 0;
   int32_t replica_rank = -1;
+  // The job-wide settings this rank set explicitly (environment or config); the coordinator
+  // fails the job (a joiner: refuses it) when one differs from its own.
+  std::vector<NamedValueMsg> job_settings;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -134,6 +159,7 @@ struct HelloMsg {
     v.str(m.host, protocol_limits::kMaxStringBytes);
     v.i32(m.replica_size);
     v.i32(m.replica_rank);
+    v.list(m.job_settings, 64);
   }
   // PROTOCOL: "protocol version <rank's> of the rank, <ours> of the coordinator ...".
   static Status protocolVersionMismatch(uint32_t rank_version);
@@ -555,7 +581,8 @@ enum class Sender : uint8_t { kRank, kCoordinator, kEither };
   X(ChecksumFailed, 29, ChecksumFailedMsg, kRank)       \
   X(TrainersDone, 30, VersionMsg, kCoordinator)         \
   X(PartialMaxima, 31, BlockMaximaMsg, kRank)           \
-  X(BlockMaxima, 32, BlockMaximaMsg, kCoordinator)
+  X(BlockMaxima, 32, BlockMaximaMsg, kCoordinator)      \
+  X(SlotBusy, 33, SlotMsg, kRank)
 
 enum class MessageType : uint16_t {
 #define WSYNC_PROTOCOL_ENUM(name, id, payload, sender) k##name = (id),

@@ -50,6 +50,8 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
   hello.role = options.role;
   hello.replica = options.replica;
   hello.host = hostName();
+  for (const auto& [variable, value] : options.job_set_here)
+    hello.job_settings.push_back({variable, value});
   if (options.use_mpi) {
     WSYNC_RETURN_IF_ERROR(ensureMpiInitialized());
     job.mpi = true;

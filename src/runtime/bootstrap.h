@@ -35,6 +35,8 @@ struct BootstrapOptions {
   // MPI bootstrap, world rank 0: the job-wide settings its coordinator decides for the job
   // (CoordinatorOptions::job): this rank's resolved ones.
   JobSettings job;
+  // The job-wide settings this rank set explicitly (HelloMsg::job_settings).
+  NamedSettingValues job_set_here;
   // ControlOptions::spin_wait of this rank's channel and of the coordinator rank 0 hosts.
   std::chrono::microseconds spin_wait{0};
   // A rollout joining a running job (explicit bootstrap): HelloMsg::replica_size / replica_rank.

@@ -97,6 +97,7 @@ Status Context::joinJob() {
   b.replica_size = options_.replica_size;
   b.replica_rank = options_.replica_rank;
   b.job = options_.settings.job;
+  b.job_set_here = explicitJobSettings(options_.settings);
   b.spin_wait = std::chrono::microseconds(std::max(0, options_.settings.spin_wait_us));
   WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
   registration_.role = options_.role;

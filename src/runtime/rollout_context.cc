@@ -240,7 +240,11 @@ Status RolloutContext::handle(const Frame& frame) {
       prepared_slot_ = m.slot;
       prepared_version_ = m.version;
       draining_ = true;
-      return continueDraining(kFirstDrainWait);
+      WSYNC_RETURN_IF_ERROR(continueDraining(kFirstDrainWait));
+      // Readers hold the slot: the coordinator need not hold the other replicas' Go for this one
+      // (it gets a Go of its own once Prepared follows, or skips the version).
+      if (draining_) return sendMessage(MessageType::kSlotBusy, encode(SlotMsg{m.version, m.slot}));
+      return Status::ok();
     }
     case MessageType::kGo: {
       GoMsg go;

@@ -113,3 +113,10 @@ if(TARGET wsync-trainer-demo AND TARGET wsync-rollout-demo)
     --versions 40 --quiet --checksums --expect-checksum-failures 0 ${small_policy}
     -- --replicas 2 --versions 40 --layout differ --dtype float16 ${small_policy})
 endif()
+
+if(TARGET wsync)
+  # A late Go per replica: a slow reader on one replica holds up no other replica's version.
+  add_executable(wsync_late_go_test ${CMAKE_CURRENT_LIST_DIR}/late_go_test.cc)
+  target_link_libraries(wsync_late_go_test PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi)
+  wsync_add_mpi_test(wsync_late_go 3 wsync_late_go_test)
+endif()

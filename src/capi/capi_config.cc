@@ -81,6 +81,25 @@ Status applyChecksums(const wsync_config_t& c, Options& configured) {
   return Status::ok();
 }
 
+// config.delta and config.delta_max_share into `configured.job` (WSYNC_UNSET_INT and 0: the
+// options' defaults).
+Status applyDelta(const wsync_config_t& c, Options& configured) {
+  if (c.delta != WSYNC_UNSET_INT) {
+    if (c.delta != 0 && c.delta != 1) {
+      return invalidArgument("config.delta is " + std::to_string(c.delta) +
+                             ": not 0, 1 or WSYNC_UNSET_INT");
+    }
+    configured.job.delta = c.delta == 1;
+  }
+  if (c.delta_max_share == 0.0) return Status::ok();
+  if (!(c.delta_max_share > 0.0 && c.delta_max_share <= 1.0)) {
+    return invalidArgument("config.delta_max_share is " + std::to_string(c.delta_max_share) +
+                           ": not in (0, 1], or 0 (default: 0.25)");
+  }
+  configured.job.delta_max_share = c.delta_max_share;
+  return Status::ok();
+}
+
 constexpr size_t roundUpToConfigAlignment(size_t bytes) {
   return (bytes + alignof(wsync_config_t) - 1) / alignof(wsync_config_t) * alignof(wsync_config_t);
 }
@@ -140,6 +159,7 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config,
   WSYNC_RETURN_IF_ERROR(applyDeviceTransport(rawEnum(c.device_transport), configured));
   WSYNC_RETURN_IF_ERROR(applyCudaIpcExport(rawEnum(c.cuda_ipc_export), configured));
   WSYNC_RETURN_IF_ERROR(applyChecksums(c, configured));
+  WSYNC_RETURN_IF_ERROR(applyDelta(c, configured));
   ContextOptions o;
   o.settings = resolve(configured, environment);
   o.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;

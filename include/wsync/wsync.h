@@ -190,6 +190,15 @@ typedef struct {
       WSYNC_UNSET_INT (initializer) or 0 (kept from older headers): WSYNC_CHECKSUM_RETRIES, else 3.
       Job-wide, like checksums. */
   int checksum_retries;
+  /* ---- the end of the checksums layout; fields below were appended later ---- */
+  /** 1: delta versions: over one-sided writes that cross a NIC (host-memory rollouts over UCX) only
+      the elements that changed since the version a replica holds are sent, and the replica
+      rebuilds and verifies the version (implies checksums; docs/delta.md); 0: off;
+      WSYNC_UNSET_INT (initializer): WSYNC_DELTA, else off. Job-wide, like checksums. */
+  int delta;
+  /** With delta: a write whose patch is larger than this share of its dense bytes goes dense, in
+      (0, 1]; 0 (initializer): WSYNC_DELTA_MAX_SHARE, else 0.25. Job-wide, like delta. */
+  double delta_max_share;
 } wsync_config_t;
 
 /* clang-format off */
@@ -208,7 +217,8 @@ typedef struct {
     WSYNC_DEVICE_TRANSPORT_DEFAULT,     /* device_transport */                                     \
     WSYNC_CUDA_IPC_EXPORT_DEFAULT,      /* cuda_ipc_export */                                      \
     0, 0,                               /* replica_size, replica_rank */                           \
-    WSYNC_UNSET_INT, WSYNC_UNSET_INT    /* checksums, checksum_retries */                          \
+    WSYNC_UNSET_INT, WSYNC_UNSET_INT,   /* checksums, checksum_retries */                          \
+    WSYNC_UNSET_INT, 0.0                /* delta, delta_max_share */                               \
   }
 /* clang-format on */
 
@@ -305,10 +315,14 @@ typedef struct {
   double first_version_seconds; /**< from wsync_context_create to first_version readable here */
   int first_version_from_peer;  /**< 1: copied from a peer replica (peer cold start); 0: the
                                      trainers sent it */
+  /* ---- the end of the first-version layout; fields below were appended later ---- */
+  /* trainer: the one-sided writes of `version` (every trainer, re-sends included) */
+  uint64_t wire_bytes; /**< bytes they put on the wire (patches with config.delta) */
+  uint64_t full_bytes; /**< bytes they carry dense (wire_bytes == full_bytes without delta) */
 } wsync_version_stats_t;
 
 #define WSYNC_VERSION_STATS_INITIALIZER \
-  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0 }
+  { sizeof(wsync_version_stats_t), 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0 }
 
 /** Trainer: the last delivered version and its stats. Rollout: the newest version ready on this
  *  rank, its age and lag, and its time to first readable version (a replica that joined the

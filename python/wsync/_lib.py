@@ -60,6 +60,9 @@ class Config(ctypes.Structure):
         # the checksums layout
         ("checksums", ctypes.c_int),
         ("checksum_retries", ctypes.c_int),
+        # the delta layout
+        ("delta", ctypes.c_int),
+        ("delta_max_share", ctypes.c_double),
     ]
 
 
@@ -136,6 +139,9 @@ class VersionStats(ctypes.Structure):
         ("first_version", ctypes.c_uint64),
         ("first_version_seconds", ctypes.c_double),
         ("first_version_from_peer", ctypes.c_int),
+        # the delta layout
+        ("wire_bytes", ctypes.c_uint64),
+        ("full_bytes", ctypes.c_uint64),
     ]
 
 

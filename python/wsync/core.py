@@ -63,7 +63,7 @@ class Piece:
 _C_FIELDS = ("role", "bootstrap", "replica", "num_slots", "timeout_ms", "max_staleness",
              "snapshot", "rank", "num_trainers", "num_rollouts", "coordinator_address", "secret",
              "cuda_device", "device_transport", "cuda_ipc_export", "replica_size",
-             "replica_rank", "checksums", "checksum_retries")
+             "replica_rank", "checksums", "checksum_retries", "delta", "delta_max_share")
 
 
 @dataclass
@@ -97,7 +97,12 @@ class ContextConfig:
         checksums: versions are checksummed and verified on every rollout rank (read by the
             coordinator: trainer rank 0's config under mpirun).
         checksum_retries: with checksums, re-sends of a version whose checksum failed (0: the
-            library's default count; -1: never)."""
+            library's default count; -1: never).
+        delta: delta versions: writes that cross a NIC carry only the elements that changed
+            since the version a replica holds (implies checksums; docs/delta.md; job-wide, like
+            checksums).
+        delta_max_share: with delta, a write whose patch exceeds this share of its dense bytes
+            goes dense, in (0, 1] (0: the library's default)."""
 
     role: Role = Role.TRAINER
     bootstrap: Bootstrap = Bootstrap.MPI
@@ -118,6 +123,8 @@ class ContextConfig:
     replica_rank: Optional[int] = None
     checksums: Optional[bool] = None
     checksum_retries: Optional[int] = None
+    delta: Optional[bool] = None
+    delta_max_share: Optional[float] = None
 
     @staticmethod
     def defaults() -> "ContextConfig":
@@ -140,7 +147,8 @@ class ContextConfig:
             device_transport=_enum_or_int(DeviceTransport, c.device_transport),
             cuda_ipc_export=_enum_or_int(CudaIpcExport, c.cuda_ipc_export),
             replica_size=c.replica_size, replica_rank=c.replica_rank,
-            checksums=bool(c.checksums), checksum_retries=c.checksum_retries)
+            checksums=bool(c.checksums), checksum_retries=c.checksum_retries,
+            delta=bool(c.delta == 1), delta_max_share=c.delta_max_share)
 
     def resolved(self) -> "ContextConfig":
         """This config with every None replaced by the library's default."""
@@ -188,7 +196,9 @@ class VersionStats:
     (versions behind it), and this rank's first readable version: `first_version`,
     `first_version_seconds` (from context creation until it was readable here) and
     `first_version_from_peer` (True: a running replica filled it, peer cold start; False: the
-    trainers sent it). Fields a library older than the package does not fill are 0."""
+    trainers sent it). Trainer, delta versions: `wire_bytes`, what the one-sided writes of the
+    version put on the wire (patches), against `full_bytes`, the same writes dense. Fields a
+    library older than the package does not fill are 0."""
 
     version: int
     bytes: int
@@ -204,6 +214,8 @@ class VersionStats:
     first_version: int = 0
     first_version_seconds: float = 0.0
     first_version_from_peer: bool = False
+    wire_bytes: int = 0
+    full_bytes: int = 0
 
 
 def _require_symbol(name: str) -> None:

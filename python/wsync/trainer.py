@@ -41,6 +41,8 @@ class Trainer:
             :class:`wsync.CudaIpcExport`).
         checksums, checksum_retries: checksummed versions (read from trainer rank 0 under
             mpirun; a standalone coordinator takes ``--checksums``).
+        delta: delta versions (docs/delta.md; read like checksums; a standalone coordinator
+            takes ``--delta``).
         config: any other field of wsync_config_t (:class:`wsync.ContextConfig`); the arguments
             above and the bootstrap's fields override it.
     Arguments left None take the library's defaults (WSYNC_CONFIG_INITIALIZER).
@@ -52,6 +54,7 @@ class Trainer:
                  device_transport: Optional[DeviceTransport] = None,
                  cuda_ipc_export: Optional[CudaIpcExport] = None,
                  checksums: Optional[bool] = None, checksum_retries: Optional[int] = None,
+                 delta: Optional[bool] = None,
                  config: Optional[ContextConfig] = None) -> None:
         self.bootstrap = bootstrap or Bootstrap.mpi()
         self.snapshot = snapshot
@@ -60,6 +63,7 @@ class Trainer:
         self.cuda_device = cuda_device
         self.device_transport, self.cuda_ipc_export = device_transport, cuda_ipc_export
         self.checksums, self.checksum_retries = checksums, checksum_retries
+        self.delta = delta
         self.base_config = config
         self.ctx: Optional[Context] = None
         self.entries: List[_torch.Entry] = []
@@ -77,7 +81,7 @@ class Trainer:
             cfg = dataclasses.replace(self.base_config or ContextConfig(), role=Role.TRAINER)
             cfg.snapshot = self.snapshot
             for name in ("timeout_ms", "max_staleness", "device_transport", "cuda_ipc_export",
-                         "checksums", "checksum_retries"):
+                         "checksums", "checksum_retries", "delta"):
                 if getattr(self, name) is not None:
                     setattr(cfg, name, getattr(self, name))
             if device is not None:

@@ -83,6 +83,27 @@ Status applyChecksums(const wsync_config_t& c, Options& configured) {
   return Status::ok();
 }
 
+// config.delta and config.delta_max_share into `configured.job` (WSYNC_UNSET_INT and 0: the
+// options' defaults).
+Status applyDelta(const wsync_config_t& c, Options& configured) {
+  if (c.delta != WSYNC_UNSET_INT) {
+    if (c.delta != 0 && c.delta != 1) {
+      return invalidArgument("config.delta is " + std::to_string(c.delta) +
+                             ": not 0, 1 or WSYNC_UNSET_INT");
+    }
+    configured.job.delta = c.delta == 1;
+    configured.from_config.set(static_cast<size_t>(OptionId::delta));
+  }
+  if (c.delta_max_share == 0.0) return Status::ok();
+  if (!(c.delta_max_share > 0.0 && c.delta_max_share <= 1.0)) {
+    return invalidArgument("config.delta_max_share is " + std::to_string(c.delta_max_share) +
+                           ": not in (0, 1], or 0 (default: 0.25)");
+  }
+  configured.job.delta_max_share = c.delta_max_share;
+  configured.from_config.set(static_cast<size_t>(OptionId::delta_max_share));
+  return Status::ok();
+}
+
 constexpr size_t roundUpToConfigAlignment(size_t bytes) {
   return (bytes + alignof(wsync_config_t) - 1) / alignof(wsync_config_t) * alignof(wsync_config_t);
 }
@@ -146,6 +167,7 @@ Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config,
     configured.from_config.set(static_cast<size_t>(OptionId::device_transport));
   if (rawEnum(c.cuda_ipc_export) != WSYNC_CUDA_IPC_EXPORT_DEFAULT)
     configured.from_config.set(static_cast<size_t>(OptionId::cuda_ipc_export));
+  WSYNC_RETURN_IF_ERROR(applyDelta(c, configured));
   ContextOptions o;
   o.settings = resolve(configured, environment);
   o.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;

@@ -21,14 +21,16 @@ inline constexpr size_t kConfigLayoutEnds[] = {
     offsetof(wsync_config_t, cuda_ipc_export) + sizeof(wsync_cuda_ipc_export_t),  // data plane
     offsetof(wsync_config_t, replica_rank) + sizeof(int),                         // joining
     offsetof(wsync_config_t, checksum_retries) + sizeof(int),                     // checksums
+    offsetof(wsync_config_t, delta_max_share) + sizeof(double),                   // delta
 };
 
 // Reads the fields of the caller's layout (told by config.size; later fields keep
 // WSYNC_CONFIG_INITIALIZER's values) and validates them. INVALID_ARGUMENT names the field: magic,
-// version, size, role, bootstrap, device_transport, cuda_ipc_export, checksums or
-// checksum_retries. Fields Context::create checks itself (replica, num_slots, timeout_ms,
-// explicit-bootstrap ranks) pass through unchecked. The option-backed fields (the "config field"
-// column of options.h) are merged with `environment` (readOptions()) by resolve() into `settings`.
+// version, size, role, bootstrap, device_transport, cuda_ipc_export, checksums,
+// checksum_retries, delta or delta_max_share. Fields Context::create checks itself (replica,
+// num_slots, timeout_ms, explicit-bootstrap ranks) pass through unchecked. The option-backed fields
+// (the "config field" column of options.h) are merged with `environment` (readOptions()) by
+// resolve() into `settings`.
 Result<ContextOptions> contextOptionsFrom(const wsync_config_t& config, const Options& environment);
 
 }  // namespace wsync::capi

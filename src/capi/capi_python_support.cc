@@ -48,6 +48,8 @@ constexpr FieldLayout kConfigFields[] = {
     WSYNC_FIELD(wsync_config_t, replica_rank),
     WSYNC_FIELD(wsync_config_t, checksums),
     WSYNC_FIELD(wsync_config_t, checksum_retries),
+    WSYNC_FIELD(wsync_config_t, delta),
+    WSYNC_FIELD(wsync_config_t, delta_max_share),
 };
 
 constexpr FieldLayout kVersionStatsFields[] = {
@@ -66,6 +68,8 @@ constexpr FieldLayout kVersionStatsFields[] = {
     WSYNC_FIELD(wsync_version_stats_t, first_version),
     WSYNC_FIELD(wsync_version_stats_t, first_version_seconds),
     WSYNC_FIELD(wsync_version_stats_t, first_version_from_peer),
+    WSYNC_FIELD(wsync_version_stats_t, wire_bytes),
+    WSYNC_FIELD(wsync_version_stats_t, full_bytes),
 };
 
 constexpr FieldLayout kPlanInfoFields[] = {

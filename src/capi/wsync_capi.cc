@@ -288,8 +288,13 @@ wsync_status_t wsync_version_stats(wsync_context_t ctx, wsync_version_stats_t* s
   return guarded(ctx, [&]() -> wsync_status_t {
     // The layouts so far: the first (up to `lag`) and the current one.
     constexpr size_t kFirstLayoutBytes = offsetof(wsync_version_stats_t, lag) + sizeof(uint64_t);
+    constexpr size_t kFirstVersionLayoutBytes =  // up to first_version_from_peer, padded
+        (offsetof(wsync_version_stats_t, first_version_from_peer) + sizeof(int) +
+         alignof(wsync_version_stats_t) - 1) /
+        alignof(wsync_version_stats_t) * alignof(wsync_version_stats_t);
     const size_t layout = stats->size;
-    if (layout != sizeof(wsync_version_stats_t) && layout != kFirstLayoutBytes) {
+    if (layout != sizeof(wsync_version_stats_t) && layout != kFirstLayoutBytes &&
+        layout != kFirstVersionLayoutBytes) {
       return record(ctx, invalid("wsync_version_stats: stats.size " + std::to_string(stats->size) +
                                  " is not a known layout (use WSYNC_VERSION_STATS_INITIALIZER)"));
     }
@@ -307,6 +312,8 @@ wsync_status_t wsync_version_stats(wsync_context_t ctx, wsync_version_stats_t* s
       out.replicas_lost = d->stats.replicas_lost;
       out.retries = d->stats.retries;
       out.checksum_failures = d->stats.checksum_failures;
+      out.wire_bytes = d->stats.wire_bytes;
+      out.full_bytes = d->stats.full_bytes;
     } else {
       const wsync::RolloutStaleness::View v = asRollout(ctx)->staleness();
       if (v.newest_ready == 0) return record(ctx, {WSYNC_ERR_NOT_READY, "no version is ready yet"});

@@ -7,6 +7,7 @@
 #include "codec/registration_codec.h"
 #include "coordinator/broadcast_comms.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/delta_assign.h"
 #include "layout/registration_checks.h"
 #include "plan/block_scaling_plan.h"
 #include "plan/planner.h"
@@ -327,7 +328,7 @@ void Coordinator::Impl::admitAll() {
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
-  welcome.checksums = opt_.job.checksums;
+  describeJobSettings(opt_.job, welcome);
   if (opt_.mpi_world_size > 0) {
     for (int32_t i : trainer_index_)
       welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
@@ -492,6 +493,7 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
     log("NCCL world of " + std::to_string(nccl_world.size) + " ranks, " +
         std::to_string(comm_map.comms.size()) + " broadcast communicators");
   }
+  const DenseWriteBytes dense = denseWriteBytes(plan, numTrainers());
   auto assignment = [&](Role role, int32_t rank) {
     PlanAssignmentMsg msg;
     const RankPlan view = rankView(plan, role, rank);
@@ -499,8 +501,16 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
     if (role == Role::kTrainer) {
       for (int32_t peer : view.peers) {
         const Participant& q = rollout(peer);
-        msg.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
-                             q.reg.buffer_byte_offsets});
+        msg.peers.push_back({peer,
+                             q.reg.transport,
+                             q.reg.transport_address,
+                             q.reg.slot_descriptors,
+                             q.reg.buffer_byte_offsets,
+                             {},
+                             0,
+                             0});
+        assignDeltaLanding(opt_.job, dense, rank, trainer(rank).reg.device_id.empty(),
+                           q.reg.delta_landing, msg.peers.back());
       }
     }
     if (nccl) {

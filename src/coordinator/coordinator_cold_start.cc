@@ -149,8 +149,14 @@ bool Coordinator::Impl::sendColdFills(JoiningReplica& g) {
     fill.rank_plan = encodeRankPlan(view);
     for (int32_t peer : view.peers) {
       const Participant& q = rollout(peer);
-      fill.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
-                            q.reg.buffer_byte_offsets});
+      fill.peers.push_back({peer,
+                            q.reg.transport,
+                            q.reg.transport_address,
+                            q.reg.slot_descriptors,
+                            q.reg.buffer_byte_offsets,
+                            {},
+                            0,
+                            0});
     }
     const int32_t source_rank = cold.source_ranks[i];
     cold.waiting.insert(source_rank);
@@ -163,7 +169,7 @@ bool Coordinator::Impl::sendColdFills(JoiningReplica& g) {
 void Coordinator::Impl::giveUpColdStart(JoiningReplica& g, const std::string& why, bool prepared) {
   log(replicaName(g.id) + ": no cold start (" + why + ")");
   if (prepared) {  // Go without a slot for this replica: its ranks give the prepared slot back
-    GoMsg go{g.cold->version, std::vector<int32_t>(static_cast<size_t>(g.id) + 1, -1)};
+    GoMsg go{g.cold->version, std::vector<int32_t>(static_cast<size_t>(g.id) + 1, -1), {}};
     const auto payload = encode(go);
     for (int32_t r : g.ranks)
       sendTo(rollout(r), MessageType::kGo, payload);

@@ -149,6 +149,7 @@ class Coordinator::Impl {
 
   explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
     if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
+    if (opt_.job.delta) opt_.job.checksums = true;  // delta versions are always verified
   }
   ~Impl() { stop(); }
 
@@ -335,6 +336,7 @@ class Coordinator::Impl {
   std::vector<int32_t> replica_of_rollout_;
   BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
   DeliveryGate delivery_gate_;                           // holds Delivered until Ready is confirmed
+  uint64_t delta_first_go_ = 0;  // delta versions: the newest version whose first Go was sent
   std::optional<VersionSequencer> sequencer_;            // from planning on
   std::vector<Registration> trainer_registrations_;      // kept for planning joining replicas
   std::vector<ScaledTensor> scaling_table_;              // block-scaled tensors of the job

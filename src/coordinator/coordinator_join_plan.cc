@@ -111,8 +111,14 @@ void Coordinator::Impl::finishPlanJoiner(int32_t replica, uint64_t token, const 
     ext.rank_plan = plan->trainer_views[static_cast<size_t>(t)];
     for (int32_t peer : plan->trainer_peers[static_cast<size_t>(t)]) {
       const Participant& q = rollout(peer);
-      ext.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
-                           q.reg.buffer_byte_offsets});
+      ext.peers.push_back({peer,
+                           q.reg.transport,
+                           q.reg.transport_address,
+                           q.reg.slot_descriptors,
+                           q.reg.buffer_byte_offsets,
+                           {},
+                           0,
+                           0});
     }
     sendTo(trainer(t), MessageType::kPlanExtension, encode(ext));
     if (opt_.trainer_restart) {  // restarted trainers get it again

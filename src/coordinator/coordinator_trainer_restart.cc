@@ -24,6 +24,7 @@
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/delta_assign.h"
 #include "plan/planner.h"
 
 namespace wsync {
@@ -145,7 +146,7 @@ void Coordinator::Impl::maybeWelcomeRestarted() {
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
-  welcome.checksums = opt_.job.checksums;
+  describeJobSettings(opt_.job, welcome);
   for (int32_t index : members) {
     Participant& p = participants_[static_cast<size_t>(index)];
     if (p.welcomed) continue;
@@ -199,6 +200,7 @@ void Coordinator::Impl::sendRestartAssignments() {
   for (size_t r = 0; r < replica_of.size(); ++r) {
     if (!alive(static_cast<int32_t>(r))) replica_of[r] = -1;
   }
+  const DenseWriteBytes dense = denseWriteBytes(*plan_, numTrainers());
   for (int32_t t = 0; t < numTrainers(); ++t) {
     RankPlan view = rankView(*plan_, Role::kTrainer, t);
     view.writes.erase(std::remove_if(view.writes.begin(), view.writes.end(),
@@ -211,8 +213,16 @@ void Coordinator::Impl::sendRestartAssignments() {
     msg.rank_plan = encodeRankPlan(view);
     for (int32_t peer : view.peers) {
       const Participant& q = rollout(peer);
-      msg.peers.push_back({peer, q.reg.transport, q.reg.transport_address, q.reg.slot_descriptors,
-                           q.reg.buffer_byte_offsets});
+      msg.peers.push_back({peer,
+                           q.reg.transport,
+                           q.reg.transport_address,
+                           q.reg.slot_descriptors,
+                           q.reg.buffer_byte_offsets,
+                           {},
+                           0,
+                           0});
+      assignDeltaLanding(opt_.job, dense, t, trainer(t).reg.device_id.empty(), q.reg.delta_landing,
+                         msg.peers.back());
     }
     msg.replica_of_rollout = replica_of;
     addBlockScaling(t, msg);

@@ -2,6 +2,7 @@
 // (Delivered held by the delivery gate until every Ready is confirmed, with the metrics' stats).
 #include "coordinator/coordinator_impl.h"
 #include "coordinator/delivery_gate.h"
+#include "coordinator/delta_assign.h"
 #include "coordinator/metrics.h"
 
 namespace wsync {
@@ -34,6 +35,7 @@ Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType typ
   if (type == MessageType::kSentChecksums) {
     SentChecksumsMsg m;
     WSYNC_RETURN_IF_ERROR(decode(payload, m));
+    opt_.metrics->onWireBytes(m.version, m.wire_bytes, m.full_bytes);
     return apply(sequencer_->onSent(p.role_rank, m.version, now, m.sums));
   }
   if (type == MessageType::kChecksumFailed) {
@@ -60,6 +62,12 @@ Status Coordinator::Impl::apply(Result<SequencerOutput> output) {
   for (const std::string& note : output->notes)
     log(note);
   for (OutgoingMessage& m : output->messages) {
+    // Delta versions: a version's first Go names each taking replica's base (re-sends are dense).
+    if (m.type == MessageType::kGo && opt_.job.delta &&
+        std::get<GoMsg>(m.payload).version > delta_first_go_) {
+      delta_first_go_ = std::get<GoMsg>(m.payload).version;
+      setDeltaBases(*sequencer_, std::get<GoMsg>(m.payload));
+    }
     if (m.type == MessageType::kReady) {
       for (const RankRef& to : m.to)
         delivery_gate_.readySent(std::get<SlotMsg>(m.payload).version, to.rank, Clock::now());

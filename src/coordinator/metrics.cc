@@ -82,6 +82,15 @@ void CoordinatorMetrics::onStarted(uint64_t version, SequencerTime now) {
   in_flight_ = version;
   in_flight_started_ = now;
   in_flight_ready_seconds_.clear();
+  in_flight_wire_bytes_ = 0;
+  in_flight_full_bytes_ = 0;
+}
+
+void CoordinatorMetrics::onWireBytes(uint64_t version, uint64_t wire_bytes, uint64_t full_bytes) {
+  std::lock_guard lock(mu_);
+  if (version != in_flight_) return;
+  in_flight_wire_bytes_ += wire_bytes;
+  in_flight_full_bytes_ += full_bytes;
 }
 
 void CoordinatorMetrics::onReplicaReady(int32_t replica, uint64_t version, SequencerTime now) {
@@ -97,6 +106,8 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   v.version = outcome.version;
   const bool known = outcome.version == in_flight_;
   v.seconds = known ? std::chrono::duration<double>(now - in_flight_started_).count() : 0.0;
+  v.wire_bytes = known ? in_flight_wire_bytes_ : 0;
+  v.full_bytes = known ? in_flight_full_bytes_ : 0;
   auto count = [](const std::map<int32_t, uint32_t>& per_replica, int32_t id) {
     auto it = per_replica.find(id);
     return it == per_replica.end() ? 0u : it->second;
@@ -153,6 +164,8 @@ VersionStats CoordinatorMetrics::onDelivered(const VersionOutcome& outcome, Sequ
   totals_.lost += static_cast<uint64_t>(v.replicas_lost);
   totals_.retries += v.retries;
   totals_.checksum_failures += v.checksum_failures;
+  totals_.wire_bytes += v.wire_bytes;
+  totals_.full_bytes += v.full_bytes;
   recent_.push_back(v);
   while (recent_.size() > keep_versions_)
     recent_.pop_front();
@@ -212,6 +225,8 @@ DeliveredMsg deliveredMessage(const VersionStats& stats) {
   m.stats.replicas_lost = stats.replicas_lost;
   m.stats.retries = stats.retries;
   m.stats.checksum_failures = stats.checksum_failures;
+  m.stats.wire_bytes = stats.wire_bytes;
+  m.stats.full_bytes = stats.full_bytes;
   return m;
 }
 
@@ -275,6 +290,20 @@ std::string prometheusText(const MetricsSnapshot& s) {
   job("wsync_checksum_verifications_total", "counter",
       "Checksum verifications asked of rollout ranks (one per rank and attempt).",
       static_cast<double>(s.checksum_verifications));
+  job("wsync_write_wire_bytes_total", "counter",
+      "Bytes the trainers' one-sided writes put on the wire (patches with delta versions, "
+      "re-sends included), over all versions.",
+      static_cast<double>(s.wire_bytes));
+  job("wsync_write_full_bytes_total", "counter",
+      "Bytes the same one-sided writes carry dense (the full versions), over all versions.",
+      static_cast<double>(s.full_bytes));
+  const VersionStats* last = s.recent.empty() ? nullptr : &s.recent.back();
+  job("wsync_last_version_wire_bytes", "gauge",
+      "Bytes on the wire of the newest delivered version's one-sided writes.",
+      last != nullptr ? static_cast<double>(last->wire_bytes) : 0.0);
+  job("wsync_last_version_full_bytes", "gauge",
+      "Bytes of the newest delivered version's one-sided writes, dense.",
+      last != nullptr ? static_cast<double>(last->full_bytes) : 0.0);
 
   struct PerReplica {
     const char* name;
@@ -340,6 +369,11 @@ std::string versionLine(const VersionStats& v) {
       line += format(" (replica %d: %u failed, %u re-sent, %s)", r.replica, r.checksum_failures,
                      r.retries, replicaOutcomeName(r.outcome));
     }
+  }
+  if (v.wire_bytes < v.full_bytes) {  // delta versions sent patches
+    line += format("; writes %" PRIu64 " of %" PRIu64 " bytes on the wire (%.2f %%)", v.wire_bytes,
+                   v.full_bytes,
+                   100.0 * static_cast<double>(v.wire_bytes) / static_cast<double>(v.full_bytes));
   }
   return line;
 }

@@ -11,7 +11,9 @@
 //   for the replicas that took the version;
 //   lag: versions a replica's newest ready version is behind the newest delivered version;
 //   checksum failures: a replica's verifications of a version that failed (one per attempt), and
-//   retries: the re-sends they caused (checksummed jobs; 0 otherwise).
+//   retries: the re-sends they caused (checksummed jobs; 0 otherwise);
+//   wire bytes: what the trainers' one-sided writes put on the wire for a version (patches with
+//   delta versions, re-sends included) against full bytes, the same writes dense (SentChecksums).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,8 @@ struct VersionStats {
   int32_t replicas_lost = 0;
   uint32_t retries = 0;
   uint32_t checksum_failures = 0;
+  uint64_t wire_bytes = 0;  // one-sided writes: on the wire (every send of the version)
+  uint64_t full_bytes = 0;  // the same writes dense
   std::vector<ReplicaVersionStats> replicas;  // by replica id
 };
 
@@ -82,7 +86,9 @@ struct MetricsSnapshot {
   uint64_t dropped = 0;  // replicas dropped from the running job (died, silent, stalled), any time
   uint64_t retries = 0;
   uint64_t checksum_failures = 0;
-  uint64_t checksum_verifications = 0;    // Verify messages sent (one per rollout rank and attempt)
+  uint64_t checksum_verifications = 0;  // Verify messages sent (one per rollout rank and attempt)
+  uint64_t wire_bytes = 0;              // sums of VersionStats::wire_bytes / full_bytes
+  uint64_t full_bytes = 0;
   std::vector<VersionStats> recent;       // the last delivered versions, oldest first
   std::vector<ReplicaCounters> replicas;  // by replica id
   // Control connections refused before authentication, by reason (wrong secret, garbage, limits,
@@ -107,6 +113,8 @@ class CoordinatorMetrics {
   // The finer events observe() is made of (for callers without a sequencer).
   void onStarted(uint64_t version, SequencerTime now);
   void onReplicaReady(int32_t replica, uint64_t version, SequencerTime now);
+  // A trainer's SentChecksums for `version`: the bytes its writes put on the wire, and dense.
+  void onWireBytes(uint64_t version, uint64_t wire_bytes, uint64_t full_bytes);
   VersionStats onDelivered(const VersionOutcome& outcome, SequencerTime now);
 
   // One control connection refused (the control server's thread).
@@ -125,7 +133,9 @@ class CoordinatorMetrics {
   uint64_t in_flight_ = 0;  // started, not delivered; 0: none
   SequencerTime in_flight_started_;
   std::map<int32_t, double> in_flight_ready_seconds_;  // replica -> start to Ready
-  MetricsSnapshot totals_;                             // `recent` and `replicas` filled on read
+  uint64_t in_flight_wire_bytes_ = 0;
+  uint64_t in_flight_full_bytes_ = 0;
+  MetricsSnapshot totals_;  // `recent` and `replicas` filled on read
   std::deque<VersionStats> recent_;
   std::map<int32_t, ReplicaCounters> replicas_;
 };

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 
@@ -48,6 +49,16 @@ bool parseValue(std::string_view text, int& out) {
   return true;
 }
 
+// A share: a decimal number in (0, 1].
+bool parseValue(std::string_view text, double& out) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || !(value > 0 && value <= 1))
+    return false;
+  out = value;
+  return true;
+}
+
 bool parseValue(std::string_view text, std::string& out) {
   out = std::string(text);
   return true;
@@ -68,6 +79,11 @@ std::string formatValue(bool value) {
 }
 std::string formatValue(int value) {
   return std::to_string(value);
+}
+std::string formatValue(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
 }
 std::string formatValue(const std::string& value) {
   return value;
@@ -95,6 +111,9 @@ std::string typeName(bool) {
 std::string typeName(int) {
   return "int";
 }
+std::string typeName(double) {
+  return "share";
+}
 std::string typeName(const std::string&) {
   return "string";
 }
@@ -108,6 +127,9 @@ std::string acceptedValues(bool) {
 }
 std::string acceptedValues(int) {
   return "a whole number from 0 to 2147483647";
+}
+std::string acceptedValues(double) {
+  return "a number in (0, 1]";
 }
 std::string acceptedValues(const std::string&) {
   return "any text";

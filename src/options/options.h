@@ -160,7 +160,16 @@ enum class OptionKind : uint8_t {
   X(job, checksum_retries, int, 3, "WSYNC_CHECKSUM_RETRIES", kSetting, "checksum_retries",         \
     "job-wide: with `WSYNC_CHECKSUMS`, how many times a version whose checksum failed on a "       \
     "replica is re-sent to it; after that the replica skips the version (it keeps its previous "   \
-    "one)")
+    "one)")                                                                                        \
+  X(job, delta, bool, false, "WSYNC_DELTA", kSetting, "delta",                                     \
+    "job-wide: delta versions: over one-sided writes that cross a NIC (host-memory rollouts over " \
+    "UCX) a trainer sends only the elements that changed since the version the replica holds, "   \
+    "and the replica rebuilds the version from its newest one; implies `WSYNC_CHECKSUMS` "         \
+    "(docs/delta.md)")                                                                             \
+  X(job, delta_max_share, double, 0.25, "WSYNC_DELTA_MAX_SHARE", kSetting, "delta_max_share",      \
+    "job-wide: with `WSYNC_DELTA`, a write whose patch is larger than this share of its dense "    \
+    "bytes goes dense; it also sizes each rollout rank's landing area for patches (this share of " \
+    "its slot bytes); a number in (0, 1]")
 
 #define WSYNC_PYTHON_OPTION_LIST(X)                                                                \
   X(python, library, std::string, "", "WSYNC_LIBRARY", kPythonSide, "",                            \
@@ -231,9 +240,9 @@ inline constexpr size_t kNumOptions = 0
   type field = default_value;
 
 // The job-wide settings (WSYNC_JOB_OPTION_LIST: heartbeat_timeout_ms, checksums,
-// checksum_retries). The coordinator takes them from its own resolved Options (trainer rank 0's
-// under mpirun, wsync-coordinator's own otherwise); other ranks' values are not used, and
-// checkJobSettingsAgree() tells when they differ. Passed down as this one struct
+// checksum_retries, delta, delta_max_share). The coordinator takes them from its own resolved
+// Options (trainer rank 0's under mpirun, wsync-coordinator's own otherwise); other ranks' values
+// are not used, and checkJobSettingsAgree() tells when they differ. Passed down as this one struct
 // (BootstrapOptions::job, CoordinatorOptions::job, SequencerOptions::job).
 struct JobSettings {
   WSYNC_JOB_OPTION_LIST(WSYNC_OPTION_FIELD_)

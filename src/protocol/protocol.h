@@ -175,6 +175,10 @@ struct WelcomeMsg {
   int32_t heartbeat_interval_ms = 0;
   // Versions are checksummed (SentChecksums, Verify): the coordinator's choice, for every rank.
   bool checksums = false;
+  // Delta versions (docs/delta.md): rollouts expose a landing area for patches of
+  // delta_max_share_ppm millionths of their slot bytes (plus a per-trainer header allowance).
+  bool delta = false;
+  uint32_t delta_max_share_ppm = 0;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -185,6 +189,8 @@ struct WelcomeMsg {
     v.i32s(m.rollout_world_ranks, protocol_limits::kMaxRanks);
     v.i32(m.heartbeat_interval_ms);
     v.flag(m.checksums);
+    v.flag(m.delta);
+    v.u32(m.delta_max_share_ppm);
   }
 };
 
@@ -212,6 +218,7 @@ struct RegisterMsg {
   std::vector<std::vector<uint8_t>> slot_descriptors;  // rollouts: one per slot
   std::vector<uint64_t> buffer_byte_offsets;           // rollouts: each buffer's offset in a slot
   std::vector<BlockScalingRecord> block_scalings;      // rollouts: their block-scaled tensors
+  std::vector<uint8_t> delta_landing;  // rollouts with delta versions: the patch landing area
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -224,6 +231,7 @@ struct RegisterMsg {
     v.u64s(m.buffer_byte_offsets, protocol_limits::kMaxRanks);
     v.list(m.block_scalings, protocol_limits::kMaxRanks);
     v.bytes(m.nccl_unique_id, protocol_limits::kMaxWorldTokenBytes);
+    v.bytes(m.delta_landing, protocol_limits::kMaxBlobBytes);
   }
 };
 
@@ -234,6 +242,11 @@ struct PeerInfo {
   std::vector<uint8_t> transport_address;
   std::vector<std::vector<uint8_t>> slot_descriptors;
   std::vector<uint64_t> buffer_byte_offsets;
+  // Delta versions, to a trainer: the rank's landing area and this trainer's part of it (bytes 0:
+  // this trainer writes the rank dense; src/delta/delta_landing.h).
+  std::vector<uint8_t> delta_landing;
+  uint64_t delta_landing_offset = 0;
+  uint64_t delta_landing_bytes = 0;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -243,6 +256,9 @@ struct PeerInfo {
     v.list(m.slot_descriptors, protocol_limits::kMaxSlots,
            [](auto& f, auto& d) { f.bytes(d, protocol_limits::kMaxBlobBytes); });
     v.u64s(m.buffer_byte_offsets, protocol_limits::kMaxRanks);
+    v.bytes(m.delta_landing, protocol_limits::kMaxBlobBytes);
+    v.u64(m.delta_landing_offset);
+    v.u64(m.delta_landing_bytes);
   }
 };
 
@@ -368,11 +384,20 @@ struct SlotMsg {  // Prepare, Prepared, Ready
 struct GoMsg {
   uint64_t version = 0;
   std::vector<int32_t> slot_of_replica;  // -1: the replica skips this version
+  // Delta versions: per replica, the version it holds that trainers may send a patch against
+  // (its newest ready one); 0 or missing (shorter vector): a full (dense) version.
+  std::vector<uint64_t> base_of_replica;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
     v.u64(m.version);
     v.i32s(m.slot_of_replica, protocol_limits::kMaxRanks);
+    v.u64s(m.base_of_replica, protocol_limits::kMaxRanks);
+  }
+  uint64_t baseOf(int32_t replica) const {
+    return replica >= 0 && static_cast<size_t>(replica) < base_of_replica.size()
+               ? base_of_replica[static_cast<size_t>(replica)]
+               : 0;
   }
 };
 
@@ -385,8 +410,12 @@ struct DeliveredStats {
   int32_t replicas_lost = 0;       // left while it was in flight
   uint32_t retries = 0;            // 0 until the data plane retries
   uint32_t checksum_failures = 0;  // 0 until versions are checksummed
+  // Format 2: the one-sided writes' bytes on the wire (patches and dense writes) and what they
+  // would have been dense, summed over the trainers and every send of the version (re-sends too).
+  uint64_t wire_bytes = 0;
+  uint64_t full_bytes = 0;
 
-  static constexpr uint8_t kFormat = 1;  // the fields below, in order
+  static constexpr uint8_t kFormat = 2;  // the fields below, in order
   template <class V, class M>
   static void fields(V& v, M& m) {
     v.u64(m.bytes);
@@ -396,6 +425,8 @@ struct DeliveredStats {
     v.count32(m.replicas_lost, protocol_limits::kMaxRanks);
     v.u32(m.retries);
     v.u32(m.checksum_failures);
+    v.u64(m.wire_bytes);
+    v.u64(m.full_bytes);
   }
 };
 
@@ -492,6 +523,10 @@ struct RankChecksum {
 struct SentChecksumsMsg {
   uint64_t version = 0;
   std::vector<RankChecksum> sums;
+  // This send's one-sided writes: bytes put on the wire (patches with delta versions) and the
+  // bytes the same writes carry dense.
+  uint64_t wire_bytes = 0;
+  uint64_t full_bytes = 0;
 
   template <class V, class M>
   static void fields(V& v, M& m) {
@@ -499,6 +534,8 @@ struct SentChecksumsMsg {
     v.list(
         m.sums, protocol_limits::kMaxRanks, [](auto& f, auto& c) { RankChecksum::fields(f, c); },
         RankChecksum::kMinWireBytes);
+    v.u64(m.wire_bytes);
+    v.u64(m.full_bytes);
   }
   Status afterDecode();  // ranks >= 0, strictly increasing
 };

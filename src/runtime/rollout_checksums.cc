@@ -79,6 +79,9 @@ Status RolloutContext::verifyVersion(const VerifyMsg& verify) {
     WSYNC_RETURN_IF_ERROR(slot.beginLanding());  // a re-send's writes start a new round
     landed_version_ = verify.version;
   }
+  // Delta versions: the patched ops are rebuilt from the base version first (rollout_delta.cc).
+  const std::vector<std::pair<int32_t, std::string>> patch_failures =
+      applyDeltas(verify.version, verify.slot);
   if (!checksums_built_) WSYNC_RETURN_IF_ERROR(buildChecksums());
   const std::vector<uint8_t> all(checksums_.numOutputs(), 1);
   WSYNC_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
@@ -94,10 +97,14 @@ Status RolloutContext::verifyVersion(const VerifyMsg& verify) {
     const uint64_t got = static_cast<size_t>(t) < sums.size() ? sums[static_cast<size_t>(t)] : 0;
     const auto it = expected.find(t);
     const uint64_t want = it == expected.end() ? 0 : it->second;
-    if (got == want) continue;
+    std::string patch_failure;
+    for (const auto& [trainer, why] : patch_failures)
+      if (trainer == t) patch_failure = why;
+    if (got == want && patch_failure.empty()) continue;
     failed.trainers.push_back(t);
-    failed.detail += " the bytes from trainer " + std::to_string(t) + " (" + tensorsFrom(t) +
-                     ") do not match their checksum;";
+    failed.detail += " the bytes from trainer " + std::to_string(t) + " (" + tensorsFrom(t) + ") " +
+                     (patch_failure.empty() ? "do not match their checksum;"
+                                            : "could not be patched: " + patch_failure + ";");
   }
   if (failed.trainers.empty())
     return sendMessage(MessageType::kVerified, encode(VersionMsg{verify.version}));

@@ -59,7 +59,7 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
     slots_.push_back(std::move(slot_memory));
   }
   msg.buffer_byte_offsets = buffer_byte_offsets_;
-  return Status::ok();
+  return exposeDeltaLanding(slot_bytes, msg);
 }
 
 Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
@@ -76,6 +76,7 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   if (!slots_.empty() && slots_.front()->needsLanding())
     landing_ranges_ = landingRanges(plan_, buffer_byte_offsets_);
+  planDeltaParts();
   return Status::ok();
 }
 
@@ -251,6 +252,7 @@ Status RolloutContext::handle(const Frame& frame) {
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
       go_version_ = go.version;
       staleness_.onStarted(go.version);
+      delta_.base = go.baseOf(options_.replica);  // 0 (dense) for re-sends
       const auto replica = static_cast<size_t>(options_.replica);
       const int32_t slot = replica < go.slot_of_replica.size() ? go.slot_of_replica[replica] : -1;
       if (slot < 0) {  // this replica skips the version: give the slot back

@@ -21,6 +21,7 @@
 #include "layout/block_scaling.h"
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/rollout_delta.h"
 #include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "store/slot_store.h"
@@ -79,6 +80,10 @@ class RolloutContext final : public Context {
   Status verifyVersion(const VerifyMsg& verify);
   Status buildChecksums();
   std::string tensorsFrom(int32_t trainer) const;
+  // Delta versions (rollout_delta.cc, runtime/rollout_delta.h).
+  Status exposeDeltaLanding(uint64_t slot_bytes, RegisterMsg& msg);
+  void planDeltaParts();
+  std::vector<std::pair<int32_t, std::string>> applyDeltas(uint64_t version, int32_t slot);
   void stopReceiver();
   void heartbeatLoop(std::chrono::milliseconds interval);
   void stopHeartbeats();
@@ -118,6 +123,7 @@ class RolloutContext final : public Context {
   // version a staged slot was landed for at its Verify (Ready then lands nothing).
   VersionChecksums checksums_;
   bool checksums_built_ = false;
+  RolloutDeltaState delta_;  // receiver thread (set up at registration and commit)
   uint64_t landed_version_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread receiver_;

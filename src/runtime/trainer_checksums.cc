@@ -86,7 +86,7 @@ Status TrainerContext::sendSent(const GoMsg& go) {
   WSYNC_ASSIGN_OR_RETURN(
       std::vector<uint64_t> sums,
       checksums_.compute(nullptr, active, onDevice() ? stream_.get() : nullptr, options_.timeout));
-  SentChecksumsMsg sent{go.version, {}};
+  SentChecksumsMsg sent{go.version, {}, delta_.wire_bytes, delta_.full_bytes};
   for (uint32_t r = 0; r < active.size(); ++r) {
     if (active[r] != 0) sent.sums.push_back({static_cast<int32_t>(r), sums[r]});
   }
@@ -145,10 +145,13 @@ Status TrainerContext::corruptOneWrite(const GoMsg& go) {
   if (every <= 0 || rank() != 0 || transfer_attempt_ != 0 ||
       go.version % static_cast<uint64_t>(every) != 0)
     return Status::ok();
+  WSYNC_ASSIGN_OR_RETURN(const bool patch_corrupted, corruptOnePatch(go));
+  if (patch_corrupted) return Status::ok();  // a patched op's slot bytes are the rank's to write
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
     const int32_t slot = slotFor(go, op.dst_rank);
     if (slot < 0 || plan_.numElements(op) == 0) continue;
+    if (i < delta_.ops.size() && delta_.ops[i].patched) continue;  // the rank writes it
     const ChecksumSpan sent =
         sentSpan(plan_, op, op.converts() ? stagingAt(write_staging_offsets_[i]) : nullptr);
     const auto* first = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sent.src));

@@ -84,6 +84,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   }
   WSYNC_RETURN_IF_ERROR(setUpQuantizer(assignment));
   WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
+  WSYNC_RETURN_IF_ERROR(setupDelta(assignment.peers));
   if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(buildChecksums());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
@@ -173,6 +174,7 @@ Status TrainerContext::registerSources(WriteTransport& transport) {
                                      : add(part->host_staging.data(), part->host_staging.size()));
   }
   WSYNC_RETURN_IF_ERROR(add(quantizer_.memory(), quantizer_.memoryBytes()));
+  WSYNC_RETURN_IF_ERROR(add(delta_.staging.data(), delta_.staging.size()));
   return onDevice() ? add(device_convert_staging_.data(), device_convert_staging_.size())
                     : add(convert_staging_.data(), convert_staging_.size());
 }
@@ -214,6 +216,7 @@ Status TrainerContext::connectPeer(const PeerInfo& p) {
     peer.slot_memory.push_back(id);
   }
   peer.buffer_byte_offsets = p.buffer_byte_offsets;
+  WSYNC_RETURN_IF_ERROR(attachDeltaLanding(p, *transport).withContext(where));
   if (peer_of_rollout_.size() <= static_cast<size_t>(p.rank))
     peer_of_rollout_.resize(static_cast<size_t>(p.rank) + 1, -1);
   peer_of_rollout_[static_cast<size_t>(p.rank)] = static_cast<int32_t>(peers_.size());
@@ -479,12 +482,18 @@ Status TrainerContext::waitGroups() {
 Status TrainerContext::transfer(const GoMsg& go) {
   if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   WSYNC_RETURN_IF_ERROR(postGroups(go));
+  WSYNC_RETURN_IF_ERROR(sendDeltas(go));  // patches first; their ops are not written dense
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
     const WriteOp& op = plan_.writes[i];
     const int32_t slot = slotFor(go, op.dst_rank);
     if (slot < 0) continue;
+    const uint64_t bytes = static_cast<uint64_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
+    delta_.full_bytes += bytes;
+    const bool delta_op = i < delta_.ops.size();
+    if (delta_op && delta_.ops[i].patched) continue;
+    delta_.wire_bytes += bytes;
     uint8_t* staged = op.converts() ? stagingAt(write_staging_offsets_[i]) : nullptr;
-    WSYNC_RETURN_IF_ERROR(postWrite(plan_, op, staged, slot));
+    WSYNC_RETURN_IF_ERROR(postWrite(plan_, op, staged, slot, delta_op && delta_.ops[i].converted));
   }
   WSYNC_RETURN_IF_ERROR(postExtensionWrites(go));
   WSYNC_RETURN_IF_ERROR(flushWrites());
@@ -495,7 +504,7 @@ Status TrainerContext::transfer(const GoMsg& go) {
 // Posts write op `op` of `plan` into `slot` of its rollout (host memory converts its rows into
 // `staged` first; device memory did in convertIntoStaging).
 Status TrainerContext::postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged,
-                                 int32_t slot) {
+                                 int32_t slot, bool converted) {
   const auto peer_index = static_cast<size_t>(op.dst_rank) < peer_of_rollout_.size()
                               ? peer_of_rollout_[static_cast<size_t>(op.dst_rank)]
                               : -1;
@@ -521,15 +530,8 @@ Status TrainerContext::postWrite(const RankPlan& plan, const WriteOp& op, uint8_
   size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
   size_t src_plane_pitch = static_cast<size_t>(r.src_stride[1]) * ssz;
   if (op.converts()) {  // the converted region, packed in its staging
-    if (!onDevice()) {  // host: convert the rows now (device: convertIntoStaging did)
-      for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
-        const int64_t plane = row / r.count[1];
-        const int64_t at = plane * r.src_stride[1] + (row % r.count[1]) * r.src_stride[0];
-        WSYNC_RETURN_IF_ERROR(convertHost(src_base + static_cast<size_t>(at) * ssz, op.src_dtype,
-                                          staged + static_cast<size_t>(row) * row_bytes,
-                                          op.dst_dtype, r.count[0]));
-      }
-    }
+    // host: convert the rows now (device: convertIntoStaging did)
+    if (!onDevice() && !converted) WSYNC_RETURN_IF_ERROR(convertHostStaging(plan, op, staged));
     src = staged;
     src_pitch = row_bytes;
     src_plane_pitch = row_bytes * rows;
@@ -537,6 +539,22 @@ Status TrainerContext::postWrite(const RankPlan& plan, const WriteOp& op, uint8_
   return peer.transport->write3d(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
                                  static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
                                  src_plane_pitch, row_bytes, rows, static_cast<size_t>(r.count[2]));
+}
+
+Status TrainerContext::convertHostStaging(const RankPlan& plan, const WriteOp& op,
+                                          uint8_t* staged) const {
+  const Region r = plan.region(op);
+  const size_t ssz = dtypeSize(op.src_dtype);
+  const size_t row_bytes = static_cast<size_t>(r.count[0]) * dtypeSize(op.dst_dtype);
+  const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
+  for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
+    const int64_t plane = row / r.count[1];
+    const int64_t at = plane * r.src_stride[1] + (row % r.count[1]) * r.src_stride[0];
+    WSYNC_RETURN_IF_ERROR(convertHost(src_base + static_cast<size_t>(at) * ssz, op.src_dtype,
+                                      staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype,
+                                      r.count[0]));
+  }
+  return Status::ok();
 }
 
 // Completes every posted write on every backend.

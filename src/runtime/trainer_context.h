@@ -17,6 +17,7 @@
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
 #include "runtime/trainer_quantizer.h"
+#include "runtime/trainer_delta.h"
 #include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "transport/backend.h"
@@ -108,7 +109,11 @@ class TrainerContext final : public Context {
   Status postGroups(const GoMsg& go);
   // Posts `op` of `plan` into `slot` of its rollout; `staged`: where a converting op's region is
   // (to be) converted, packed.
-  Status postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged, int32_t slot);
+  // `converted`: host memory already converted the op into `staged` for this send.
+  Status postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged, int32_t slot,
+                   bool converted = false);
+  // Host memory: converts `op`'s source region into `staged`, packed.
+  Status convertHostStaging(const RankPlan& plan, const WriteOp& op, uint8_t* staged) const;
   Status flushWrites();
   Status waitGroups();
 
@@ -141,7 +146,14 @@ class TrainerContext final : public Context {
   Status sendSent(const GoMsg& go);
   Result<DeliveredMsg> awaitDelivered(uint64_t version);
   Status corruptOneWrite(const GoMsg& go);  // WSYNC_DEBUG_CORRUPT_EVERY
-  Status allocateCorruptByte();             // its source, before the transports exist
+
+  // Delta versions (trainer_delta.cc, runtime/trainer_delta.h).
+  Status setupDelta(const std::vector<PeerInfo>& peers);
+  Status attachDeltaLanding(const PeerInfo& p, WriteTransport& transport);
+  Result<const uint8_t*> deltaBytesOf(size_t write);
+  Status sendDeltas(const GoMsg& go);
+  Result<bool> corruptOnePatch(const GoMsg& go);
+  Status allocateCorruptByte();  // its source, before the transports exist
 
   RankPlan plan_;
   std::vector<int32_t> replica_of_rollout_;
@@ -185,6 +197,7 @@ class TrainerContext final : public Context {
   std::vector<std::unique_ptr<ExtensionPart>> extensions_;
   std::deque<Frame> stashed_;  // frames pollControlWhileIdle read for publishOne
 
+  TrainerDeltaState delta_;         // delta versions: kept bytes, landing parts
   VersionChecksums checksums_;      // of plan_'s and the first checksum_extensions_ extensions
   size_t checksum_extensions_ = 0;  // extensions_ that checksums_ covers
   int transfer_attempt_ = 0;        // sends of the version in flight so far (re-sends: > 0)

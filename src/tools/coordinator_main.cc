@@ -123,6 +123,13 @@ int run(int argc, char** argv) {
       "re-sends of a version whose checksum failed on a replica (default: $WSYNC_CHECKSUM_RETRIES "
       "or 3)",
       cxxopts::value<int>()->default_value("-1"))(
+      "delta",
+      "delta versions: only changed elements cross the network (implies --checksums; default: "
+      "$WSYNC_DELTA)")("delta-max-share",
+                       "with --delta, a write whose patch exceeds this share of its dense bytes "
+                       "goes dense (default: "
+                       "$WSYNC_DELTA_MAX_SHARE or 0.25)",
+                       cxxopts::value<std::string>()->default_value(""))(
       "trainer-restart",
       "standalone: losing a trainer does not fail the job; rollouts keep serving their newest "
       "version while the trainers restart (same count, same registrations) and publish versions "
@@ -161,6 +168,16 @@ int run(int argc, char** argv) {
   if (args.count("checksums") > 0) opt.job.checksums = true;
   const int retries = args["checksum-retries"].as<int>();
   if (retries >= 0) opt.job.checksum_retries = retries;
+  if (args.count("delta") > 0) opt.job.delta = true;
+  if (const std::string share = args["delta-max-share"].as<std::string>(); !share.empty()) {
+    wsync::Options parsed;
+    const wsync::Status s = wsync::setOption(parsed, "WSYNC_DELTA_MAX_SHARE", share);
+    if (!s.isOk()) {
+      std::fprintf(stderr, "wsync-coordinator: --delta-max-share: %s\n", s.toString().c_str());
+      return 2;
+    }
+    opt.job.delta_max_share = parsed.job.delta_max_share;
+  }
   const int spin_us = args["spin-wait-us"].as<int>();
   opt.control.spin_wait =
       std::chrono::microseconds(spin_us >= 0 ? spin_us : environment->spin_wait_us);

@@ -119,13 +119,14 @@ def test_every_config_field_is_settable_from_python():
                   num_trainers=4, num_rollouts=6, coordinator_address="h:1", secret="s",
                   cuda_device=1, device_transport=wsync.DeviceTransport.STAGED,
                   cuda_ipc_export=wsync.CudaIpcExport.LEGACY, replica_size=2, replica_rank=1,
-                  checksums=True, checksum_retries=-1)
+                  checksums=True, checksum_retries=-1, delta=True, delta_max_share=0.5)
     assert set(values) == settable
     cfg = wsync.ContextConfig(**values)
     c = cfg.to_c()
     for name, value in values.items():
         got = getattr(c, name)
-        want = value.encode() if isinstance(value, str) else int(value)
+        want = (value.encode() if isinstance(value, str) else
+                value if isinstance(value, float) else int(value))
         assert got == want, name
     assert wsync.ContextConfig.from_c(c) == cfg
 

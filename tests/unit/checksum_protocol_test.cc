@@ -68,10 +68,14 @@ TEST(ChecksumProtocol, MalformedMessagesAreRejected) {
   EXPECT_EQ(decode(bytes, failed).code(), WSYNC_ERR_PROTOCOL);
 
   std::vector<uint8_t> welcome = encode(WelcomeMsg{});
-  welcome.back() = 2;  // the checksums flag
+  const size_t checksums_flag = welcome.size() - 3;  // then the delta flag and share (protocol 7)
+  welcome[checksums_flag] = 2;
   WelcomeMsg w;
   EXPECT_EQ(decode(welcome, w).code(), WSYNC_ERR_PROTOCOL);
-  welcome.pop_back();  // protocol 4's Welcome, without the flag
+  welcome[checksums_flag] = 0;
+  welcome[checksums_flag + 1] = 2;  // the delta flag
+  EXPECT_EQ(decode(welcome, w).code(), WSYNC_ERR_PROTOCOL);
+  welcome.resize(checksums_flag);  // protocol 4's Welcome, without the flags
   EXPECT_EQ(decode(welcome, w).code(), WSYNC_ERR_PROTOCOL);
   EXPECT_STREQ(messageTypeName(MessageType::kChecksumFailed), "ChecksumFailed");
 }

@@ -281,8 +281,8 @@ TEST(DeliveredCodec, NewerFormatFieldsAreSkipped) {
   m.has_stats = true;
   m.stats.bytes = 10;
   std::vector<uint8_t> bytes = encode(m);
-  bytes[4] = 2;         // the format byte, after the version and three empty replica lists
-  bytes.push_back(42);  // a field format 2 appended
+  bytes[4] = 3;         // the format byte, after the version and three empty replica lists
+  bytes.push_back(42);  // a field format 3 appended
   DeliveredMsg back;
   ASSERT_TRUE(decode(bytes, back).isOk());
   EXPECT_EQ(back.stats.bytes, 10u);

@@ -79,6 +79,8 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_DEBUG_SEND_DELAY_MS", "250"},
       {"WSYNC_DEBUG_COLD_FILL_DELAY_MS", "40"},
       {"WSYNC_DEBUG_CORRUPT_EVERY", "7"},
+      {"WSYNC_DELTA", "1"},
+      {"WSYNC_DELTA_MAX_SHARE", "0.5"},
       {"WSYNC_LIBRARY", "/opt/lib/libwsync.so"},
       {"WSYNC_COORDINATOR", "/opt/bin/wsync-coordinator"},
       {"WSYNC_COORDINATOR_ADDRESS", "node1:7000"},
@@ -101,6 +103,8 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_TRUE(options->job.checksums);
   EXPECT_EQ(options->job.checksum_retries, 5);
   EXPECT_EQ(options->debug_corrupt_every, 7);
+  EXPECT_TRUE(options->job.delta);
+  EXPECT_EQ(options->job.delta_max_share, 0.5);
   EXPECT_EQ(options->python.library, "/opt/lib/libwsync.so");
   EXPECT_EQ(options->python.coordinator, "/opt/bin/wsync-coordinator");
   EXPECT_EQ(options->python.coordinator_address, "node1:7000");

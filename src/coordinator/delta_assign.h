@@ -1,0 +1,35 @@
+// Delta versions, the coordinator's part (docs/delta.md): the job-wide settings every rank learns
+// in Welcome, and each trainer's part of its peers' patch landing areas (src/delta/
+// delta_landing.h), computed from the whole plan. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "coordinator/version_sequencer.h"
+#include "options/options.h"
+#include "plan/plan.h"
+#include "protocol/protocol.h"
+
+namespace wsync {
+
+// Welcome's job-wide fields: checksums (on with delta versions too), delta and its share.
+void describeJobSettings(const JobSettings& job, WelcomeMsg& welcome);
+
+// Per rollout rank, the dense bytes each trainer writes it per version (write ops only).
+using DenseWriteBytes = std::map<int32_t, std::vector<uint64_t>>;
+DenseWriteBytes denseWriteBytes(const Plan& plan, int32_t num_trainers);
+
+// Fills `peer`'s landing fields for `trainer` when delta versions are on, the rank exposed a
+// landing area (`landing`: its RegisterMsg::delta_landing) and the trainer diffs on the host
+// (`trainer_on_host`); leaves them empty (dense) otherwise.
+void assignDeltaLanding(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
+                        bool trainer_on_host, const std::vector<uint8_t>& landing, PeerInfo& peer);
+
+// A version's first Go: each replica it gives a slot gets its newest ready version as the base
+// trainers may send patches against (0 when it holds none). Re-sends (a Go of the same version
+// after a checksum failure) keep no bases: they are dense.
+void setDeltaBases(const VersionSequencer& sequencer, GoMsg& go);
+
+}  // namespace wsync

@@ -16,6 +16,7 @@
 // what crossed the wire, headers included), the CPU seconds it used while versions were in flight
 // and their wall time (to show whether the CPU is the limit), and whether every check passed
 // (rollouts). Exit 0 only when everything succeeded and matched.
+#include <dirent.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -83,6 +84,26 @@ struct JobFlags {
   std::string sync_dir;      // non-empty: rollouts check every version, trainers wait for it
   std::string nic;           // non-empty: per-version byte counters of this interface
 };
+
+// Seconds this process's threads spent runnable but waiting for a CPU (the run queue; the sum of
+// the second field of /proc/self/task/*/schedstat), -1 when unreadable: with CPU time, it tells a
+// rank that was starved of CPU from one that was waiting on the network.
+double runQueueSeconds() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  double total = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string path = std::string("/proc/self/task/") + e->d_name + "/schedstat";
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      unsigned long long run = 0, wait = 0;
+      if (std::fscanf(f, "%llu %llu", &run, &wait) == 2) total += 1e-9 * static_cast<double>(wait);
+      std::fclose(f);
+    }
+  }
+  closedir(dir);
+  return total;
+}
 
 // A network interface's byte counter (tx or rx) from sysfs, -1 when unreadable.
 int64_t nicBytes(const std::string& nic, const char* which) {
@@ -153,7 +174,7 @@ int runTrainer(wsync_context_t ctx, const Registration& reg, const JobFlags& f, 
   }
   const VersionChanges changes(reg, f.changed_share);
   std::vector<double> seconds, nic_tx, delivered, changed;
-  double cpu = 0;
+  double cpu = 0, queued = 0;
   Clock::duration wall{};
   for (int v = 1; v <= f.warmup + f.versions; ++v) {
     const bool timed = v > f.warmup;
@@ -165,7 +186,7 @@ int runTrainer(wsync_context_t ctx, const Registration& reg, const JobFlags& f, 
       const int64_t n = changes.apply(static_cast<uint64_t>(v), data);
       if (timed) changed.push_back(static_cast<double>(n));
     }
-    const double c0 = cpuSeconds();
+    const double c0 = cpuSeconds(), q0 = runQueueSeconds();
     const int64_t tx0 = nicBytes(f.nic, "tx");
     const Clock::time_point t0 = Clock::now();
     wsync_request_t req = nullptr;
@@ -180,6 +201,7 @@ int runTrainer(wsync_context_t ctx, const Registration& reg, const JobFlags& f, 
     const int64_t tx1 = nicBytes(f.nic, "tx");
     if (!timed) continue;
     cpu += cpuSeconds() - c0;
+    queued += runQueueSeconds() - q0;
     wall += d;
     seconds.push_back(std::chrono::duration<double>(d).count());
     nic_tx.push_back(tx0 >= 0 && tx1 >= 0 ? static_cast<double>(tx1 - tx0) : -1.0);
@@ -194,10 +216,10 @@ int runTrainer(wsync_context_t ctx, const Registration& reg, const JobFlags& f, 
       "{\"role\":\"trainer\",\"rank\":%d,\"seconds\":[%s],\"median_seconds\":%.6f,"
       "\"min_seconds\":%.6f,\"nic_tx_bytes\":[%s],\"delivered_bytes\":[%s],"
       "\"changed_share\":%.6g,\"changed_in_shard\":[%s],\"cpu_seconds\":%.3f,"
-      "\"wall_seconds\":%.3f}\n",
+      "\"run_queue_seconds\":%.3f,\"wall_seconds\":%.3f}\n",
       f.rank, joinList(seconds, "%.6f").c_str(), sorted[sorted.size() / 2], sorted.front(),
       joinList(nic_tx, "%.0f").c_str(), joinList(delivered, "%.0f").c_str(), f.changed_share,
-      joinList(changed, "%.0f").c_str(), cpu, std::chrono::duration<double>(wall).count());
+      joinList(changed, "%.0f").c_str(), cpu, queued, std::chrono::duration<double>(wall).count());
   return 0;
 }
 
@@ -239,10 +261,10 @@ int runRollout(wsync_context_t ctx, const Registration& reg, const JobFlags& f) 
   int64_t wrong = 0;
   int checked = 0;
   std::vector<double> nic_rx;
-  double cpu = 0;  // over the waits for versions (the receiving), not the checks
+  double cpu = 0, queued = 0;  // over the waits for versions (the receiving), not the checks
   Clock::duration wall{};
   while (newest < last) {
-    const double c0 = cpuSeconds();
+    const double c0 = cpuSeconds(), q0 = runQueueSeconds();
     const Clock::time_point w0 = Clock::now();
     const int64_t rx0 = nicBytes(f.nic, "rx");
     if (wsync_wait_version(ctx, newest, f.timeout_ms, &newest) != WSYNC_SUCCESS) {
@@ -252,6 +274,7 @@ int runRollout(wsync_context_t ctx, const Registration& reg, const JobFlags& f) 
     }
     const int64_t rx1 = nicBytes(f.nic, "rx");
     cpu += cpuSeconds() - c0;
+    queued += runQueueSeconds() - q0;
     wall += Clock::now() - w0;
     if (newest > static_cast<uint64_t>(f.warmup))
       nic_rx.push_back(rx0 >= 0 && rx1 >= 0 ? static_cast<double>(rx1 - rx0) : -1.0);
@@ -276,10 +299,10 @@ int runRollout(wsync_context_t ctx, const Registration& reg, const JobFlags& f) 
   std::printf(
       "{\"role\":\"rollout\",\"rank\":%d,\"replica\":%d,\"version\":%llu,\"versions_checked\":%d,"
       "\"mismatches\":%lld,\"verified\":%s,\"nic_rx_bytes\":[%s],\"cpu_seconds\":%.3f,"
-      "\"wall_seconds\":%.3f}\n",
+      "\"run_queue_seconds\":%.3f,\"wall_seconds\":%.3f}\n",
       f.rank, reg.replica, static_cast<unsigned long long>(last), checked,
       static_cast<long long>(wrong), wrong == 0 ? "true" : "false",
-      joinList(nic_rx, "%.0f").c_str(), cpu, std::chrono::duration<double>(wall).count());
+      joinList(nic_rx, "%.0f").c_str(), cpu, queued, std::chrono::duration<double>(wall).count());
   return wrong == 0 ? 0 : 1;
 }
 

@@ -358,6 +358,9 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
     links.addCoordinator(costs->amax_bytes_in, costs->amax_bytes_out);
     p.amax_bytes_in = costs->amax_bytes_in;
     p.amax_bytes_out = costs->amax_bytes_out;
+    const double coord = spec.coordinator_nic_gbit / 8.0 * spec.wire_efficiency * 1e9;
+    p.amax_seconds =
+        2 * spec.network_latency_us * 1e-6 + (costs->amax_bytes_in + costs->amax_bytes_out) / coord;
   }
   if (links.overNetwork() > 0) latency = std::max(latency, spec.network_latency_us * 1e-6);
   links.finish(&p);
@@ -371,7 +374,8 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
   }
   p.latency_seconds = latency;
   p.control_seconds = spec.control_ms * 1e-3;
-  p.predicted_seconds = p.bandwidth_seconds + p.latency_seconds + p.control_seconds;
+  p.predicted_seconds =
+      p.bandwidth_seconds + p.latency_seconds + p.control_seconds + p.amax_seconds;
   return p;
 }
 

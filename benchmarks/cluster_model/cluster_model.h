@@ -21,7 +21,8 @@
 // Time of a link = bytes / bandwidth (NICs: nic_gbit / 8 * wire_efficiency GB/s) or the issue
 // time. Predicted time = the slowest link + the latency term (one network latency when anything
 // crosses the network; for broadcast rings the pipeline fill: hops x (latency + one chunk at NIC
-// rate); binomial: rounds x latency; the largest over groups) + spec.control_ms.
+// rate); binomial: rounds x latency; the largest over groups) + spec.control_ms + the partial
+// maxima exchange (Prediction::amax_seconds; 0 without straddling blocks).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -77,6 +78,9 @@ struct Prediction {
   double bytes_within_nodes = 0;        // NVLink / memcpy
   double scale_bytes = 0;               // block scales delivered (rollout_format fp8_*, mxfp8)
   double amax_bytes_in = 0, amax_bytes_out = 0;  // partial maxima through the coordinator
+  // The exchange before trainers quantize: 2 network latencies + all maxima into, then out of,
+  // the coordinator's NIC (serial: BlockMaxima goes out once every trainer's maxima arrived).
+  double amax_seconds = 0;
   int64_t messages = 0;
   // The least busy NIC's time over the busiest's, among trainer NICs out and rollout NICs in
   // (1: every NIC equally busy; 0: some NIC idle).

@@ -71,7 +71,8 @@ void printJson(const ModelSpec& model_spec, const std::string& layout, const Clu
       "\"sender_imbalance\":%.6f,\"trainer_nic_balance\":%.6f,\"rollout_nic_balance\":%.6f,"
       "\"rollout_format\":%s,\"quantized_tensors\":%lld,\"scale_bytes\":%.0f,"
       "\"straddling_blocks\":%lld,\"partial_maxima\":%lld,\"amax_trainers\":%d,"
-      "\"amax_bytes_in\":%.0f,\"amax_bytes_out\":%.0f,\"coordinator_nic_gbit\":%.6g,"
+      "\"amax_bytes_in\":%.0f,\"amax_bytes_out\":%.0f,\"amax_seconds\":%.6f,"
+      "\"coordinator_nic_gbit\":%.6g,"
       "\"slowest_per_kind\":%s}\n",
       jsonString(model_spec.config().name).c_str(), jsonString(layout).c_str(),
       jsonString(cluster.name).c_str(), jsonString(memory).c_str(), pred.trainer_ranks,
@@ -85,8 +86,8 @@ void printJson(const ModelSpec& model_spec, const std::string& layout, const Clu
       pred.rollout_nic_balance, jsonString(rolloutFormatName(cluster.rollout_format)).c_str(),
       static_cast<long long>(costs.quantized_tensors), pred.scale_bytes,
       static_cast<long long>(costs.straddling_blocks), static_cast<long long>(costs.partial_maxima),
-      costs.amax_trainers, pred.amax_bytes_in, pred.amax_bytes_out, cluster.coordinator_nic_gbit,
-      slowestPerKind(pred).c_str());
+      costs.amax_trainers, pred.amax_bytes_in, pred.amax_bytes_out, pred.amax_seconds,
+      cluster.coordinator_nic_gbit, slowestPerKind(pred).c_str());
 }
 
 int run(int argc, char** argv) {
@@ -176,9 +177,11 @@ int run(int argc, char** argv) {
         static_cast<long long>(costs->partial_maxima), costs->amax_trainers, p->amax_bytes_in,
         p->amax_bytes_out);
   printLinks(*p, args["links"].as<int>());
-  std::printf("predicted  %.4f s = slowest link %.4f s (%s) + latency %.6f s + control %.6f s\n",
-              p->predicted_seconds, p->bandwidth_seconds, p->bottleneck_link.c_str(),
-              p->latency_seconds, p->control_seconds);
+  std::printf(
+      "predicted  %.4f s = slowest link %.4f s (%s) + latency %.6f s + control %.6f s + partial "
+      "maxima %.6f s\n",
+      p->predicted_seconds, p->bandwidth_seconds, p->bottleneck_link.c_str(), p->latency_seconds,
+      p->control_seconds, p->amax_seconds);
   printJson(*model, layout, *spec, args["memory"].as<std::string>(), *plan, *p, *costs);
   return 0;
 }

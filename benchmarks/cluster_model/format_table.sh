@@ -4,7 +4,7 @@
 # table row per (cluster, format, share) and the JSON lines in $OUT (default /tmp/format_table.jsonl).
 #
 # Usage: benchmarks/cluster_model/format_table.sh [build-dir]
-#   FORMATS (default "bf16 fp8_block128 mxfp8"), SHARES (changed shares for delta rows, default
+#   FORMATS (default "bf16 fp8_block128 mxfp8"), DENSE_ONLY_FORMATS (default mxfp8), SHARES (changed shares for delta rows, default
 #   "0.0029 0.01 0.0279 0.0671": benchmarks/README.md, "Changed elements per step"), CLUSTERS
 #   (default: both cluster files).
 set -euo pipefail
@@ -13,6 +13,7 @@ build=${1:-build}
 bin=$build/benchmarks/cluster_model/wsync-cluster-model
 [ -x "$bin" ] || { echo "missing $bin (build wsync-cluster-model)" >&2; exit 2; }
 read -r -a formats <<<"${FORMATS:-bf16 fp8_block128 mxfp8}"
+read -r -a dense_only <<<"${DENSE_ONLY_FORMATS:-mxfp8}"  # no delta rows for these
 read -r -a shares <<<"${SHARES:-0.0029 0.01 0.0279 0.0671}"
 read -r -a clusters <<<"${CLUSTERS:-benchmarks/cluster_model/h200_8x400g.cluster benchmarks/cluster_model/h200_8x400g_2regions_100g.cluster}"
 out=${OUT:-/tmp/format_table.jsonl}
@@ -23,7 +24,9 @@ echo "| cluster | rollout format | changed share | bytes over the network | scal
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for c in "${clusters[@]}"; do
   for f in "${formats[@]}"; do
-    for share in dense "${shares[@]}"; do
+    rows=(dense "${shares[@]}")
+    [[ " ${dense_only[*]} " == *" $f "* ]] && rows=(dense)
+    for share in "${rows[@]}"; do
       { cat "$c"; echo "rollout_format = $f"; [ "$share" = dense ] || echo "changed_share = $share"; } >"$spec"
       line=$("$bin" --model kimi-k2 --cluster "$spec" --rollout-dtype bfloat16 --links 1 | tail -1)
       echo "$line" >>"$out"

@@ -1,7 +1,6 @@
 #include "rollout_format.h"
 
 #include <algorithm>
-#include <map>
 #include <unordered_set>
 
 namespace wsync::cluster {
@@ -135,9 +134,9 @@ Result<FormatCosts> buildFormatCosts(const Plan& plan, const std::vector<Registr
       if (acc.second > 0) c.scale_bytes_per_element[key(reg.rank, t)] = acc.first / acc.second;
     }
   }
-  // Partial maxima: each distinct trainer shard of a quantized tensor, once.
-  std::map<std::pair<int32_t, std::string>, bool> seen;  // (tensor, box) -> counted
-  std::unordered_set<uint64_t> straddling;               // tensor << 40 | block index
+  // Partial maxima: every trainer piece of a quantized tensor (replicated shards each quantize
+  // their own copy and exchange, as the coordinator's MaximaRelay counts them).
+  std::unordered_set<uint64_t> straddling;  // tensor << 40 | block index
   for (const Registration& reg : trainers) {
     bool involved = false;
     for (const LocalBuffer& buf : reg.buffers)
@@ -146,8 +145,7 @@ Result<FormatCosts> buildFormatCosts(const Plan& plan, const std::vector<Registr
         if (!c.quantized[t] || p.box.empty()) continue;
         const Dims& shape = plan.tensors[t].shape;
         const int64_t partial = partialBlocks(p.box, shape, s);
-        if (partial == 0 || !seen.emplace(std::make_pair(t, p.box.toString()), true).second)
-          continue;
+        if (partial == 0) continue;
         involved = true;
         c.partial_maxima += partial;
         // The partial blocks themselves: those with a partial index along some dim.

@@ -11,10 +11,11 @@
 // 128x128 block or one e8m0 byte per 1x32 block; in the model they travel with the rank's data,
 // from the same trainers, in proportion to the elements each trainer sends it.
 // Partial maxima: a block whose elements sit on several trainers' shards gets its scale from the
-// max of their partial absolute maxima. Per version, every trainer shard (distinct boxes only:
-// replicated shards, e.g. FSDP shards copied over EP groups, compute one set) sends one float32
-// per block it holds only part of to the coordinator with its Publish, and the coordinator sends
-// each of them the merged maxima back with its Go: bytes in = bytes out = 4 x partial blocks.
+// max of their partial absolute maxima. Per version, every trainer piece that holds part of a
+// block (replicated shards, e.g. FSDP shards copied over EP groups, each quantize their own copy
+// and take part) sends one float32 per such block to the coordinator (PartialMaxima) and gets the
+// merged maxima back (BlockMaxima) before it quantizes and writes (src/coordinator/
+// maxima_relay.h): bytes in = bytes out = 4 x partial maxima, on the version's critical path.
 // Thread-safety: pure functions; FormatCosts is plain data.
 #pragma once
 

@@ -21,6 +21,8 @@
 #                         included: what tbf meters), and the sum over trainer NICs
 #   full_bytes_per_nic    a dense version's payload through each trainer NIC (delivered bytes /
 #                         trainer hosts)
+#   stats_wire_bytes_per_version, stats_full_bytes_per_version  the library's wsync_version_stats
+#                         wire_bytes / full_bytes where the build has them (delta), else -1
 #   line_rate_seconds     full_bytes_per_nic at the link's bit rate (no header allowance: without
 #                         ethtool the veth runs with GSO, so its counters and tbf see ~64 KB
 #                         frames, 0.1 % over the payload; a real NIC's TCP would add 4.4 %)
@@ -200,6 +202,10 @@ row = {"hosts": nh, "link_mbit": mbit, "changed_share": share, "mode": mode,
        "seconds_per_version": round(sec, 4), "versions_seconds": [round(s, 4) for s in per_version],
        "wire_bytes_per_version_busiest_nic": int(wire), "wire_bytes_per_version_all_nics": int(med(wire_total)),
        "full_bytes_per_nic": int(full), "wire_over_full": round(wire / full, 4),
+       # the library's own count (wsync_version_stats wire_bytes / full_bytes, all trainers), where
+       # this build has it (delta versions); -1 otherwise
+       "stats_wire_bytes_per_version": med(trainers[0].get("stats_wire_bytes", [-1] * n)),
+       "stats_full_bytes_per_version": med(trainers[0].get("stats_full_bytes", [-1] * n)),
        "line_rate_seconds": round(full / line, 4),
        "seconds_over_line_rate": round(sec / (full / line), 4),
        "wire_over_line_rate": round(wire / sec / line, 4),

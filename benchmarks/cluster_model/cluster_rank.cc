@@ -25,6 +25,8 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <cxxopts.hpp>
@@ -117,6 +119,21 @@ int64_t nicBytes(const std::string& nic, const char* which) {
   return v;
 }
 
+// wsync_version_stats_t::wire_bytes / full_bytes where this build's header has them (delta
+// versions, issue 22), else -1: the rank compiles against headers with and without them.
+template <typename S, typename = void>
+struct HasWireBytes : std::false_type {};
+template <typename S>
+struct HasWireBytes<S, std::void_t<decltype(S::wire_bytes), decltype(S::full_bytes)>>
+    : std::true_type {};
+template <typename S>
+std::pair<double, double> statsWireAndFullBytes(const S& s) {
+  if constexpr (HasWireBytes<S>::value)
+    return {static_cast<double>(s.wire_bytes), static_cast<double>(s.full_bytes)};
+  else
+    return {-1.0, -1.0};
+}
+
 std::string joinList(const std::vector<double>& v, const char* fmt) {
   std::string out;
   char buf[64];
@@ -173,7 +190,7 @@ int runTrainer(wsync_context_t ctx, const Registration& reg, const JobFlags& f, 
     return 1;
   }
   const VersionChanges changes(reg, f.changed_share);
-  std::vector<double> seconds, nic_tx, delivered, changed;
+  std::vector<double> seconds, nic_tx, delivered, changed, stats_wire, stats_full;
   double cpu = 0, queued = 0;
   Clock::duration wall{};
   for (int v = 1; v <= f.warmup + f.versions; ++v) {
@@ -206,19 +223,24 @@ int runTrainer(wsync_context_t ctx, const Registration& reg, const JobFlags& f, 
     seconds.push_back(std::chrono::duration<double>(d).count());
     nic_tx.push_back(tx0 >= 0 && tx1 >= 0 ? static_cast<double>(tx1 - tx0) : -1.0);
     wsync_version_stats_t st = WSYNC_VERSION_STATS_INITIALIZER;
-    delivered.push_back(wsync_version_stats(ctx, &st) == WSYNC_SUCCESS && st.version == uint64_t(v)
-                            ? static_cast<double>(st.bytes)
-                            : -1.0);
+    const bool have = wsync_version_stats(ctx, &st) == WSYNC_SUCCESS && st.version == uint64_t(v);
+    delivered.push_back(have ? static_cast<double>(st.bytes) : -1.0);
+    const std::pair<double, double> wf =
+        have ? statsWireAndFullBytes(st) : std::make_pair(-1.0, -1.0);
+    stats_wire.push_back(wf.first);
+    stats_full.push_back(wf.second);
   }
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   std::printf(
       "{\"role\":\"trainer\",\"rank\":%d,\"seconds\":[%s],\"median_seconds\":%.6f,"
       "\"min_seconds\":%.6f,\"nic_tx_bytes\":[%s],\"delivered_bytes\":[%s],"
+      "\"stats_wire_bytes\":[%s],\"stats_full_bytes\":[%s],"
       "\"changed_share\":%.6g,\"changed_in_shard\":[%s],\"cpu_seconds\":%.3f,"
       "\"run_queue_seconds\":%.3f,\"wall_seconds\":%.3f}\n",
       f.rank, joinList(seconds, "%.6f").c_str(), sorted[sorted.size() / 2], sorted.front(),
-      joinList(nic_tx, "%.0f").c_str(), joinList(delivered, "%.0f").c_str(), f.changed_share,
+      joinList(nic_tx, "%.0f").c_str(), joinList(delivered, "%.0f").c_str(),
+      joinList(stats_wire, "%.0f").c_str(), joinList(stats_full, "%.0f").c_str(), f.changed_share,
       joinList(changed, "%.0f").c_str(), cpu, queued, std::chrono::duration<double>(wall).count());
   return 0;
 }

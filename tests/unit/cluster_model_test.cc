@@ -1,13 +1,17 @@
 // The cluster model (benchmarks/cluster_model/cluster_model.h) on small plans whose link loads and
-// times are computed by hand in each test, plus the cluster description parser.
+// times are computed by hand in each test, the rollout formats' bytes (rollout_format.h), the
+// validation ranks' version changes (version_changes.h) and the cluster description parser.
 #include "cluster_model.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "cluster_spec.h"
 #include "layout/builders.h"
 #include "plan/planner.h"
 #include "rollout_format.h"
+#include "version_changes.h"
 
 namespace wsync::cluster {
 namespace {
@@ -321,6 +325,83 @@ TEST(RolloutFormat, CountsScalesAndThePartialMaximaOfStraddlingBlocks) {
   ASSERT_TRUE(mx.isOk());
   EXPECT_DOUBLE_EQ(mx->scale_bytes, 448 * 8);
   EXPECT_EQ(mx->partial_maxima, 0);
+}
+
+// A registration of one bf16 tensor [rows, cols] held as `pieces` boxes, each in its own buffer
+// with row-major strides over its box.
+Registration pieceRegistration(Role role, const Dims& shape, const std::vector<Box>& boxes) {
+  Registration reg;
+  reg.role = role;
+  const int32_t t = reg.declareTensor("layers.0.mlp.up_proj.weight", shape);
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    LocalBuffer buf;
+    buf.name = "b" + std::to_string(i);
+    buf.dtype = DType::kBFloat16;
+    buf.num_elements = boxes[i].volume();
+    buf.pieces.push_back({t, boxes[i], 0, Dims{boxes[i].extent[1], 1}});
+    reg.buffers.push_back(buf);
+  }
+  return reg;
+}
+
+// The global tensor assembled from a registration's buffers.
+std::vector<uint16_t> assemble(const Registration& reg,
+                               const std::vector<std::vector<uint16_t>>& data, const Dims& shape) {
+  std::vector<uint16_t> global(static_cast<size_t>(shape.product()), 0xFFFF);
+  for (size_t b = 0; b < reg.buffers.size(); ++b) {
+    const Box& box = reg.buffers[b].pieces[0].box;
+    for (int64_t r = 0; r < box.extent[0]; ++r)
+      for (int64_t c = 0; c < box.extent[1]; ++c)
+        global[(box.offset[0] + r) * shape[1] + box.offset[1] + c] = data[b][r * box.extent[1] + c];
+  }
+  return global;
+}
+
+TEST(VersionChanges, TrainerAndRolloutLayoutsAgreeOnEveryVersion) {
+  // Trainers hold rows (two shards), rollouts columns (three shards): after the same versions'
+  // changes both hold the same tensor, and about share x elements changed per version.
+  const Dims shape{96, 60};
+  const Registration trainers = pieceRegistration(
+      Role::kTrainer, shape, {Box{Dims{0, 0}, Dims{50, 60}}, Box{Dims{50, 0}, Dims{46, 60}}});
+  const Registration rollouts =
+      pieceRegistration(Role::kRollout, shape,
+                        {Box{Dims{0, 0}, Dims{96, 20}}, Box{Dims{0, 20}, Dims{96, 20}},
+                         Box{Dims{0, 40}, Dims{96, 20}}});
+  auto init = [](const Registration& reg, std::vector<std::vector<uint16_t>>& data,
+                 std::vector<void*>& ptrs) {
+    for (const LocalBuffer& b : reg.buffers) {
+      data.emplace_back(static_cast<size_t>(b.num_elements));
+      ptrs.push_back(data.back().data());
+    }
+    for (size_t b = 0; b < reg.buffers.size(); ++b)
+      fillOrCheckInitial(reg, reg.buffers[b], ptrs[b], /*check=*/false);
+  };
+  std::vector<std::vector<uint16_t>> td, rd;
+  std::vector<void*> tp, rp;
+  init(trainers, td, tp);
+  init(rollouts, rd, rp);
+  const VersionChanges tc(trainers, 0.05), rc(rollouts, 0.05);
+  std::vector<uint16_t> previous = assemble(trainers, td, shape);
+  for (uint64_t v = 2; v <= 4; ++v) {
+    EXPECT_EQ(tc.apply(v, tp), std::llround(0.05 * 96 * 60));  // every draw lands on one trainer
+    EXPECT_EQ(rc.apply(v, rp), std::llround(0.05 * 96 * 60));
+    const std::vector<uint16_t> t = assemble(trainers, td, shape);
+    EXPECT_EQ(t, assemble(rollouts, rd, shape)) << "version " << v;
+    int64_t changed = 0;
+    for (size_t i = 0; i < t.size(); ++i)
+      changed += t[i] != previous[i];
+    EXPECT_GT(changed, 0.04 * 96 * 60);  // repeated draws may change an element twice
+    EXPECT_LE(changed, std::llround(0.05 * 96 * 60));
+    previous = t;
+  }
+  // A rollout that applied one version fewer differs.
+  std::vector<std::vector<uint16_t>> ld;
+  std::vector<void*> lp;
+  init(rollouts, ld, lp);
+  for (uint64_t v = 2; v <= 3; ++v)
+    rc.apply(v, lp);
+  EXPECT_NE(assemble(rollouts, ld, shape), previous);
+  EXPECT_GT(countPieceMismatches(rollouts, rollouts.buffers[0], ld[0].data(), rd[0].data()), 0);
 }
 
 TEST(ClusterSpecText, ParsesKeysCommentsAndRoundTrips) {

@@ -29,27 +29,15 @@ coord_bin=$build/src/coordinator/wsync-coordinator
 for b in "$rank_bin" "$model_bin" "$coord_bin"; do
   [ -x "$b" ] || { echo "missing $b (build wsync-cluster-rank wsync-cluster-model wsync-coordinator)" >&2; exit 2; }
 done
-probe=wsc-probe-$$
-if ! command -v tc >/dev/null 2>&1 || ! ip netns add "$probe" 2>/dev/null; then
-  echo "cluster_validate: cannot create network namespaces here (needs root, CAP_NET_ADMIN, ip and tc): skipped" >&2
-  exit 77
-fi
-ip netns del "$probe"
+source benchmarks/netns_lib.sh
+netns_require_or_skip cluster_validate
 versions=${VERSIONS:-3}
 warmup=${WARMUP:-2}
 secret=cluster-validate-$$
-bridge=wsc-br
-subnet=10.231.0
 port=29611
 work=$(mktemp -d /tmp/wsync-cluster-validate.XXXXXX)
-hosts=()
-pids=()
-
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for h in "${hosts[@]}"; do ip netns del "$h" 2>/dev/null || true; done
-  ip link del "$bridge" 2>/dev/null || true
+  netns_cleanup
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -58,29 +46,7 @@ trap cleanup EXIT
 # takes seconds at a few hundred Mbit/s.
 model=(--model custom --layers 4 --hidden 1024 --ffn 4096 --vocab 32000 --heads 16 --kv-heads 4)
 
-ip link add "$bridge" type bridge
-ip addr add "$subnet.1/24" dev "$bridge"
-ip link set "$bridge" up
-
-# add_host NAME INDEX TX_MBIT RX_MBIT: a namespace with NIC nic0 at $subnet.(10+INDEX).
-add_host() {
-  local ns=$1 idx=$2 tx=$3 rx=$4
-  ip netns add "$ns"
-  hosts+=("$ns")
-  ip link add "$ns-b" type veth peer name "$ns-a"
-  ip link set "$ns-a" netns "$ns"
-  ip -n "$ns" link set "$ns-a" name nic0
-  ip -n "$ns" addr add "$subnet.$((10 + idx))/24" dev nic0
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set nic0 up
-  ip link set "$ns-b" master "$bridge" up
-  # Segmentation offloads off where ethtool is installed (it is not on the CI box; tbf then
-  # shapes GSO bursts, which the raw-TCP check in benchmarks/README.md shows is within 0.5 %).
-  ip netns exec "$ns" ethtool -K nic0 tso off gso off gro off >/dev/null 2>&1 || true
-  ethtool -K "$ns-b" tso off gso off gro off >/dev/null 2>&1 || true
-  ip netns exec "$ns" tc qdisc add dev nic0 root tbf rate "${tx}mbit" burst 256kb latency 200ms
-  tc qdisc add dev "$ns-b" root tbf rate "${rx}mbit" burst 256kb latency 200ms
-}
+netns_bridge_up
 
 # run_shape NAME T_HOSTS T_PER_HOST T_MBIT R_HOSTS R_PER_HOST R_MBIT LAYOUT...
 run_shape() {
@@ -113,30 +79,28 @@ EOF
   echo "prediction $name: $prediction" >&2
 
   for ((h = 0; h < th + rh; ++h)); do
-    if ((h < th)); then add_host "wsc-$name-$h" "$h" "$tmbit" "$tmbit"
-    else add_host "wsc-$name-$h" "$h" "$rmbit" "$rmbit"; fi
+    if ((h < th)); then netns_add_host "wsc-$name-$h" "$h" "$tmbit" "$tmbit"
+    else netns_add_host "wsc-$name-$h" "$h" "$rmbit" "$rmbit"; fi
   done
-  "$coord_bin" --trainers "$nt" --rollouts "$nr" --bind "$subnet.1" --port "$port" \
+  "$coord_bin" --trainers "$nt" --rollouts "$nr" --bind "$netns_subnet.1" --port "$port" \
     --secret "$secret" --timeout-ms 300000 --quiet >"$work/$name.coord" 2>&1 &
   local coord=$!
-  pids+=("$coord")
+  netns_pids+=("$coord")
   sleep 0.5
   local ranks=()
-  local ucx=(env UCX_TLS=tcp,self UCX_NET_DEVICES=nic0 UCX_TCP_RX_SEG_SIZE=8M
-             UCX_TCP_TX_SEG_SIZE=1M UCX_TCP_MAX_POLL=1024 UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
   for ((r = 0; r < nt; ++r)); do
-    ip netns exec "wsc-$name-$((r / tph))" "${ucx[@]}" "$rank_bin" --role trainer --rank "$r" \
-      --coordinator "$subnet.1:$port" --secret "$secret" --versions "$versions" \
+    ip netns exec "wsc-$name-$((r / tph))" "${netns_ucx[@]}" "$rank_bin" --role trainer --rank "$r" \
+      --coordinator "$netns_subnet.1:$port" --secret "$secret" --versions "$versions" \
       --warmup "$warmup" --timeout-ms 300000 "${model[@]}" "${layout[@]}" \
       >"$work/$name.t$r" 2>&1 &
-    ranks+=($!); pids+=($!)
+    ranks+=($!); netns_pids+=($!)
   done
   for ((r = 0; r < nr; ++r)); do
-    ip netns exec "wsc-$name-$((th + r / rph))" "${ucx[@]}" "$rank_bin" --role rollout --rank "$r" \
-      --coordinator "$subnet.1:$port" --secret "$secret" --versions "$versions" \
+    ip netns exec "wsc-$name-$((th + r / rph))" "${netns_ucx[@]}" "$rank_bin" --role rollout --rank "$r" \
+      --coordinator "$netns_subnet.1:$port" --secret "$secret" --versions "$versions" \
       --warmup "$warmup" --timeout-ms 300000 "${model[@]}" "${layout[@]}" \
       >"$work/$name.r$r" 2>&1 &
-    ranks+=($!); pids+=($!)
+    ranks+=($!); netns_pids+=($!)
   done
   local failed=0
   for p in "${ranks[@]}"; do wait "$p" || failed=1; done
@@ -172,9 +136,7 @@ tolerance = float(__import__("os").environ.get("MAX_RATIO_ERROR", "inf"))
 if not all(r["verified"] for r in rollouts) or abs(measured / pred["predicted_seconds"] - 1) > tolerance:
     sys.exit(f"shape {name}: not verified, or measured/predicted off by more than {tolerance}")
 PY
-  for ((h = 0; h < th + rh; ++h)); do ip netns del "wsc-$name-$h"; done
-  hosts=()
-  pids=()
+  netns_del_hosts
 }
 
 for s in "${shapes[@]}"; do

@@ -30,7 +30,8 @@ class LinkTable {
     rollout_nic_base_ = trainer_nic_base_ + 2 * trainer_nodes_ * spec.trainer.nics_per_node;
     rank_base_ = rollout_nic_base_ + 2 * rollout_nodes_ * spec.rollout.nics_per_node;
     region_link_ = rank_base_ + kRankLinks * static_cast<int64_t>(trainers + rollouts);
-    const size_t n = static_cast<size_t>(region_link_) + 1;
+    coordinator_rx_ = region_link_ + 1;
+    const size_t n = static_cast<size_t>(coordinator_rx_) + 2;
     bytes_.assign(n, 0.0);
     messages_.assign(n, 0);
     sent_.assign(trainers + rollouts, 0.0);
@@ -43,6 +44,12 @@ class LinkTable {
   double overNetworkDense() const { return over_network_dense_; }
   double withinNodes() const { return within_nodes_; }
   int64_t messages() const { return total_messages_; }
+
+  // The partial maxima through the coordinator per version.
+  void addCoordinator(double bytes_in, double bytes_out) {
+    add(coordinator_rx_, bytes_in, 0);
+    add(coordinator_rx_ + 1, bytes_out, 0);
+  }
 
   // `bytes` in `messages` messages from `src` to `dst` along the links they cross; across nodes
   // only `wire_share` of them travel (delta encoding), inside a node all of them.
@@ -158,7 +165,11 @@ class LinkTable {
     LinkLoad l;
     l.bytes = bytes_[id];
     l.messages = messages_[id];
-    if (id == region_link_) {
+    if (id == coordinator_rx_ || id == coordinator_rx_ + 1) {
+      l.kind = LinkKind::kCoordinator;
+      l.name = id == coordinator_rx_ ? "coordinator/nic/rx" : "coordinator/nic/tx";
+      l.gbyte_per_s = spec_.coordinator_nic_gbit / 8.0 * spec_.wire_efficiency;
+    } else if (id == region_link_) {
       l.kind = LinkKind::kRegion;
       l.name = "region-link";
       l.gbyte_per_s = spec_.region_link_gbit / 8.0 * spec_.wire_efficiency;
@@ -213,6 +224,7 @@ class LinkTable {
   const std::vector<MemoryKind>& rollout_memory_;
   int trainer_nodes_ = 0, rollout_nodes_ = 0;
   int64_t trainer_nic_base_ = 0, rollout_nic_base_ = 0, rank_base_ = 0, region_link_ = 0;
+  int64_t coordinator_rx_ = 0;  // then coordinator tx
   std::vector<double> bytes_;
   std::vector<int64_t> messages_;
   std::vector<double> sent_, received_;  // per rank (trainers, then rollouts)
@@ -221,9 +233,11 @@ class LinkTable {
 };
 
 // Puts one broadcast group on the links; returns its latency term (seconds).
-double addGroup(const BroadcastGroup& g, const ClusterSpec& spec, LinkTable& links,
-                double* delivered) {
-  const double bytes = static_cast<double>(g.num_elements) * dtypeSize(g.dst_dtype);
+double addGroup(const BroadcastGroup& g, const ClusterSpec& spec, const FormatCosts* costs,
+                LinkTable& links, double* delivered) {
+  const int elem = costs != nullptr ? costs->elemBytes(g.tensor, g.dst_dtype)
+                                    : static_cast<int>(dtypeSize(g.dst_dtype));
+  const double bytes = static_cast<double>(g.num_elements) * elem;
   std::vector<Endpoint> members{{Role::kTrainer, g.src.rank}};
   for (const BufferSpan& d : g.dst)
     members.push_back({Role::kRollout, d.rank});
@@ -280,6 +294,8 @@ const char* linkKindName(LinkKind kind) {
       return "issue";
     case LinkKind::kRegion:
       return "region";
+    case LinkKind::kCoordinator:
+      return "coordinator";
   }
   return "?";
 }
@@ -294,7 +310,7 @@ std::vector<MemoryKind> memoryKinds(const std::vector<Registration>& regs) {
 
 Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& trainer_memory,
                                const std::vector<MemoryKind>& rollout_memory,
-                               const ClusterSpec& spec) {
+                               const ClusterSpec& spec, const FormatCosts* costs) {
   const int trainers = plan.stats.trainer_ranks, rollouts = plan.stats.rollout_ranks;
   if (static_cast<int>(trainer_memory.size()) != trainers ||
       static_cast<int>(rollout_memory.size()) != rollouts)
@@ -314,12 +330,20 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
       return invalidArgument("predictSync: write op from trainer " + std::to_string(op.src_rank) +
                              " to rollout " + std::to_string(op.dst_rank) + " is out of range");
     const Region region = plan.region(op);
-    const double bytes = static_cast<double>(region.numElements()) * dtypeSize(op.dst_dtype);
+    const int elem = costs != nullptr ? costs->elemBytes(op.tensor, op.dst_dtype)
+                                      : static_cast<int>(dtypeSize(op.dst_dtype));
+    const double elements = static_cast<double>(region.numElements());
+    const double data = elements * elem;
+    // Scales travel dense next to the (possibly delta-encoded) data.
+    const double scales =
+        costs != nullptr ? elements * costs->scaleRatio(op.dst_rank, op.tensor) : 0.0;
+    const double bytes = data + scales;
     const int64_t messages = spec.rows_are_messages ? region.count[1] * region.count[2] : 1;
-    const int elem = static_cast<int>(dtypeSize(op.dst_dtype));
+    const double share = deltaWireShare(spec.changed_share, elem, spec.delta_chunk_bytes);
     links.addTransfer({Role::kTrainer, op.src_rank}, {Role::kRollout, op.dst_rank}, bytes, messages,
-                      deltaWireShare(spec.changed_share, elem, spec.delta_chunk_bytes));
+                      bytes > 0 ? (data * share + scales) / bytes : 1.0);
     p.bytes_delivered += bytes;
+    p.scale_bytes += scales;
   }
   double latency = 0;
   for (const BroadcastGroup& g : plan.groups) {
@@ -328,7 +352,15 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
     for (const BufferSpan& d : g.dst)
       if (!inRange(d.rank, rollouts))
         return invalidArgument("predictSync: group receiver " + std::to_string(d.rank));
-    latency = std::max(latency, addGroup(g, spec, links, &p.bytes_delivered));
+    latency = std::max(latency, addGroup(g, spec, costs, links, &p.bytes_delivered));
+  }
+  if (costs != nullptr && costs->amax_bytes_in > 0) {
+    links.addCoordinator(costs->amax_bytes_in, costs->amax_bytes_out);
+    p.amax_bytes_in = costs->amax_bytes_in;
+    p.amax_bytes_out = costs->amax_bytes_out;
+    const double coord = spec.coordinator_nic_gbit / 8.0 * spec.wire_efficiency * 1e9;
+    p.amax_seconds =
+        2 * spec.network_latency_us * 1e-6 + (costs->amax_bytes_in + costs->amax_bytes_out) / coord;
   }
   if (links.overNetwork() > 0) latency = std::max(latency, spec.network_latency_us * 1e-6);
   links.finish(&p);
@@ -342,7 +374,8 @@ Result<Prediction> predictSync(const Plan& plan, const std::vector<MemoryKind>& 
   }
   p.latency_seconds = latency;
   p.control_seconds = spec.control_ms * 1e-3;
-  p.predicted_seconds = p.bandwidth_seconds + p.latency_seconds + p.control_seconds;
+  p.predicted_seconds =
+      p.bandwidth_seconds + p.latency_seconds + p.control_seconds + p.amax_seconds;
   return p;
 }
 

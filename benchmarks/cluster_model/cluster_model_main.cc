@@ -42,7 +42,7 @@ void printLinks(const Prediction& p, int limit) {
 // The slowest link of each kind, for the JSON line.
 std::string slowestPerKind(const Prediction& p) {
   std::string out = "{";
-  for (int k = 0; k <= static_cast<int>(LinkKind::kRegion); ++k) {
+  for (int k = 0; k <= static_cast<int>(LinkKind::kCoordinator); ++k) {
     for (const LinkLoad& l : p.links) {  // slowest first
       if (static_cast<int>(l.kind) != k) continue;
       char buf[256];
@@ -58,7 +58,8 @@ std::string slowestPerKind(const Prediction& p) {
 
 // The last line: one JSON object (docs/cluster_model.md lists the keys).
 void printJson(const ModelSpec& model_spec, const std::string& layout, const ClusterSpec& cluster,
-               const std::string& memory, const Plan& plan_ref, const Prediction& pred) {
+               const std::string& memory, const Plan& plan_ref, const Prediction& pred,
+               const FormatCosts& costs) {
   std::printf(
       "{\"model\":%s,\"layout\":%s,\"cluster\":%s,\"memory\":%s,\"trainer_ranks\":%d,"
       "\"rollout_ranks\":%d,\"trainer_nodes\":%d,\"rollout_nodes\":%d,\"broadcast_groups\":%zu,"
@@ -68,6 +69,10 @@ void printJson(const ModelSpec& model_spec, const std::string& layout, const Clu
       "\"bytes_delivered\":%.0f,\"bytes_over_network\":%.0f,\"bytes_over_network_dense\":%.0f,"
       "\"changed_share\":%.6f,\"region_link_gbit\":%.6g,\"bytes_within_nodes\":%.0f,"
       "\"sender_imbalance\":%.6f,\"trainer_nic_balance\":%.6f,\"rollout_nic_balance\":%.6f,"
+      "\"rollout_format\":%s,\"quantized_tensors\":%lld,\"scale_bytes\":%.0f,"
+      "\"straddling_blocks\":%lld,\"partial_maxima\":%lld,\"amax_trainers\":%d,"
+      "\"amax_bytes_in\":%.0f,\"amax_bytes_out\":%.0f,\"amax_seconds\":%.6f,"
+      "\"coordinator_nic_gbit\":%.6g,"
       "\"slowest_per_kind\":%s}\n",
       jsonString(model_spec.config().name).c_str(), jsonString(layout).c_str(),
       jsonString(cluster.name).c_str(), jsonString(memory).c_str(), pred.trainer_ranks,
@@ -78,7 +83,11 @@ void printJson(const ModelSpec& model_spec, const std::string& layout, const Clu
       pred.busiest_rank_bytes, pred.bytes_delivered, pred.bytes_over_network,
       pred.bytes_over_network_dense, cluster.changed_share, cluster.region_link_gbit,
       pred.bytes_within_nodes, plan_ref.stats.senderImbalance(), pred.trainer_nic_balance,
-      pred.rollout_nic_balance, slowestPerKind(pred).c_str());
+      pred.rollout_nic_balance, jsonString(rolloutFormatName(cluster.rollout_format)).c_str(),
+      static_cast<long long>(costs.quantized_tensors), pred.scale_bytes,
+      static_cast<long long>(costs.straddling_blocks), static_cast<long long>(costs.partial_maxima),
+      costs.amax_trainers, pred.amax_bytes_in, pred.amax_bytes_out, pred.amax_seconds,
+      cluster.coordinator_nic_gbit, slowestPerKind(pred).c_str());
 }
 
 int run(int argc, char** argv) {
@@ -125,9 +134,14 @@ int run(int argc, char** argv) {
     return 1;
   }
   const std::vector<MemoryKind> tm = memoryKinds(*trainers), rm = memoryKinds(*rollouts);
+  Result<FormatCosts> costs = buildFormatCosts(*plan, *trainers, *rollouts, spec->rollout_format);
   trainers = internalError("released");
   rollouts = internalError("released");
-  Result<Prediction> p = predictSync(*plan, tm, rm, *spec);
+  if (!costs.isOk()) {
+    std::fprintf(stderr, "error: %s\n", costs.status().toString().c_str());
+    return 1;
+  }
+  Result<Prediction> p = predictSync(*plan, tm, rm, *spec, &*costs);
   if (!p.isOk()) {
     std::fprintf(stderr, "error: %s\n", p.status().toString().c_str());
     return 1;
@@ -153,11 +167,22 @@ int run(int argc, char** argv) {
         spec->changed_share, p->bytes_over_network, p->bytes_over_network_dense,
         p->bytes_over_network_dense > 0 ? p->bytes_over_network / p->bytes_over_network_dense : 1.0,
         spec->region_link_gbit);
+  if (spec->rollout_format != RolloutFormat::kAsRegistered)
+    std::printf(
+        "format     %s: %lld tensors quantized, %.6g scale bytes delivered; %lld blocks straddle "
+        "trainers: %lld partial maxima from %d trainers, %.6g bytes into and %.6g out of the "
+        "coordinator per version\n",
+        rolloutFormatName(spec->rollout_format), static_cast<long long>(costs->quantized_tensors),
+        p->scale_bytes, static_cast<long long>(costs->straddling_blocks),
+        static_cast<long long>(costs->partial_maxima), costs->amax_trainers, p->amax_bytes_in,
+        p->amax_bytes_out);
   printLinks(*p, args["links"].as<int>());
-  std::printf("predicted  %.4f s = slowest link %.4f s (%s) + latency %.6f s + control %.6f s\n",
-              p->predicted_seconds, p->bandwidth_seconds, p->bottleneck_link.c_str(),
-              p->latency_seconds, p->control_seconds);
-  printJson(*model, layout, *spec, args["memory"].as<std::string>(), *plan, *p);
+  std::printf(
+      "predicted  %.4f s = slowest link %.4f s (%s) + latency %.6f s + control %.6f s + partial "
+      "maxima %.6f s\n",
+      p->predicted_seconds, p->bandwidth_seconds, p->bottleneck_link.c_str(), p->latency_seconds,
+      p->control_seconds, p->amax_seconds);
+  printJson(*model, layout, *spec, args["memory"].as<std::string>(), *plan, *p, *costs);
   return 0;
 }
 

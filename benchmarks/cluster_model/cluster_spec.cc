@@ -50,6 +50,16 @@ bool applyKey(const std::string& key, const std::string& value, ClusterSpec* s) 
       return false;
     return true;
   }
+  if (key == "rollout_format") {
+    for (RolloutFormat f :
+         {RolloutFormat::kAsRegistered, RolloutFormat::kBf16, RolloutFormat::kFp8Block128,
+          RolloutFormat::kFp8Block128Pow2, RolloutFormat::kMxfp8})
+      if (value == rolloutFormatName(f)) {
+        s->rollout_format = f;
+        return true;
+      }
+    return false;
+  }
   if (key == "rows_are_messages") {
     if (value != "true" && value != "false") return false;
     s->rows_are_messages = value == "true";
@@ -97,6 +107,7 @@ bool applyKey(const std::string& key, const std::string& value, ClusterSpec* s) 
       {"network_latency_us", &s->network_latency_us, false},
       {"message_overhead_us", &s->message_overhead_us, false},
       {"control_ms", &s->control_ms, false},
+      {"coordinator_nic_gbit", &s->coordinator_nic_gbit, true},
   };
   if (key == "changed_share") {  // < 0: dense; else a share in [0, 1]
     if (d > 1) return false;
@@ -124,6 +135,22 @@ bool applyKey(const std::string& key, const std::string& value, ClusterSpec* s) 
 }
 
 }  // namespace
+
+const char* rolloutFormatName(RolloutFormat f) {
+  switch (f) {
+    case RolloutFormat::kAsRegistered:
+      return "as_registered";
+    case RolloutFormat::kBf16:
+      return "bf16";
+    case RolloutFormat::kFp8Block128:
+      return "fp8_block128";
+    case RolloutFormat::kFp8Block128Pow2:
+      return "fp8_block128_pow2";
+    case RolloutFormat::kMxfp8:
+      return "mxfp8";
+  }
+  return "?";
+}
 
 Status parseClusterSpec(const std::string& text, ClusterSpec* spec) {
   std::istringstream in(text);
@@ -180,7 +207,9 @@ std::string formatClusterSpec(const ClusterSpec& s) {
     << "broadcast_chunk_bytes = " << s.broadcast_chunk_bytes << "\n"
     << "changed_share = " << s.changed_share << "\n"
     << "delta_chunk_bytes = " << s.delta_chunk_bytes << "\n"
-    << "region_link_gbit = " << s.region_link_gbit << "\n";
+    << "region_link_gbit = " << s.region_link_gbit << "\n"
+    << "rollout_format = " << rolloutFormatName(s.rollout_format) << "\n"
+    << "coordinator_nic_gbit = " << s.coordinator_nic_gbit << "\n";
   return o.str();
 }
 

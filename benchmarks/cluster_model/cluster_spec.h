@@ -33,6 +33,20 @@ struct NodeShape {
   double nic_gbit = 400;  // per NIC, per direction (full duplex)
 };
 
+// What a rollout holds on the wire side (issue 21), overriding the registered rollout dtype:
+//  kAsRegistered  the registered dtype's bytes (e.g. --rollout-dtype float8_e4m3: 1 byte per
+//                 element everywhere, no scales)
+//  kBf16          2 bytes per element
+//  kFp8Block128 / kFp8Block128Pow2  linear weights (rank >= 2, not embeddings, lm_head or the MoE
+//                 router) as e4m3 (1 byte) plus one float32 scale per 128x128 block (vLLM
+//                 Fp8LinearMethod with weight_block_size [128, 128]; pow2: the same bytes, scales
+//                 powers of two); every other tensor bf16
+//  kMxfp8         the same weights as e4m3 plus one e8m0 byte per 1x32 block (OCP MXFP8)
+// The fp8 formats also count the partial-maxima exchange of blocks that straddle trainers
+// (rollout_format.h).
+enum class RolloutFormat : uint8_t { kAsRegistered, kBf16, kFp8Block128, kFp8Block128Pow2, kMxfp8 };
+const char* rolloutFormatName(RolloutFormat f);  // "as_registered", "bf16", "fp8_block128", ...
+
 struct ClusterSpec {
   std::string name = "cluster";
   NodeShape trainer;
@@ -59,6 +73,10 @@ struct ClusterSpec {
   // by one link of this rate (Gbit/s per direction) that every trainer -> rollout network byte
   // crosses (the "region" link). 0: one region (a non-blocking fabric between all NICs).
   double region_link_gbit = 0;
+  RolloutFormat rollout_format = RolloutFormat::kAsRegistered;
+  // The coordinator's NIC (Gbit/s per direction): the partial maxima of straddling blocks are
+  // relayed through it with the Publish / Go messages (links "coordinator/nic/rx", "/tx").
+  double coordinator_nic_gbit = 100;
 };
 
 // The delta encoding's bytes over the dense bytes for elements of `elem_bytes` that change

@@ -1,12 +1,17 @@
 // The cluster model (benchmarks/cluster_model/cluster_model.h) on small plans whose link loads and
-// times are computed by hand in each test, plus the cluster description parser.
+// times are computed by hand in each test, the rollout formats' bytes (rollout_format.h), the
+// validation ranks' version changes (version_changes.h) and the cluster description parser.
 #include "cluster_model.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "cluster_spec.h"
 #include "layout/builders.h"
 #include "plan/planner.h"
+#include "rollout_format.h"
+#include "version_changes.h"
 
 namespace wsync::cluster {
 namespace {
@@ -241,12 +246,171 @@ TEST(ClusterModel, TwoRegionsShareOneLinkThatBecomesTheBottleneck) {
   EXPECT_EQ(findLink(*p, "region-link")->kind, LinkKind::kRegion);
 }
 
+TEST(RolloutFormat, PartialBlocksAreTheCoverMinusTheWholeBlocks) {
+  const BlockScaling b128 = *formatScaling(RolloutFormat::kFp8Block128);
+  const Dims shape{1000, 300};  // 8 x 3 blocks of 128, the last row and column uneven
+  // Rows 0..447 (3.5 block rows), all columns: block row 3 is cut -> 3 partial blocks.
+  EXPECT_EQ(partialBlocks(Box{Dims{0, 0}, Dims{448, 300}}, shape, b128), 3);
+  // Rows 448..999: block row 3 cut again; the uneven last block row is whole (clipped) -> 3.
+  EXPECT_EQ(partialBlocks(Box{Dims{448, 0}, Dims{552, 300}}, shape, b128), 3);
+  // Aligned rows, columns 100..299: column block 0 cut -> one partial per block row (2 rows).
+  EXPECT_EQ(partialBlocks(Box{Dims{128, 100}, Dims{256, 200}}, shape, b128), 2);
+  EXPECT_EQ(partialBlocks(Box::whole(shape), shape, b128), 0);
+  // MXFP8 (1 x 32 along columns): row shards never cut a block.
+  const BlockScaling mx = *formatScaling(RolloutFormat::kMxfp8);
+  EXPECT_EQ(partialBlocks(Box{Dims{0, 0}, Dims{7, 320}}, Dims{10, 320}, mx), 0);
+  // Columns 16..79 cut column blocks 0 (0..31) and 2 (64..95) of each of the 7 rows.
+  EXPECT_EQ(partialBlocks(Box{Dims{0, 16}, Dims{7, 64}}, Dims{10, 320}, mx), 7 * 2);
+}
+
+TEST(RolloutFormat, QuantizesLinearWeightsOnly) {
+  EXPECT_TRUE(quantizedTensor("model.layers.0.mlp.down_proj.weight", Dims{7168, 2048}));
+  EXPECT_TRUE(quantizedTensor("model.layers.3.mlp.experts.5.up_proj.weight", Dims{2048, 7168}));
+  EXPECT_FALSE(quantizedTensor("model.embed_tokens.weight", Dims{1000, 64}));
+  EXPECT_FALSE(quantizedTensor("lm_head.weight", Dims{1000, 64}));
+  EXPECT_FALSE(quantizedTensor("model.layers.3.mlp.gate.weight", Dims{384, 7168}));
+  EXPECT_FALSE(quantizedTensor("model.norm.weight", Dims{7168}));
+}
+
+TEST(RolloutFormat, CountsScalesAndThePartialMaximaOfStraddlingBlocks) {
+  // One 448 x 256 weight: trainers FSDP 2 on dim 0 (224 rows each: block row 1 straddles both),
+  // one rollout holding all of it. Blocks: 4 x 2 = 8 float32 scales = 32 bytes; 2 blocks straddle,
+  // each with 2 holders: 4 partial maxima, 16 bytes into and out of the coordinator.
+  const Dims shape{448, 256};
+  std::vector<Registration> trainers(2), rollouts(1);
+  for (int r = 0; r < 2; ++r) {
+    trainers[r].role = Role::kTrainer;
+    trainers[r].rank = r;
+    const int32_t t = trainers[r].declareTensor("layers.0.mlp.down_proj.weight", shape);
+    LocalBuffer buf;
+    buf.name = "w";
+    buf.dtype = DType::kBFloat16;
+    buf.num_elements = 224 * 256;
+    buf.pieces.push_back({t, Box{Dims{224 * r, 0}, Dims{224, 256}}, 0, Dims{256, 1}});
+    trainers[r].buffers.push_back(buf);
+  }
+  rollouts[0].role = Role::kRollout;
+  rollouts[0].replica = 0;
+  const int32_t t = rollouts[0].declareTensor("layers.0.mlp.down_proj.weight", shape);
+  LocalBuffer buf;
+  buf.name = "w";
+  buf.dtype = DType::kBFloat16;
+  buf.num_elements = 448 * 256;
+  buf.pieces.push_back({t, Box::whole(shape), 0, Dims{256, 1}});
+  rollouts[0].buffers.push_back(buf);
+  Result<Plan> plan = makePlan(trainers, rollouts, PlannerOptions{});
+  ASSERT_TRUE(plan.isOk()) << plan.status().toString();
+  Result<FormatCosts> c = buildFormatCosts(*plan, trainers, rollouts, RolloutFormat::kFp8Block128);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->quantized_tensors, 1);
+  EXPECT_DOUBLE_EQ(c->scale_bytes, 32);
+  EXPECT_EQ(c->straddling_blocks, 2);
+  EXPECT_EQ(c->partial_maxima, 4);
+  EXPECT_EQ(c->amax_trainers, 2);
+  EXPECT_DOUBLE_EQ(c->amax_bytes_in, 16);
+  EXPECT_DOUBLE_EQ(c->amax_bytes_out, 16);
+  // On the links: 448 x 256 one-byte elements + 32 scale bytes into the rollout; the coordinator
+  // carries the maxima.
+  ClusterSpec spec = simpleSpec();
+  spec.rollout_format = RolloutFormat::kFp8Block128;
+  Result<Prediction> p = predictSync(*plan, hostRanks(2), hostRanks(1), spec, &*c);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  EXPECT_DOUBLE_EQ(p->bytes_delivered, 448.0 * 256 + 32);
+  EXPECT_DOUBLE_EQ(p->scale_bytes, 32);
+  ASSERT_NE(findLink(*p, "coordinator/nic/rx"), nullptr);
+  EXPECT_DOUBLE_EQ(findLink(*p, "coordinator/nic/rx")->bytes, 16);
+  EXPECT_EQ(findLink(*p, "coordinator/nic/tx")->kind, LinkKind::kCoordinator);
+  // MXFP8: 448 rows x 8 e8m0 scales = 3584 bytes; no block straddles a row shard.
+  Result<FormatCosts> mx = buildFormatCosts(*plan, trainers, rollouts, RolloutFormat::kMxfp8);
+  ASSERT_TRUE(mx.isOk());
+  EXPECT_DOUBLE_EQ(mx->scale_bytes, 448 * 8);
+  EXPECT_EQ(mx->partial_maxima, 0);
+}
+
+// A registration of one bf16 tensor [rows, cols] held as `pieces` boxes, each in its own buffer
+// with row-major strides over its box.
+Registration pieceRegistration(Role role, const Dims& shape, const std::vector<Box>& boxes) {
+  Registration reg;
+  reg.role = role;
+  const int32_t t = reg.declareTensor("layers.0.mlp.up_proj.weight", shape);
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    LocalBuffer buf;
+    buf.name = "b" + std::to_string(i);
+    buf.dtype = DType::kBFloat16;
+    buf.num_elements = boxes[i].volume();
+    buf.pieces.push_back({t, boxes[i], 0, Dims{boxes[i].extent[1], 1}});
+    reg.buffers.push_back(buf);
+  }
+  return reg;
+}
+
+// The global tensor assembled from a registration's buffers.
+std::vector<uint16_t> assemble(const Registration& reg,
+                               const std::vector<std::vector<uint16_t>>& data, const Dims& shape) {
+  std::vector<uint16_t> global(static_cast<size_t>(shape.product()), 0xFFFF);
+  for (size_t b = 0; b < reg.buffers.size(); ++b) {
+    const Box& box = reg.buffers[b].pieces[0].box;
+    for (int64_t r = 0; r < box.extent[0]; ++r)
+      for (int64_t c = 0; c < box.extent[1]; ++c)
+        global[(box.offset[0] + r) * shape[1] + box.offset[1] + c] = data[b][r * box.extent[1] + c];
+  }
+  return global;
+}
+
+TEST(VersionChanges, TrainerAndRolloutLayoutsAgreeOnEveryVersion) {
+  // Trainers hold rows (two shards), rollouts columns (three shards): after the same versions'
+  // changes both hold the same tensor, and about share x elements changed per version.
+  const Dims shape{96, 60};
+  const Registration trainers = pieceRegistration(
+      Role::kTrainer, shape, {Box{Dims{0, 0}, Dims{50, 60}}, Box{Dims{50, 0}, Dims{46, 60}}});
+  const Registration rollouts =
+      pieceRegistration(Role::kRollout, shape,
+                        {Box{Dims{0, 0}, Dims{96, 20}}, Box{Dims{0, 20}, Dims{96, 20}},
+                         Box{Dims{0, 40}, Dims{96, 20}}});
+  auto init = [](const Registration& reg, std::vector<std::vector<uint16_t>>& data,
+                 std::vector<void*>& ptrs) {
+    for (const LocalBuffer& b : reg.buffers) {
+      data.emplace_back(static_cast<size_t>(b.num_elements));
+      ptrs.push_back(data.back().data());
+    }
+    for (size_t b = 0; b < reg.buffers.size(); ++b)
+      fillOrCheckInitial(reg, reg.buffers[b], ptrs[b], /*check=*/false);
+  };
+  std::vector<std::vector<uint16_t>> td, rd;
+  std::vector<void*> tp, rp;
+  init(trainers, td, tp);
+  init(rollouts, rd, rp);
+  const VersionChanges tc(trainers, 0.05), rc(rollouts, 0.05);
+  std::vector<uint16_t> previous = assemble(trainers, td, shape);
+  for (uint64_t v = 2; v <= 4; ++v) {
+    EXPECT_EQ(tc.apply(v, tp), std::llround(0.05 * 96 * 60));  // every draw lands on one trainer
+    EXPECT_EQ(rc.apply(v, rp), std::llround(0.05 * 96 * 60));
+    const std::vector<uint16_t> t = assemble(trainers, td, shape);
+    EXPECT_EQ(t, assemble(rollouts, rd, shape)) << "version " << v;
+    int64_t changed = 0;
+    for (size_t i = 0; i < t.size(); ++i)
+      changed += t[i] != previous[i];
+    EXPECT_GT(changed, 0.04 * 96 * 60);  // repeated draws may change an element twice
+    EXPECT_LE(changed, std::llround(0.05 * 96 * 60));
+    previous = t;
+  }
+  // A rollout that applied one version fewer differs.
+  std::vector<std::vector<uint16_t>> ld;
+  std::vector<void*> lp;
+  init(rollouts, ld, lp);
+  for (uint64_t v = 2; v <= 3; ++v)
+    rc.apply(v, lp);
+  EXPECT_NE(assemble(rollouts, ld, shape), previous);
+  EXPECT_GT(countPieceMismatches(rollouts, rollouts.buffers[0], ld[0].data(), rd[0].data()), 0);
+}
+
 TEST(ClusterSpecText, ParsesKeysCommentsAndRoundTrips) {
   ClusterSpec s;
   ASSERT_TRUE(parseClusterSpec("# a comment\nname = test  # trailing\ngpus_per_node = 4\n"
                                "nic_gbit = 200\nrollout_nics_per_node = 2\n"
                                "broadcast = binomial\nrows_are_messages = true\n"
-                               "changed_share = 0.02\nregion_link_gbit = 100\n",
+                               "changed_share = 0.02\nregion_link_gbit = 100\n"
+                               "rollout_format = mxfp8\ncoordinator_nic_gbit = 25\n",
                                &s)
                   .isOk());
   EXPECT_EQ(s.name, "test");
@@ -259,6 +423,8 @@ TEST(ClusterSpecText, ParsesKeysCommentsAndRoundTrips) {
   EXPECT_TRUE(s.rows_are_messages);
   EXPECT_DOUBLE_EQ(s.changed_share, 0.02);
   EXPECT_DOUBLE_EQ(s.region_link_gbit, 100);
+  EXPECT_EQ(s.rollout_format, RolloutFormat::kMxfp8);
+  EXPECT_DOUBLE_EQ(s.coordinator_nic_gbit, 25);
   ClusterSpec again;
   ASSERT_TRUE(parseClusterSpec(formatClusterSpec(s), &again).isOk());
   EXPECT_EQ(formatClusterSpec(again), formatClusterSpec(s));
@@ -274,6 +440,7 @@ TEST(ClusterSpecText, RejectsUnknownKeysAndBadValuesNamingTheLine) {
   EXPECT_FALSE(parseClusterSpec("gpus_per_node = 2.5\n", &s).isOk());
   EXPECT_FALSE(parseClusterSpec("wire_efficiency = 1.5\n", &s).isOk());
   EXPECT_FALSE(parseClusterSpec("just words\n", &s).isOk());
+  EXPECT_FALSE(parseClusterSpec("rollout_format = fp4\n", &s).isOk());
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import wsync
-from conftest import HERE, free_port
+from conftest import HERE, engine_pythonpath, free_port
 from test_jobs import check_llama_outputs
 from test_vllm import wait_all
 
@@ -38,7 +38,8 @@ def test_sglang_tp_ranks_load_each_version_exactly(tmp_path):
     why = _sglang_ready()
     if why:
         pytest.skip(why)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE), PYTHONWARNINGS="ignore")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=engine_pythonpath(),
+               PYTHONWARNINGS="ignore")
     with wsync.Coordinator(trainers=1, rollouts=2, timeout_ms=300000, quiet=False) as c:
         base = {"address": c.address, "secret": c.secret, "versions": VERSIONS,
                 "out": str(tmp_path), "dist_port": free_port()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import wsync
-from conftest import HERE
+from conftest import HERE, engine_pythonpath
 from test_vllm import wait_all
 
 VERL_PYTHON = os.environ.get("WSYNC_VERL_PYTHON", "/opt/wsync-verl-venv/bin/python")
@@ -30,7 +30,7 @@ def test_verl_checkpoint_engine_moves_each_version(tmp_path):
     why = _verl_ready()
     if why:
         pytest.skip(why)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=engine_pythonpath())
     with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
         base = {"address": c.address, "secret": c.secret, "actors": 2, "versions": 3,
                 "out": str(tmp_path)}
@@ -56,7 +56,7 @@ def test_verl_added_replica_joins_and_removed_replica_leaves(tmp_path):
     why = _verl_ready()
     if why:
         pytest.skip(why)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=engine_pythonpath())
     with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
         base = {"address": c.address, "secret": c.secret, "actors": 2, "versions": 6,
                 "out": str(tmp_path), "elastic": True}

@@ -33,6 +33,7 @@ Two paths:
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -41,6 +42,7 @@ from ..bootstrap import Bootstrap, replica_id
 from ..errors import UnpublishableError
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
+from . import hf_shapes as shapes_of
 
 try:
     from sglang.srt.model_executor.model_runner_components.weight_updater import (
@@ -75,6 +77,25 @@ def join_rollout(coordinator_address: str, secret: str, tp_size: int, tp_rank: i
         replica = replica_id(engine_id)
     return Rollout(Bootstrap.join(coordinator_address, secret, tp_size, tp_rank),
                    replica=replica, **rollout_args)
+
+
+def hf_tensors(model: Any, dtype: torch.dtype = torch.bfloat16,
+               hf_shapes: Optional[Mapping[str, Sequence[int]]] = None
+               ) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+    """The whole Hugging Face tensors the trainers publish, as :func:`rank_tensors`' `local`
+    (``load_format=None``: SGLang's loaders split them): `hf_shapes` when given (an override),
+    else derived from `model` (:mod:`wsync.engines.hf_shapes`): SGLang's ``ModelConfig`` (its
+    ``hf_config`` and ``model_path``), a transformers config, or a model path / hub id."""
+    if hf_shapes:
+        shapes = shapes_of.resolve(hf_shapes)
+    elif isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        shapes = shapes_of.from_model_path(model)  # type: ignore[arg-type]
+    else:
+        hf_config = getattr(model, "hf_config", model)  # SGLang's ModelConfig, or the config
+        path = getattr(model, "model_path", None)
+        shapes = shapes_of.resolve(None, hf_config,
+                                   path if path and os.path.isdir(str(path)) else None)
+    return {n: (s, dtype) for n, s in shapes.items()}
 
 
 def rank_tensors(rollout: Rollout, local: Shapes, *, device: Union[str, torch.device] = "cpu",

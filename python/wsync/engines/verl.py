@@ -32,6 +32,7 @@ from .. import layout
 from ..bootstrap import Bootstrap, replica_id
 from ..rollout import Rollout
 from ..trainer import Trainer
+from . import hf_shapes as shapes_of
 
 try:
     from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
@@ -43,14 +44,16 @@ except Exception:  # verl (and ray) not installed
 
 
 class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
-    """verl CheckpointEngine over wsync. kwargs: coordinator_address, secret, hf_shapes
-    ({name: shape} the rollouts allocate), dtype (rollout dtype), device, timeout_ms,
-    replica_size (workers per rollout replica; None: the fixed rollout workers form one
-    replica, and a replica added later joins with one worker per replica)."""
+    """verl CheckpointEngine over wsync. kwargs: coordinator_address, secret, model_path (verl's
+    ``actor_rollout_ref.model.path``: the rollouts derive the tensors' names and shapes from its
+    config, wsync.engines.hf_shapes), hf_shapes ({name: shape} the rollouts allocate: overrides
+    model_path's), dtype (rollout dtype), device, timeout_ms, replica_size (workers per rollout
+    replica; None: the fixed rollout workers form one replica, and a replica added later joins
+    with one worker per replica)."""
 
     def __init__(self, bucket_size: int = 0, is_master: bool = False, *,
                  coordinator_address: str = "", secret: str = "",
-                 hf_shapes: Optional[Dict[str, List[int]]] = None,
+                 hf_shapes: Optional[Dict[str, List[int]]] = None, model_path: str = "",
                  dtype: torch.dtype = torch.bfloat16, device: str = "cpu",
                  timeout_ms: int = 60000, replica_size: Optional[int] = None,
                  **_: Any) -> None:
@@ -59,6 +62,7 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         self.replica_size = replica_size
         self.address, self.secret = coordinator_address, secret
         self.hf_shapes = hf_shapes or {}
+        self.model_path = model_path
         self.dtype, self.device, self.timeout_ms = dtype, device, timeout_ms
         self.trainer: Optional[Trainer] = None
         self.rollout: Optional[Rollout] = None
@@ -165,8 +169,10 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
         if self.rollout is None:
             self.rollout = Rollout(self._bootstrap(), replica=self.topology.get("replica", 0),
                                    timeout_ms=self.timeout_ms)
-            self.rollout.register_slots({n: (tuple(s), self.dtype)
-                                         for n, s in self.hf_shapes.items()},
+            shapes = shapes_of.from_model_path(self.model_path, self.hf_shapes) \
+                if self.model_path else shapes_of.resolve(self.hf_shapes,
+                                                          what="hf_shapes or model_path")
+            self.rollout.register_slots({n: (tuple(s), self.dtype) for n, s in shapes.items()},
                                         device=self.device)
             self.rollout.commit()
         after = (global_steps - 1) if global_steps is not None else (self.rollout.version or 0)

@@ -46,6 +46,8 @@ def trainer(a: dict) -> None:
                       timeout_ms=300000)
     tensors = dict(target.named_parameters())
     tensors.update({"draft." + n: p for n, p in draft.named_parameters()})
+    (out / "draft_names.json").write_text(json.dumps(sorted(n for n in tensors
+                                                           if n.startswith("draft."))))
     t.register_module(tensors)
     t.commit()
     batch = torch.randint(0, VOCAB, (4, 24), generator=torch.Generator().manual_seed(1))

@@ -67,3 +67,35 @@ def test_resolve_names_the_missing_argument(tmp_path):
         hf_shapes.resolve(None, None, tmp_path)
     with pytest.raises(hf_shapes.ShapesUnknownError, match="pass hf_shapes"):
         hf_shapes.resolve(None)
+
+
+class _ModelConfig:
+    """The two fields of vLLM's ModelConfig that wsync.engines.vllm reads (hf_config, model: its
+    path); vLLM itself is tested with its own ModelConfig in test_vllm.py / test_vllm_engine.py."""
+
+    def __init__(self, hf_config, model: str = "") -> None:
+        self.hf_config, self.model = hf_config, model
+
+
+def test_vllm_draft_shapes_derived_skipped_or_refused(tmp_path):
+    from wsync.engines.vllm import WsyncInitInfo, draft_shapes_for
+
+    target = _ModelConfig(llama_config(False), str(tmp_path / "target"))
+    draft_cfg = llama_config(True)
+    draft = torch.nn.Linear(2, 2)  # a draft model is present (its parameters are not read here)
+    derived = draft_shapes_for(WsyncInitInfo(), draft, target, _ModelConfig(draft_cfg))
+    assert derived == hf_shapes.from_config(draft_cfg)
+    assert draft_shapes_for(WsyncInitInfo(draft_hf_shapes={"x": [2]}), draft, target,
+                            _ModelConfig(draft_cfg)) == {"x": (2,)}
+    assert draft_shapes_for(WsyncInitInfo(sync_draft=False), draft, target,
+                            _ModelConfig(draft_cfg)) == {}
+    assert draft_shapes_for(WsyncInitInfo(), None, target, None) == {}
+    # An MTP-style draft: an architecture transformers has no class for, in the target's own
+    # directory (whose checkpoint names every target tensor: never read for the draft).
+    transformers.LlamaForCausalLM(llama_config(False)).save_pretrained(tmp_path / "target")
+    mtp = _ModelConfig(transformers.PretrainedConfig(architectures=["SomeMTPHead"]),
+                       str(tmp_path / "target"))
+    with pytest.warns(UserWarning, match="draft model is not updated"):
+        assert draft_shapes_for(WsyncInitInfo(), draft, target, mtp) == {}
+    with pytest.raises(hf_shapes.ShapesUnknownError, match="pass draft_hf_shapes"):
+        draft_shapes_for(WsyncInitInfo(sync_draft=True), draft, target, mtp)

@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ..bootstrap import Bootstrap, replica_id
+from ..errors import WsyncError
 from ..layout import Box
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
@@ -101,7 +102,9 @@ class WsyncInitInfo(WeightTransferInitInfo):
     load_weights takes them), published by the trainers as draft_prefix + name
     (WsyncWorkerExtension). Empty: derived from vLLM's draft model config like hf_shapes.
     sync_draft: None (default): the draft's weights are received when the engine has a draft
-    model; False: never (trainers that do not publish the draft: it keeps its own weights)."""
+    model whose tensors are given or derivable (else it keeps its own, with a warning); True:
+    the same, and underivable tensors raise; False: never (trainers that do not publish the
+    draft, e.g. a frozen draft model: it keeps its own weights)."""
 
     coordinator_address: str = ""
     secret: str = ""
@@ -174,6 +177,28 @@ def bootstrap_for(info: WsyncInitInfo, engine_id: str = "") -> Tuple[Bootstrap, 
                               info.num_trainers if info.num_trainers is not None else 1,
                               info.num_rollouts, info.coordinator_address, info.secret), \
         info.replica if info.replica is not None else 0
+
+
+def draft_shapes_for(info: WsyncInitInfo, draft: Optional[torch.nn.Module], model_config: Any,
+                     draft_model_config: Any) -> Dict[str, Tuple[int, ...]]:
+    """The draft's tensors to receive ({} : none). sync_draft False: none; True: given or derived,
+    else ShapesUnknownError; None (default): given or derived, else none, with a warning (the
+    draft keeps its own weights: speculative decoding stays correct, only acceptance drops)."""
+    if draft is None or info.sync_draft is False:
+        return {}
+    # The draft's own checkpoint only where it is not the target's (MTP layers live in the
+    # target's checkpoint: its headers would name every target tensor).
+    own_dir = local_dir(draft_model_config) != local_dir(model_config)
+    try:
+        return resolve_shapes(info.draft_hf_shapes, draft_model_config, "draft_hf_shapes",
+                              checkpoint=own_dir)
+    except shapes_of.ShapesUnknownError as e:
+        if info.sync_draft:
+            raise
+        import warnings
+
+        warnings.warn(f"{e}; the draft model is not updated (sync_draft=False silences this)")
+        return {}
 
 
 def local_dir(model_config: Any) -> Optional[str]:
@@ -270,15 +295,18 @@ class WsyncReceiver:
             self.rollout.register_slots({n: (dict(shapes)[n], dtype or params_dtype(params))
                                          for n in self.fallback}, device=device)
         self.draft: Optional[DraftPart] = None
-        if draft is not None and info.sync_draft is not False:
-            # The draft's own checkpoint only where it is not the target's (MTP layers live in
-            # the target's checkpoint: its headers would name every target tensor).
-            own_dir = local_dir(draft_model_config) != local_dir(model_config)
-            draft_shapes = resolve_shapes(info.draft_hf_shapes, draft_model_config,
-                                          "draft_hf_shapes", checkpoint=own_dir)
+        draft_shapes = draft_shapes_for(info, draft, model_config, draft_model_config)
+        if draft is not None and draft_shapes:
             self.draft = DraftPart(draft, info, draft_shapes, self.rollout, dtype, params,
                                    draft_model_config or model_config)
-        self.rollout.commit()
+        try:
+            self.rollout.commit()
+        except WsyncError as e:
+            if self.draft is not None and "no trainer declares" in str(e):
+                raise type(e)(e.status, e.status_name, e.message + " (the draft model's tensors: "
+                              "trainers that do not publish them: init info sync_draft=False)",
+                              e.call) from e
+            raise
 
     def receive(self, version: Optional[int], timeout_ms: int = -1) -> int:
         """Waits for `version` (None: one newer than the live one), copy-flips it, applies the

@@ -25,7 +25,9 @@ Two paths:
   each TP rank's rollout with only the coordinator's address and secret: the replica's size is
   SGLang's TP size, its rank the TP rank, its id explicit or derived from the engine's own id
   (:func:`wsync.replica_id`); its first version is copied from a running replica (peer cold
-  start) and ``rollout.close()`` leaves. Everything else is as above.
+  start) and ``rollout.close()`` leaves. Everything else is as above. The tensors need no list
+  from the caller: the TP layout from SGLang's ``ModelConfig`` (``models.llama_tp_layout(
+  model_config.hf_config, tp_rank, tp_size)``), whole HF tensors from :func:`hf_tensors`.
 
 * **In one process** (:func:`apply_version`): the newest version's ``(hf_name, tensor)`` views
   of ``Rollout.register_slots`` buffers straight into ``engine.update_weights_from_tensor`` (or

@@ -21,6 +21,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def engine_pythonpath() -> str:
+    """PYTHONPATH of an engine venv's worker processes: this folder, then the caller's
+    $PYTHONPATH (e.g. a source tree's python/ ahead of the venv's installed wsync)."""
+    return os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+
+
 def worker_env() -> Dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # 2-core machines: no thread oversubscription

@@ -17,6 +17,15 @@ scheduler r: SGLang TP rank r's side, with SGLang's own functions: monkey_patch_
          SGLang's parameter names and TP-local shapes; saves the parameters per version.
 Workers and schedulers share one gloo group (ranks 0-1 workers, 2-3 schedulers) that stands in
 for SGLang's tokenizer-to-scheduler channel.
+
+Joining (args["join"]): the job's one fixed rollout is "fixed" (whole HF tensors, their names and
+shapes from SGLang's own ModelConfig through wsync.engines.sglang.hf_tensors), reading every
+version; the trainer publishes versions 1-2, then waits until the SGLang engine (the workers and
+schedulers above) joined: each worker's rollout comes from wsync.engines.sglang.join_rollout with
+only the coordinator's address and secret, SGLang's TP size and rank and the engine's server
+address (replica id derived from it), its TP layout from SGLang's ModelConfig of the model
+directory. Its first version is copied from the fixed replica (peer cold start); then versions
+3-4 come from the trainer.
 """
 from __future__ import annotations
 
@@ -42,6 +51,30 @@ def llama_config():
                        tie_word_embeddings=False)
 
 
+SERVER = "http://127.0.0.1:30000"  # the joining engine's own id (its server address)
+
+
+def sglang_model_config(a: dict, name: str):
+    """SGLang's own ModelConfig of the job's Llama (saved to a directory of this process)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    path = Path(a["out"]) / f"model_{name}"
+    cfg = llama_config()
+    cfg.architectures = ["LlamaForCausalLM"]
+    cfg.save_pretrained(path)
+    return ModelConfig(str(path))
+
+
+def wait_for(path: Path, timeout_s: float = 300) -> None:
+    import time
+
+    deadline = time.time() + timeout_s
+    while not path.exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} did not appear in {timeout_s} s")
+        time.sleep(0.05)
+
+
 def trainer(a: dict) -> None:
     from transformers import LlamaForCausalLM
 
@@ -49,11 +82,14 @@ def trainer(a: dict) -> None:
     model = LlamaForCausalLM(llama_config()).float()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     batch = torch.randint(0, 250, (2, 12), generator=torch.Generator().manual_seed(1234))
-    t = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, TP, a["address"], a["secret"]),
+    rollouts = 1 if a.get("join") else TP
+    t = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, rollouts, a["address"], a["secret"]),
                       timeout_ms=300000)
     t.register_module(model)
     t.commit()
     for v in range(1, a["versions"] + 1):
+        if a.get("join") and v == 3:  # the engine joins between versions 2 and 3
+            wait_for(Path(a["out"]) / "joined")
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad()
         loss.backward()
@@ -95,12 +131,26 @@ def worker(a: dict) -> None:
 
     rank = a["rank"]
     _group(a, rank)
-    rollout = wsync.Rollout(wsync.Bootstrap.explicit(rank, 1, TP, a["address"], a["secret"]),
-                            replica=0, timeout_ms=300000)
-    tensors = adapter.rank_tensors(rollout, models.llama_tp_layout(llama_config(), rank, TP),
+    if a.get("join"):  # SGLang TP rank `rank` of an engine joining the running job
+        wait_for(Path(a["out"]) / "fixed_v2")
+        rollout = adapter.join_rollout(a["address"], a["secret"], TP, rank, engine_id=SERVER,
+                                       timeout_ms=300000)
+        hf_config = sglang_model_config(a, f"worker{rank}").hf_config
+    else:
+        rollout = wsync.Rollout(wsync.Bootstrap.explicit(rank, 1, TP, a["address"],
+                                                         a["secret"]),
+                                replica=0, timeout_ms=300000)
+        hf_config = llama_config()
+    tensors = adapter.rank_tensors(rollout, models.llama_tp_layout(hf_config, rank, TP),
                                    dtype=torch.float32)
     pointers = {n: t.data_ptr() for n, t in tensors.items()}
     rollout.commit()
+    if a.get("join"):  # the engine joined once every TP rank committed
+        (Path(a["out"]) / f"committed{rank}").write_text("")
+        if rank == 0:
+            for r in range(TP):
+                wait_for(Path(a["out"]) / f"committed{r}")
+            (Path(a["out"]) / "joined").write_text("")
     version = 0
     while version < a["versions"]:
         version = _next_version(version, rollout if rank == 0 else None)
@@ -114,6 +164,10 @@ def worker(a: dict) -> None:
         dist.broadcast_object_list(payloads, src=0)
         dist.barrier()  # the schedulers loaded this version: the next flip may overwrite
     assert pointers == {n: t.data_ptr() for n, t in tensors.items()}, "storage moved"
+    stats = rollout.version_stats()
+    (Path(a["out"]) / f"worker{rank}.json").write_text(json.dumps({
+        "replica": rollout.replica, "first_version": stats.first_version,
+        "first_version_from_peer": stats.first_version_from_peer}))
     rollout.close()
     dist.destroy_process_group()
 
@@ -157,6 +211,32 @@ def scheduler(a: dict) -> None:
     dist.destroy_process_group()
 
 
+def fixed(a: dict) -> None:
+    """The job's fixed rollout (joining mode): whole HF tensors, their names and shapes derived
+    from SGLang's ModelConfig; bit-checks every version against the trainer's state."""
+    from wsync.engines import sglang as adapter
+
+    out = Path(a["out"])
+    rollout = wsync.Rollout(wsync.Bootstrap.explicit(0, 1, 1, a["address"], a["secret"]),
+                            replica=0, timeout_ms=300000)
+    rollout.register_slots(adapter.hf_tensors(sglang_model_config(a, "fixed"),
+                                              torch.float32))
+    rollout.commit()
+    for v in range(1, a["versions"] + 1):
+        while (rollout.newest_version() or 0) < v:
+            rollout.wait_for_version(v - 1, timeout_ms=120000)
+        got = {n: t.clone() for n, t in rollout.named_tensors(v)}
+        wait_for(out / f"trainer_v{v}.pt")
+        want = torch.load(out / f"trainer_v{v}.pt")["state"]
+        assert got.keys() == want.keys(), (sorted(got)[:3], sorted(want)[:3])
+        for n, t in want.items():
+            assert torch.equal(got[n], t), (v, n)
+        (out / f"fixed_v{v}").write_text("")
+    wait_for(out / "worker0.json")  # the joined engine is done (it may still cold-start)
+    rollout.close()
+
+
 if __name__ == "__main__":
-    run(lambda: {"trainer": trainer, "worker": worker, "scheduler": scheduler}[sys.argv[1]](
+    run(lambda: {"trainer": trainer, "worker": worker, "scheduler": scheduler,
+                 "fixed": fixed}[sys.argv[1]](
         json.loads(sys.argv[2])))

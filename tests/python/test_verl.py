@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import wsync
-from conftest import HERE
+from conftest import HERE, engine_pythonpath
 from test_vllm import wait_all
 
 VERL_PYTHON = os.environ.get("WSYNC_VERL_PYTHON", "/opt/wsync-verl-venv/bin/python")
@@ -30,7 +30,7 @@ def test_verl_checkpoint_engine_moves_each_version(tmp_path):
     why = _verl_ready()
     if why:
         pytest.skip(why)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=engine_pythonpath())
     with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
         base = {"address": c.address, "secret": c.secret, "actors": 2, "versions": 3,
                 "out": str(tmp_path)}
@@ -56,7 +56,7 @@ def test_verl_added_replica_joins_and_removed_replica_leaves(tmp_path):
     why = _verl_ready()
     if why:
         pytest.skip(why)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=engine_pythonpath())
     with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
         base = {"address": c.address, "secret": c.secret, "actors": 2, "versions": 6,
                 "out": str(tmp_path), "elastic": True}
@@ -77,3 +77,45 @@ def test_verl_added_replica_joins_and_removed_replica_leaves(tmp_path):
     assert "cold-started from replica 0" in coordinator_log
     for r in range(2):  # the last version reached replica 0 only: the added one had left
         assert json.loads((tmp_path / f"actor{r}_last_ready.json").read_text()) == [0]
+
+
+def test_verl_manager_adds_and_removes_replicas_through_ray(tmp_path):
+    """verl's own CheckpointEngineManager, RolloutReplica, CheckpointEngineWorker and
+    RayWorkerGroup on a local Ray cluster (verl_ray_jobs.py says which parts are not verl's: the
+    actors' policy and the inference server behind each rollout worker). Replica 1, added by
+    add_replicas after step 2, joins at verl's init_process_group and is filled by replica 0
+    (peer cold start), receives steps 3-4, and is removed with wsync.engines.verl.remove_replicas
+    (its worker leaves through verl's execute_checkpoint_engine): step 5 completes without it.
+    Replica 2, added after step 5, is killed (ray.kill) and removed with verl's own
+    remove_replicas: step 7 completes without it. Every tensor every replica gets is
+    bit-checked; the rollouts derive the tensors from model_path (no hf_shapes)."""
+    why = _verl_ready()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=engine_pythonpath(),
+               RAY_DEDUP_LOGS="0")
+    with wsync.Coordinator(trainers=2, rollouts=1, timeout_ms=300000, quiet=False) as c:
+        args = {"address": c.address, "secret": c.secret, "actors": 2, "out": str(tmp_path)}
+        log = tmp_path / "driver.log"
+        proc = subprocess.Popen([VERL_PYTHON, str(HERE / "verl_ray_jobs.py"), "driver",
+                                 json.dumps(args)], env=env, stdout=open(log, "w"),
+                                stderr=subprocess.STDOUT)
+        codes = wait_all([proc], timeout_s=550)
+        assert codes == [0], log.read_text()[-6000:] + c.stderr
+        coordinator_log = c.stderr
+    record = json.loads((tmp_path / "ray.json").read_text())
+    received = sorted(p.name for p in tmp_path.glob("replica*_v*"))
+    assert received == sorted([f"replica0_v{v}" for v in range(1, 8)] +
+                              ["replica1_v3", "replica1_v4", "replica2_v6"]), received
+    r1 = record["r1"]["topology"]["replica"]
+    r2 = record["r2"]["topology"]["replica"]
+    assert r1 >= 4096 and r2 >= 4096 and r1 != r2, record
+    ready = {t["step"]: sorted(t["ready_wsync_replicas"]) for t in record["timeline"]}
+    assert ready == {1: [0], 2: [0], 3: sorted([0, r1]), 4: sorted([0, r1]), 5: [0],
+                     6: sorted([0, r2]), 7: [0]}, record["timeline"]
+    for name, first in (("r1", 2), ("r2", 5)):  # filled by replica 0 with the step before
+        stats = record[name]["version_stats"]
+        assert stats["first_version_from_peer"] is True and stats["first_version"] == first, \
+            record[name]
+    assert f"replica {r1} cold-started from replica 0" in coordinator_log
+    print("verl via Ray:", json.dumps(record["timeline"]))

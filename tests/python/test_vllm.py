@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wsync
-from conftest import HERE, free_port
+from conftest import HERE, engine_pythonpath, free_port
 
 VLLM_PYTHON = os.environ.get("WSYNC_VLLM_PYTHON", "/opt/wsync-vllm-venv/bin/python")
 
@@ -66,7 +66,7 @@ def run_models(tmp_path: Path, models) -> None:
     MODELS = tuple(models)
     tp, versions = 2, 3
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(HERE))
+               PYTHONPATH=engine_pythonpath())
     with contextlib.ExitStack() as stack:
         coordinators = {m: stack.enter_context(wsync.Coordinator(
             trainers=1, rollouts=tp, timeout_ms=300000, quiet=False)) for m in MODELS}
@@ -91,6 +91,9 @@ def run_models(tmp_path: Path, models) -> None:
 
 
 def check_model(out: Path, r: int, model: str, report: dict, versions: int) -> None:
+    # The names and shapes the worker derived from vLLM's model config (no hf_shapes given) are
+    # exactly those the trainer published.
+    assert report["hf_shapes"] == json.loads((out / f"hf_shapes_{model}.json").read_text())
     if model == "qwen2_draft":
         assert "model.layers.0.self_attn.qkv_proj.weight" in report["registered"]
     if model == "gpt2":  # vLLM's loader transposes HF's Conv1D weights: received whole

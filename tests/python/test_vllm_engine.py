@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import wsync
-from conftest import HERE
+from conftest import HERE, engine_pythonpath
 from test_vllm import wait_all
 
 PYTHON = os.environ.get("WSYNC_VLLM_CPU_PYTHON", "/opt/wsync-vllm-cpu-venv/bin/python")
@@ -48,7 +48,8 @@ def run_engine(tmp_path: Path, driver: str, join: bool = False) -> dict:
     if why:
         pytest.skip(why)
     tp, versions = 2, 3
-    env = dict(os.environ, PYTHONPATH=str(HERE), OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1",
+    env = dict(os.environ, PYTHONPATH=engine_pythonpath(), OMP_NUM_THREADS="1",
+               VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_CPU_OMP_THREADS_BIND="|".join(str(i % os.cpu_count()) for i in range(tp)))
     args = {"tp": tp, "versions": versions, "out": str(tmp_path), "driver": driver, "join": join}
 
@@ -96,9 +97,10 @@ def test_vllm_engine_serves_each_wsync_version(tmp_path):
 def test_vllm_engine_joins_mid_run_from_init_info_alone(tmp_path):
     """Engine A (fixed membership, WsyncWorkerExtension) serves; engine B (a second real vLLM
     engine, TP 2) is started after version 1 and joins with only the coordinator's address and
-    secret (and the tensors' names and shapes): TP size from vLLM, replica id from vLLM's
-    instance_id. Its first version is copied from engine A (peer cold start), it then follows
-    the trainer, and every version it serves matches vLLM's own load of that checkpoint."""
+    secret: TP size from vLLM, replica id from vLLM's instance_id, the tensors' names and
+    shapes from vLLM's model config. Its first version is copied from engine A (peer cold
+    start), it then follows the trainer, and every version it serves matches vLLM's own load
+    of that checkpoint."""
     engine = run_engine(tmp_path, "extension", join=True)
     joiner = engine["joiner"]
     assert [p["rank"] for p in joiner["places"]] != [], joiner
@@ -117,3 +119,48 @@ def test_vllm_worker_extension_serves_each_wsync_version(tmp_path):
     the version it made live."""
     engine = run_engine(tmp_path, "extension")
     assert [s["live"] for s in engine["seen"]] == [[v, v] for v in (1, 2, 3)]
+
+
+def test_vllm_engine_with_a_draft_model_receives_the_draft_weights(tmp_path):
+    """A real speculative config (vLLM's "draft_model" method, 2 speculative tokens; vLLM builds
+    the draft and its proposer) on vLLM's CPU engine, TP 2, driven through WsyncWorkerExtension
+    with init info that names no tensors (target and draft shapes from vLLM's model configs).
+    The trainer keeps the draft equal to the target (vllm_spec_jobs.py), so vLLM's own
+    acceptance counters tell whether the draft weights reached the draft's computation: a draft
+    still on dummy or older weights is rejected. Every version: the engine's greedy tokens equal
+    vLLM's own load of the target checkpoint without a draft (greedy speculative decoding
+    changes no token), and vLLM accepts the drafts."""
+    why = _ready()
+    if why:
+        pytest.skip(why)
+    tp, versions = 2, 3
+    env = dict(os.environ, PYTHONPATH=engine_pythonpath(), OMP_NUM_THREADS="1",
+               VLLM_CPU_KVCACHE_SPACE="1",
+               VLLM_CPU_OMP_THREADS_BIND="|".join(str(i % os.cpu_count()) for i in range(tp)))
+    args = {"tp": tp, "versions": versions, "out": str(tmp_path)}
+
+    def start(script: Path, role: str, extra: dict) -> subprocess.Popen:
+        return subprocess.Popen([PYTHON, str(script), role, json.dumps(dict(args, **extra))],
+                                env=env, stdout=open(tmp_path / f"{role}.log", "w"),
+                                stderr=subprocess.STDOUT)
+
+    def logs() -> str:
+        return "".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in tmp_path.glob("*.log"))
+
+    spec = HERE / "vllm_spec_jobs.py"
+    with wsync.Coordinator(trainers=1, rollouts=tp, timeout_ms=300000, quiet=False) as c:
+        job = {"address": c.address, "secret": c.secret}
+        codes = wait_all([start(spec, "trainer", job), start(spec, "engine", job)], 500)
+        assert codes == [0, 0], logs() + c.stderr
+    assert wait_all([start(JOBS, "reference", {})], timeout_s=300) == [0], logs()
+    engine = json.loads((tmp_path / "engine.json").read_text())
+    reference = json.loads((tmp_path / "reference.json").read_text())
+    published = len(json.loads((tmp_path / "draft_names.json").read_text()))
+    assert [p["draft_tensors"] for p in engine["places"]] == [published] * tp, engine["places"]
+    for s in engine["seen"]:
+        assert s["live"] == [s["version"]] * tp, s
+        assert s["tokens"] == reference[str(s["version"])]["tokens"], s
+        assert s["drafted"] > 0 and s["accepted"] >= 0.75 * s["drafted"], s
+    print("speculative decoding:", json.dumps([{k: s[k] for k in ("version", "drafted",
+                                                                 "accepted")}
+                                               for s in engine["seen"]]))

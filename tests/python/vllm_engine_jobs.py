@@ -156,8 +156,8 @@ def engine(a: dict) -> None:
 
 def joiner(a: dict) -> None:
     """Engine B, started while the job runs (after engine A checked version 1): joins from init
-    info alone (address, secret, hf_shapes; TP size from vLLM, replica id from vLLM's
-    instance_id) through WsyncWorkerExtension. Its first version must come from engine A (peer
+    info alone (address and secret; TP size from vLLM, replica id from vLLM's instance_id, the
+    tensors' names and shapes from vLLM's model config) through WsyncWorkerExtension. Its first version must come from engine A (peer
     cold start); then it follows the trainer's versions. Leaves by wsync_close."""
     from vllm import LLM
 
@@ -166,8 +166,9 @@ def joiner(a: dict) -> None:
     (out / "joiner_started").write_text(str(time.time()))
     llm = LLM(model=str(out / "model"), load_format="dummy", tensor_parallel_size=a["tp"],
               worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension", **ENGINE_ARGS)
-    init_info = {"coordinator_address": a["address"], "secret": a["secret"],
-                 "hf_shapes": json.loads((out / "hf_shapes.json").read_text())}
+    # The address and the secret only: TP size, replica id and the tensors' names and shapes
+    # all come from vLLM (its parallel state, instance_id and model config).
+    init_info = {"coordinator_address": a["address"], "secret": a["secret"]}
     t0 = time.time()
     places = llm.collective_rpc("wsync_init", args=(init_info,))
     live = llm.collective_rpc("wsync_update", args=(None,))

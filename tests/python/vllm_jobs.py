@@ -7,7 +7,8 @@ trainer: the transformers model (fp32, random init) trained for real, publishing
 through wsync; saves its state per version.
 worker: one vLLM TP rank: the model built by vLLM's own initialize_model (as vLLM's loader does)
 on the CPU platform, TP over gloo, with the "wsync" weight-transfer backend created by vLLM's
-factory after vLLM's plugin loader ran our entry point; receives each version with vLLM's
+factory after vLLM's plugin loader ran our entry point, its init info without hf_shapes (the
+backend derives the tensors' names and shapes from vLLM's model config); receives each version with vLLM's
 init_weight_transfer_engine / start_weight_update / update_weights / finish_weight_update
 sequence (as vLLM's Worker calls them), and saves its parameters and, for comparison, those that
 vLLM's own load_weights gives from the trainer's full state. Models:
@@ -18,7 +19,8 @@ vLLM's own load_weights gives from the trainer's full state. Models:
              draft with the same model classes): the target Qwen2 and a 1-layer draft Qwen2, both
              built by vLLM's initialize_model, registered in one wsync context the way
              WsyncWorkerExtension does with model_runner.get_draft_model() (WsyncReceiver with
-             draft=..., draft_hf_shapes); the trainer publishes the draft's tensors as "draft."+name
+             draft=... and both vLLM model configs: target and draft shapes derived from them);
+             the trainer publishes the draft's tensors as "draft."+name
 """
 from __future__ import annotations
 
@@ -158,16 +160,17 @@ def serve_draft(a: dict, job: dict) -> dict:
     while not shapes_file.exists():
         time.sleep(0.05)
     shapes = json.loads(shapes_file.read_text())
+    # No hf_shapes / draft_hf_shapes: both derived from vLLM's model configs (target, draft).
     info = WsyncInitInfo(coordinator_address=job["address"], secret=job["secret"],
-                         num_trainers=1, num_rollouts=a["tp"], timeout_ms=300000,
-                         hf_shapes={n: s for n, s in shapes.items() if not n.startswith("draft.")},
-                         draft_hf_shapes={n[len("draft."):]: s for n, s in shapes.items()
-                                          if n.startswith("draft.")})
+                         num_trainers=1, num_rollouts=a["tp"], timeout_ms=300000)
     with set_current_vllm_config(vc):
         receiver = WsyncReceiver(model, model.load_weights, info, dtype=torch.float32,
-                                 draft=draft)
+                                 draft=draft, model_config=vc.model_config,
+                                 draft_model_config=vc_draft.model_config)
     assert receiver.draft is not None
-    report = {"fallback": receiver.fallback + receiver.draft.fallback,
+    derived = dict(receiver.hf_shapes)
+    derived.update({"draft." + n: s for n, s in receiver.draft.hf_shapes.items()})
+    report = {"hf_shapes": {n: list(s) for n, s in derived.items()},"fallback": receiver.fallback + receiver.draft.fallback,
               "registered": sorted(receiver.boxes) + sorted(
                   n for n, _ in draft.named_parameters()),
               "box_elements": {n: sum(b.numel() for b in bs) for n, bs in receiver.boxes.items()},
@@ -212,17 +215,17 @@ def serve(a: dict, model_name: str, job: dict) -> dict:
         reference = initialize_model(vc, prefix="reference")
     engine = WeightTransferEngineFactory.create_engine(WeightTransferConfig(backend="wsync"), vc,
                                                        torch.device("cpu"), model)
-    shapes = out / f"hf_shapes_{model_name}.json"
-    while not shapes.exists():
-        time.sleep(0.05)
+    # No hf_shapes: the backend derives them from vLLM's model config (test_vllm.py compares
+    # them with the trainer's).
     init = {"coordinator_address": job["address"], "secret": job["secret"], "num_trainers": 1,
             "num_rollouts": a["tp"], "rollout_rank_base": 0, "replica": 0,
-            "timeout_ms": 300000, "hf_shapes": json.loads(shapes.read_text())}
+            "timeout_ms": 300000}
     # as Worker.init_weight_transfer_engine (without a current vLLM config)
     engine.init_transfer_engine(engine.parse_init_info(init))
     params = dict(model.named_parameters())
     receiver = engine.receiver
-    report = {"fallback": receiver.fallback, "registered": sorted(receiver.boxes),
+    report = {"hf_shapes": {n: list(s) for n, s in receiver.hf_shapes.items()},
+              "fallback": receiver.fallback, "registered": sorted(receiver.boxes),
               # elements this rank receives into each parameter (never more than it holds)
               "box_elements": {n: sum(b.numel() for b in bs) for n, bs in receiver.boxes.items()},
               "param_elements": {n: params[n].numel() for n in receiver.boxes}}

@@ -25,7 +25,9 @@ Two paths:
   each TP rank's rollout with only the coordinator's address and secret: the replica's size is
   SGLang's TP size, its rank the TP rank, its id explicit or derived from the engine's own id
   (:func:`wsync.replica_id`); its first version is copied from a running replica (peer cold
-  start) and ``rollout.close()`` leaves. Everything else is as above.
+  start) and ``rollout.close()`` leaves. Everything else is as above. The tensors need no list
+  from the caller: the TP layout from SGLang's ``ModelConfig`` (``models.llama_tp_layout(
+  model_config.hf_config, tp_rank, tp_size)``), whole HF tensors from :func:`hf_tensors`.
 
 * **In one process** (:func:`apply_version`): the newest version's ``(hf_name, tensor)`` views
   of ``Rollout.register_slots`` buffers straight into ``engine.update_weights_from_tensor`` (or
@@ -33,6 +35,7 @@ Two paths:
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -41,6 +44,7 @@ from ..bootstrap import Bootstrap, replica_id
 from ..errors import UnpublishableError
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
+from . import hf_shapes as shapes_of
 
 try:
     from sglang.srt.model_executor.model_runner_components.weight_updater import (
@@ -75,6 +79,25 @@ def join_rollout(coordinator_address: str, secret: str, tp_size: int, tp_rank: i
         replica = replica_id(engine_id)
     return Rollout(Bootstrap.join(coordinator_address, secret, tp_size, tp_rank),
                    replica=replica, **rollout_args)
+
+
+def hf_tensors(model: Any, dtype: torch.dtype = torch.bfloat16,
+               hf_shapes: Optional[Mapping[str, Sequence[int]]] = None
+               ) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+    """The whole Hugging Face tensors the trainers publish, as :func:`rank_tensors`' `local`
+    (``load_format=None``: SGLang's loaders split them): `hf_shapes` when given (an override),
+    else derived from `model` (:mod:`wsync.engines.hf_shapes`): SGLang's ``ModelConfig`` (its
+    ``hf_config`` and ``model_path``), a transformers config, or a model path / hub id."""
+    if hf_shapes:
+        shapes = shapes_of.resolve(hf_shapes)
+    elif isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        shapes = shapes_of.from_model_path(model)  # type: ignore[arg-type]
+    else:
+        hf_config = getattr(model, "hf_config", model)  # SGLang's ModelConfig, or the config
+        path = getattr(model, "model_path", None)
+        shapes = shapes_of.resolve(None, hf_config,
+                                   path if path and os.path.isdir(str(path)) else None)
+    return {n: (s, dtype) for n, s in shapes.items()}
 
 
 def rank_tensors(rollout: Rollout, local: Shapes, *, device: Union[str, torch.device] = "cpu",

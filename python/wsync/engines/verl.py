@@ -16,13 +16,16 @@ every worker before each update. Here the rollout workers present at the first u
 job's fixed members (the coordinator's ``--rollouts``); the workers of a replica added later
 join the running job (wsync config.replica_size / replica_rank: ``replica_size`` in the engine's
 kwargs is the rollout replica's worker count, e.g. its TP size), with a replica id derived from
-the worker's own id, and get their first version from a running replica (peer cold start).
-Workers already in the job keep their place. :func:`remove_replicas` makes the removed
+the worker's own id, in verl's init_process_group (before the actors publish that update), and
+get their first version from a running replica (peer cold start). Workers already in the job
+keep their place. The rollouts' tensors: ``hf_shapes``, else derived from ``model_path``'s config
+(wsync.engines.hf_shapes). :func:`remove_replicas` makes the removed
 replicas' workers leave (wsync_context_destroy) before verl's own ``remove_replicas``; a replica
 whose process dies is dropped by the coordinator and the actors go on.
 """
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any, AsyncGenerator, AsyncIterator, Dict, Iterable, List, Optional, Tuple
 
@@ -30,8 +33,10 @@ import torch
 
 from .. import layout
 from ..bootstrap import Bootstrap, replica_id
+from ..errors import WsyncTimeoutError
 from ..rollout import Rollout
 from ..trainer import Trainer
+from . import hf_shapes as shapes_of
 
 try:
     from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
@@ -43,23 +48,28 @@ except Exception:  # verl (and ray) not installed
 
 
 class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
-    """verl CheckpointEngine over wsync. kwargs: coordinator_address, secret, hf_shapes
-    ({name: shape} the rollouts allocate), dtype (rollout dtype), device, timeout_ms,
-    replica_size (workers per rollout replica; None: the fixed rollout workers form one
-    replica, and a replica added later joins with one worker per replica)."""
+    """verl CheckpointEngine over wsync. kwargs: coordinator_address, secret, model_path (verl's
+    ``actor_rollout_ref.model.path``: the rollouts derive the tensors' names and shapes from its
+    config, wsync.engines.hf_shapes), hf_shapes ({name: shape} the rollouts allocate: overrides
+    model_path's), dtype (rollout dtype), device, timeout_ms, replica_size (workers per rollout
+    replica; None: the fixed rollout workers form one replica, and a replica added later joins
+    with one worker per replica), join_wait_ms (how long an added replica's worker waits in
+    init_process_group for its peer cold start)."""
 
     def __init__(self, bucket_size: int = 0, is_master: bool = False, *,
                  coordinator_address: str = "", secret: str = "",
-                 hf_shapes: Optional[Dict[str, List[int]]] = None,
+                 hf_shapes: Optional[Dict[str, List[int]]] = None, model_path: str = "",
                  dtype: torch.dtype = torch.bfloat16, device: str = "cpu",
                  timeout_ms: int = 60000, replica_size: Optional[int] = None,
-                 **_: Any) -> None:
+                 join_wait_ms: int = 30000, **_: Any) -> None:
         self.is_master = is_master
         self.uid = uuid.uuid4().hex  # this worker's own id (a joined replica's id derives from it)
         self.replica_size = replica_size
         self.address, self.secret = coordinator_address, secret
         self.hf_shapes = hf_shapes or {}
+        self.model_path = model_path
         self.dtype, self.device, self.timeout_ms = dtype, device, timeout_ms
+        self.join_wait_ms = join_wait_ms
         self.trainer: Optional[Trainer] = None
         self.rollout: Optional[Rollout] = None
         self.buffers: Dict[str, torch.Tensor] = {}
@@ -121,12 +131,27 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
                            replica: int = 0, replica_size: int = 0, replica_rank: int = 0,
                            **_: Any) -> None:
         """Remembers this rank's place (nothing when it is in the job already: its wsync context
-        keeps it); the wsync context is created with the first weights."""
+        keeps it). The fixed members' wsync contexts are created with the first weights (their
+        commit waits for the actors'); a rollout worker of an added replica joins the running job
+        here, before verl's manager starts the update (so the actors' next version includes it:
+        its first version is a running replica's, peer cold start, then that update's)."""
         if self.in_job:
             return
         self.topology = {"role": role, "rank": rank, "num_trainers": num_trainers,
                          "num_rollouts": num_rollouts, "replica": replica,
                          "replica_size": replica_size, "replica_rank": replica_rank}
+        if role == "rollout" and replica_size:
+            rollout = self._rollout()
+            # After verl's first update a running replica holds the last step: wait for the
+            # peer cold start before the actors publish, so that the trainers write this replica
+            # the manager's next step (a version they started before they could write to it
+            # would never come, and receive_weights(global_steps) would wait for it). Bounded:
+            # where no peer can fill it (the coordinator logs why) the first version is the
+            # actors' next one.
+            try:
+                rollout.wait_for_version(after=0, timeout_ms=self.join_wait_ms)
+            except WsyncTimeoutError:
+                pass
 
     def _bootstrap(self) -> Bootstrap:
         t = self.topology
@@ -162,22 +187,44 @@ class WsyncCheckpointEngine(CheckpointEngine):  # type: ignore[misc,valid-type]
                               ) -> AsyncGenerator[Tuple[str, torch.Tensor], None]:
         """Waits for `global_steps` (default: a version newer than the last) and yields the
         whole tensors of that version."""
-        if self.rollout is None:
-            self.rollout = Rollout(self._bootstrap(), replica=self.topology.get("replica", 0),
-                                   timeout_ms=self.timeout_ms)
-            self.rollout.register_slots({n: (tuple(s), self.dtype)
-                                         for n, s in self.hf_shapes.items()},
-                                        device=self.device)
-            self.rollout.commit()
-        after = (global_steps - 1) if global_steps is not None else (self.rollout.version or 0)
-        newest = self.rollout.wait_for_version(after=after)
+        rollout = self._rollout()
+        after = (global_steps - 1) if global_steps is not None else (rollout.version or 0)
+        newest = rollout.wait_for_version(after=after)
         # The actors may already have published a later step: yield exactly the one asked for
         # (its slot is still held by this replica unless two newer versions have replaced it,
         # in which case the acquire raises a NotReadyError naming the version).
         version = global_steps if global_steps is not None else newest
-        for name, tensor in self.rollout.named_tensors(version):
+        for name, tensor in rollout.named_tensors(version):
             yield name, tensor
-        self.rollout.version = version
+        rollout.version = version
+
+    def _rollout(self) -> Rollout:
+        """This rollout worker's wsync Rollout: created, registered (the tensors' names and shapes
+        from hf_shapes, else model_path's config) and committed on first use."""
+        if self.rollout is None:
+            rollout = Rollout(self._bootstrap(), replica=self.topology.get("replica", 0),
+                              timeout_ms=self.timeout_ms)
+            shapes = shapes_of.from_model_path(self.model_path, self.hf_shapes) \
+                if self.model_path else shapes_of.resolve(self.hf_shapes,
+                                                          what="hf_shapes or model_path")
+            rollout.register_slots({n: (tuple(s), self.dtype) for n, s in shapes.items()},
+                                   device=self.device)
+            rollout.commit()
+            self.rollout = rollout
+        return self.rollout
+
+    def stats(self) -> Optional[Dict[str, Any]]:
+        """This worker's wsync state for the driver (verl's ``execute_checkpoint_engine("stats")``):
+        its place, and a rollout's version stats (first_version_from_peer: filled by a running
+        replica); None before it joined."""
+        if not self.in_job:
+            return None
+        out: Dict[str, Any] = {"topology": dict(self.topology)}
+        if self.rollout is not None:
+            stats = self.rollout.version_stats()
+            out["version"] = self.rollout.version
+            out["version_stats"] = dataclasses.asdict(stats) if stats is not None else None
+        return out
 
     def finalize(self) -> None:
         """Per-step cleanup: none (the plan and buffers are kept for the next step)."""

@@ -20,8 +20,8 @@ wsync.engines.vllm:register, declared in pyproject.toml), so that vLLM's own
 Each TP rank receives only its own bytes of the copy-flipped tensors, directly from the trainers;
 the fallback tensors arrive whole.
 
-Membership. Init info with only ``coordinator_address``, ``secret`` and ``hf_shapes`` makes the
-engine a replica that joins the running job (docs/engines.md): its size is the engine's own
+Membership. Init info with only ``coordinator_address`` and ``secret`` makes the engine a replica
+that joins the running job (docs/engines.md): its size is the engine's own
 TP x PP world (from vLLM), its id ``replica`` or, when absent, :func:`wsync.replica_id` of the
 engine's ``instance_id``; its first version is copied from a running replica that holds one
 (peer cold start), and on shutdown it leaves (wsync_context_destroy). Init info with
@@ -30,8 +30,13 @@ counted up front.
 
 Speculative decoding: WsyncWorkerExtension registers the draft (EAGLE / MTP / draft-model)
 model's parameters too, from the worker's ``model_runner.get_draft_model()`` (``draft_hf_shapes``
-in the init info: the draft's tensors, published by the trainers under ``draft_prefix`` + their
-names), in the same wsync context: target and draft flip to the same version together.
+in the init info, or derived from vLLM's draft model config: the draft's tensors, published by the
+trainers under ``draft_prefix`` + their names), in the same wsync context: target and draft flip to
+the same version together.
+
+Tensor names and shapes: ``hf_shapes`` / ``draft_hf_shapes`` in the init info override; without
+them they come from vLLM's own model config (:mod:`wsync.engines.hf_shapes`: the transformers model
+of ``model_config.hf_config`` on the meta device, else the checkpoint's safetensors headers).
 """
 from __future__ import annotations
 
@@ -42,9 +47,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ..bootstrap import Bootstrap, replica_id
+from ..errors import WsyncError
 from ..layout import Box
 from ..rollout import Rollout
 from ..types import VERSION_NEWEST
+from . import hf_shapes as shapes_of
 from .probe import probe_loaders
 
 try:  # vLLM is optional: the classes below exist only where it imports
@@ -79,9 +86,11 @@ class WsyncInitInfo(WeightTransferInitInfo):
     """How this worker joins the wsync job (explicit bootstrap; see wsync.Coordinator).
 
     coordinator_address, secret: the job's wsync-coordinator and its shared secret (all a
-    joining engine needs besides hf_shapes).
-    hf_shapes: {hf_name: shape} of the tensors the trainers publish (their names and shapes:
-    the worker cannot learn them from its fused parameters).
+    joining engine needs).
+    hf_shapes: {hf_name: shape} of the tensors the trainers publish. Empty (default): derived
+    from vLLM's model config (wsync.engines.hf_shapes: the transformers model of its hf_config,
+    else the checkpoint's headers); given: overrides (e.g. trainers whose transformers version
+    names tensors otherwise).
     replica: this engine's replica id (None: 0 with fixed membership; when joining,
     wsync.replica_id of vLLM's instance_id).
     num_rollouts: None (default): the engine joins the running job as one replica of TP x PP
@@ -91,7 +100,11 @@ class WsyncInitInfo(WeightTransferInitInfo):
     num_slots, timeout_ms: None: the library's defaults.
     draft_hf_shapes, draft_prefix: the speculative-decoding draft model's tensors (names as its
     load_weights takes them), published by the trainers as draft_prefix + name
-    (WsyncWorkerExtension)."""
+    (WsyncWorkerExtension). Empty: derived from vLLM's draft model config like hf_shapes.
+    sync_draft: None (default): the draft's weights are received when the engine has a draft
+    model whose tensors are given or derivable (else it keeps its own, with a warning); True:
+    the same, and underivable tensors raise; False: never (trainers that do not publish the
+    draft, e.g. a frozen draft model: it keeps its own weights)."""
 
     coordinator_address: str = ""
     secret: str = ""
@@ -104,6 +117,7 @@ class WsyncInitInfo(WeightTransferInitInfo):
     timeout_ms: Optional[int] = None
     draft_hf_shapes: Dict[str, List[int]] = field(default_factory=dict)
     draft_prefix: str = "draft."
+    sync_draft: Optional[bool] = None
 
     @property
     def joins(self) -> bool:
@@ -165,6 +179,44 @@ def bootstrap_for(info: WsyncInitInfo, engine_id: str = "") -> Tuple[Bootstrap, 
         info.replica if info.replica is not None else 0
 
 
+def draft_shapes_for(info: WsyncInitInfo, draft: Optional[torch.nn.Module], model_config: Any,
+                     draft_model_config: Any) -> Dict[str, Tuple[int, ...]]:
+    """The draft's tensors to receive ({} : none). sync_draft False: none; True: given or derived,
+    else ShapesUnknownError; None (default): given or derived, else none, with a warning (the
+    draft keeps its own weights: speculative decoding stays correct, only acceptance drops)."""
+    if draft is None or info.sync_draft is False:
+        return {}
+    # The draft's own checkpoint only where it is not the target's (MTP layers live in the
+    # target's checkpoint: its headers would name every target tensor).
+    own_dir = local_dir(draft_model_config) != local_dir(model_config)
+    try:
+        return resolve_shapes(info.draft_hf_shapes, draft_model_config, "draft_hf_shapes",
+                              checkpoint=own_dir)
+    except shapes_of.ShapesUnknownError as e:
+        if info.sync_draft:
+            raise
+        import warnings
+
+        warnings.warn(f"{e}; the draft model is not updated (sync_draft=False silences this)")
+        return {}
+
+
+def local_dir(model_config: Any) -> Optional[str]:
+    """vLLM's model path of `model_config` when it is a local directory (not a hub id)."""
+    import os
+
+    path = getattr(model_config, "model", None)
+    return str(path) if path and os.path.isdir(str(path)) else None
+
+
+def resolve_shapes(given: Dict[str, List[int]], model_config: Any, what: str,
+                   checkpoint: bool = True) -> Dict[str, Tuple[int, ...]]:
+    """`given` (the init info's override) or the shapes vLLM's `model_config` tells
+    (wsync.engines.hf_shapes.resolve; the checkpoint's headers only when `checkpoint`)."""
+    return shapes_of.resolve(given, getattr(model_config, "hf_config", None),
+                             local_dir(model_config) if checkpoint else None, what=what)
+
+
 def quantized_modules(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
     """Modules whose quant_method is not vLLM's Unquantized* (their loaders feed a processing
     step, e.g. online fp8 quantization, that vLLM's layerwise reload runs)."""
@@ -211,14 +263,18 @@ def whole_modules_to_fallback(boxes: Dict[str, List[Box]], fallback: List[str],
 
 class WsyncReceiver:
     """The engine-independent part: probe the loaders, register, flip. `load_weights` is the
-    engine's loader (vLLM: model.load_weights); `dtype` that of the trainers' tensors."""
+    engine's loader (vLLM: model.load_weights); `dtype` that of the trainers' tensors.
+    `model_config` / `draft_model_config`: vLLM's ModelConfig of the target / the draft, which
+    tell the tensors' names and shapes when the init info does not (hf_shapes /
+    draft_hf_shapes)."""
 
     def __init__(self, model: torch.nn.Module, load_weights: Any, info: WsyncInitInfo,
                  rank: Optional[int] = None, dtype: Optional[torch.dtype] = None,
-                 engine_id: str = "", draft: Optional[torch.nn.Module] = None) -> None:
+                 engine_id: str = "", draft: Optional[torch.nn.Module] = None,
+                 model_config: Any = None, draft_model_config: Any = None) -> None:
         self.model = model
-        shapes: List[Tuple[str, Tuple[int, ...]]] = [(n, tuple(s))
-                                                     for n, s in info.hf_shapes.items()]
+        self.hf_shapes = resolve_shapes(info.hf_shapes, model_config, "hf_shapes")
+        shapes: List[Tuple[str, Tuple[int, ...]]] = list(self.hf_shapes.items())
         params = dict(model.named_parameters())
         self.boxes, self.fallback = probe_loaders(params, shapes, load_weights)
         # Modules whose weights only vLLM's processing can apply: all of their tensors go
@@ -238,9 +294,19 @@ class WsyncReceiver:
         if self.fallback:  # full HF tensors in slots, applied through the engine's loader
             self.rollout.register_slots({n: (dict(shapes)[n], dtype or params_dtype(params))
                                          for n in self.fallback}, device=device)
-        self.draft = DraftPart(draft, info, self.rollout, dtype, params) \
-            if draft is not None and info.draft_hf_shapes else None
-        self.rollout.commit()
+        self.draft: Optional[DraftPart] = None
+        draft_shapes = draft_shapes_for(info, draft, model_config, draft_model_config)
+        if draft is not None and draft_shapes:
+            self.draft = DraftPart(draft, info, draft_shapes, self.rollout, dtype, params,
+                                   draft_model_config or model_config)
+        try:
+            self.rollout.commit()
+        except WsyncError as e:
+            if self.draft is not None and "no trainer declares" in str(e):
+                raise type(e)(e.status, e.status_name, e.message + " (the draft model's tensors: "
+                              "trainers that do not publish them: init info sync_draft=False)",
+                              e.call) from e
+            raise
 
     def receive(self, version: Optional[int], timeout_ms: int = -1) -> int:
         """Waits for `version` (None: one newer than the live one), copy-flips it, applies the
@@ -277,19 +343,26 @@ class WsyncReceiver:
         whole model: their loaders buffer the checkpoint tensors and vLLM re-runs the layer's
         processing once all of them arrived (finish_reload). Nothing for copy-flipped weights.
         Call under the worker's vLLM config (set_current_vllm_config)."""
-        if self.reloaded:
+        reloaded = list(self.reloaded.values())
+        reloaded += list(self.draft.reloaded.values()) if self.draft is not None else []
+        if reloaded:
             from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
-            for module in self.reloaded.values():
+            for module in reloaded:
                 initialize_layerwise_reload(module)
 
     def finish_reload(self, model_config: Any) -> None:
         """Finalizes the layerwise reload that start_reload began (vLLM's processing of the
         processed layers); `model_config` is vLLM's ModelConfig of this model."""
-        if self.reloaded:
+        from_draft = self.draft is not None and bool(self.draft.reloaded)
+        if self.reloaded or from_draft:
             from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-            finalize_layerwise_reload(self.model, model_config)
+            if self.reloaded:
+                finalize_layerwise_reload(self.model, model_config)
+            if from_draft:
+                assert self.draft is not None
+                finalize_layerwise_reload(self.draft.model, self.draft.model_config)
 
     def close(self) -> None:
         """Leaves the wsync job."""
@@ -300,17 +373,27 @@ class DraftPart:
     """The speculative-decoding draft model's parameters, registered in the target's wsync
     context (one version for both): its loaders probed like the target's, its tensors named
     draft_prefix + the draft's own HF names. Parameters the draft shares with the target (tied
-    embeddings / lm_head of EAGLE heads) are the target's memory already and are skipped."""
+    embeddings / lm_head of EAGLE heads) are the target's memory already and are skipped.
+    Layers vLLM processed after loading (quantized, or repacked by its CPU backend) are loaded
+    whole through the draft's load_weights inside vLLM's layerwise reload, as the target's."""
 
-    def __init__(self, draft: torch.nn.Module, info: WsyncInitInfo, rollout: Rollout,
-                 dtype: Optional[torch.dtype], target_params: Dict[str, torch.nn.Parameter]
-                 ) -> None:
+    def __init__(self, draft: torch.nn.Module, info: WsyncInitInfo,
+                 hf_shapes: Dict[str, Tuple[int, ...]], rollout: Rollout,
+                 dtype: Optional[torch.dtype], target_params: Dict[str, torch.nn.Parameter],
+                 model_config: Any = None) -> None:
         self.prefix = info.draft_prefix
+        self.model, self.model_config = draft, model_config
         self.load_weights = draft.load_weights
-        shared = {p.data_ptr() for p in target_params.values()}
-        params = {n: p for n, p in draft.named_parameters() if p.data_ptr() not in shared}
-        shapes = [(n, tuple(s)) for n, s in info.draft_hf_shapes.items()]
+        # Shared: the same memory as a target parameter (empty repacked tensors share nothing).
+        shared = {p.data_ptr() for p in target_params.values() if p.numel() > 0}
+        params = {n: p for n, p in draft.named_parameters()
+                  if p.numel() == 0 or p.data_ptr() not in shared}
+        self.hf_shapes = hf_shapes
+        shapes = list(hf_shapes.items())
         boxes, fallback = probe_loaders(params, shapes, draft.load_weights)
+        self.reloaded = processed_modules(draft)
+        if self.reloaded:
+            boxes, fallback = whole_modules_to_fallback(boxes, fallback, self.reloaded)
         renamed = {self.prefix + n: [dataclasses.replace(b, tensor=self.prefix + b.tensor)
                                      for b in bs] for n, bs in boxes.items()}
         live = {self.prefix + n: params[n] for n in boxes}
@@ -360,7 +443,8 @@ class WsyncWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,vali
         with set_current_vllm_config(self.vllm_config):
             self.receiver = WsyncReceiver(self.model, self.model.load_weights, init_info,
                                           dtype=getattr(self.model_config, "dtype", None),
-                                          engine_id=engine_id(self.vllm_config))
+                                          engine_id=engine_id(self.vllm_config),
+                                          model_config=self.model_config)
 
     def start_weight_update(self) -> None:
         """Copy-flipped weights need nothing; processed layers enter vLLM's layerwise reload
@@ -409,18 +493,25 @@ class WsyncWorkerExtension:
         rollout rank rollout_rank_base + this worker's TP rank: WsyncInitInfo), probes vLLM's
         loaders under the worker's vLLM config, registers (the draft model's parameters too when
         the engine has one and draft_hf_shapes names its tensors), commits (every worker of the
-        replica must call it: collective_rpc does). Returns {"replica": id, "rank": wsync rank}."""
+        replica must call it: collective_rpc does). Returns {"replica": id, "rank": wsync rank,
+        "draft_tensors": the draft's tensors registered (0: no draft)}."""
         from vllm.config import set_current_vllm_config
 
         worker: Any = self
         model = worker.model_runner.get_model()
         get_draft = getattr(worker.model_runner, "get_draft_model", None)
         draft = get_draft() if callable(get_draft) else None
+        spec = getattr(worker.vllm_config, "speculative_config", None)
         with set_current_vllm_config(worker.vllm_config):
             self._wsync = WsyncReceiver(model, model.load_weights, WsyncInitInfo(**init_info),
                                         dtype=worker.vllm_config.model_config.dtype,
-                                        engine_id=engine_id(worker.vllm_config), draft=draft)
-        return {"replica": self._wsync.replica, "rank": self._wsync.rollout.rank}
+                                        engine_id=engine_id(worker.vllm_config), draft=draft,
+                                        model_config=worker.vllm_config.model_config,
+                                        draft_model_config=getattr(spec, "draft_model_config",
+                                                                   None))
+        draft_part = self._wsync.draft
+        return {"replica": self._wsync.replica, "rank": self._wsync.rollout.rank,
+                "draft_tensors": len(draft_part.hf_shapes) if draft_part is not None else 0}
 
     def wsync_stats(self) -> Optional[Dict[str, Any]]:
         """This worker's wsync.VersionStats as a dict (None before its first version): the newest

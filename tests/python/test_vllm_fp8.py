@@ -30,7 +30,13 @@ LINEAR = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn
           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path):
+@pytest.mark.parametrize("variant", [
+    {},  # float32 scales, 2 kv heads: one per TP rank
+    # power-of-two scales (a ue8m0 checkpoint: quantization_config scale_fmt "ue8m0"), and one
+    # kv head that both TP ranks hold (vLLM's num_kv_head_replicas = 2)
+    {"ue8m0": True, "kv_heads": 1},
+], ids=["float32", "ue8m0_kv_replicas"])
+def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, variant: dict):
     why = _ready()
     if why:
         pytest.skip(why)
@@ -41,7 +47,7 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path):
                PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
     with wsync.Coordinator(trainers=2, rollouts=tp, timeout_ms=300000, quiet=False) as c:
         args = {"tp": tp, "versions": versions, "out": str(tmp_path), "address": c.address,
-                "secret": c.secret, "dist_port": free_port()}
+                "secret": c.secret, "dist_port": free_port(), **variant}
 
         def start(role: str, log: str, extra: dict) -> subprocess.Popen:
             return subprocess.Popen([PYTHON, str(JOBS), role, json.dumps(dict(args, **extra))],
@@ -62,11 +68,14 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path):
         assert report["fallback"] == ["lm_head.weight", "model.embed_tokens.weight"], report
         assert report["skipped"] == {}, report
         assert set(report["block_scaled"]) == fp8, report
-        assert report["formats"] == ["FLOAT32"], report
+        assert report["formats"] == ["POW2_FLOAT32" if variant else "FLOAT32"], report
         assert report["kernels"] == ["CPUFp8BlockScaledMMKernel"], report
         assert len(report["in_place"]) == 8, report  # qkv, o, gate_up, down of 2 layers
         assert not any(n.endswith("_proj") for n in report["reloaded"]), report
         assert report["probe_mismatch"] == {}, report  # the boxes vLLM's loaders give
+        repacked = report["repacked_skipped"]  # vLLM's CPU kernel re-lays them: not in place
+        assert len(repacked) == 8 and all("CPUFp8BlockScaledMMKernel re-lays" in why
+                                          for why in repacked.values()), repacked
         for v in range(1, versions + 1):
             saved = torch.load(tmp_path / f"worker{r}_v{v}.pt")
             assert saved["version"] == v

@@ -20,7 +20,9 @@ update_weights / finish_weight_update); the worker saves the bits of every param
 a second model of vLLM's that load_weights the checkpoint quantized by vLLM's own
 ``per_block_cast_to_fp8`` (vllm.utils.deep_gemm), q / k / v and gate / up quantized separately
 as an fp8 checkpoint holds them. It also probes vLLM's loaders (wsync.engines.probe) with the
-fp8 weights' and the scales' HF names: the boxes must equal those vllm_fp8 derived.
+fp8 weights' and the scales' HF names: the boxes must equal those vllm_fp8 derived; and builds
+the model a third time without the flag (vLLM's VNNI repack): vllm_fp8 must leave it to the
+fallback.
 """
 from __future__ import annotations
 
@@ -40,6 +42,19 @@ VOCAB, HIDDEN, INTER, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 256, 512, 512, 2, 4, 2
 QUANT = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
 LINEAR = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def configure(a: dict) -> None:
+    """The variant of args: kv_heads (1: each TP rank holds the one kv head, vLLM's
+    num_kv_head_replicas = 2) and ue8m0 (quantization_config scale_fmt "ue8m0": vLLM's
+    power-of-two scales, per_block_cast_to_fp8(use_ue8m0=True))."""
+    global KV_HEADS, UE8M0
+    KV_HEADS, UE8M0 = int(a.get("kv_heads", KV_HEADS)), bool(a.get("ue8m0", False))
+    if UE8M0:
+        QUANT["scale_fmt"] = "ue8m0"
+
+
+UE8M0 = False
 
 
 def hf_shapes() -> dict:
@@ -80,7 +95,7 @@ def checkpoint(version: int, versions: int) -> dict:
         out[name] = t.bfloat16()
     if version == versions:  # non-finite values: what vLLM's quantizer does with them
         out["model.layers.0.self_attn.q_proj.weight"][5, 7] = float("nan")
-        out["model.layers.0.self_attn.k_proj.weight"][130, 3] = float("inf")
+        out["model.layers.0.self_attn.k_proj.weight"][100, 3] = float("inf")
         out["model.layers.1.mlp.down_proj.weight"][140, 300] = float("-inf")
         out["model.layers.1.mlp.gate_proj.weight"][200, 10] = float("nan")
     return out
@@ -126,7 +141,7 @@ def vllm_config(tp: int, model_dir: Path):
         num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
         head_dim=HEAD_DIM, max_position_embeddings=128, tie_word_embeddings=False)
     cfg.architectures = ["Qwen2ForCausalLM"]
-    cfg.quantization_config = dict(QUANT)
+    cfg.quantization_config = dict(QUANT)  # scale_fmt only where the variant sets it
     cfg.save_pretrained(model_dir)
     mc = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16",
                      enforce_eager=True)
@@ -134,16 +149,16 @@ def vllm_config(tp: int, model_dir: Path):
                       parallel_config=ParallelConfig(tensor_parallel_size=tp))
 
 
-def built_model(vc, prefix: str = ""):
-    """vLLM's model, its fp8 linear layers marked _cpu_skip_gemm_dispatch, then vLLM's
-    post-loading step (as its loader runs it)."""
+def built_model(vc, prefix: str = "", keep_layout: bool = True):
+    """vLLM's model, its fp8 linear layers marked _cpu_skip_gemm_dispatch (keep_layout), then
+    vLLM's post-loading step (as its loader runs it)."""
     from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
     from vllm.model_executor.model_loader.utils import (initialize_model,
                                                         process_weights_after_loading)
 
     model = initialize_model(vc, prefix=prefix)
     for m in model.modules():
-        if isinstance(getattr(m, "quant_method", None), Fp8LinearMethod):
+        if keep_layout and isinstance(getattr(m, "quant_method", None), Fp8LinearMethod):
             m._cpu_skip_gemm_dispatch = True
     process_weights_after_loading(model, vc.model_config, torch.device("cpu"))
     return model
@@ -162,7 +177,7 @@ def fp8_checkpoint(state: dict) -> dict:
 
     out = dict(state)
     for name in fp8_names():
-        q, s = per_block_cast_to_fp8(state[name], QUANT["weight_block_size"], use_ue8m0=False)
+        q, s = per_block_cast_to_fp8(state[name], QUANT["weight_block_size"], use_ue8m0=UE8M0)
         out[name], out[name + "_scale_inv"] = q, s
     return out
 
@@ -187,6 +202,8 @@ def worker(a: dict) -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
     from vllm.plugins import load_general_plugins
 
+    from wsync.engines.vllm_fp8 import plan as block_fp8_plan
+
     rank, out, tp = a["rank"], Path(a["out"]), a["tp"]
     vc = vllm_config(tp, out / f"model_{rank}")
     with set_current_vllm_config(vc):
@@ -196,6 +213,9 @@ def worker(a: dict) -> None:
         initialize_model_parallel(tp)
         model = built_model(vc)
         reference = built_model(vc, prefix="reference")
+        # vLLM's CPU kernel without the flag: VNNI-repacked weights, which must keep the fallback
+        repacked = block_fp8_plan(built_model(vc, prefix="repacked", keep_layout=False),
+                                  list(hf_shapes().items())).skipped
     load_general_plugins()
     engine = WeightTransferEngineFactory.create_engine(WeightTransferConfig(backend="wsync"), vc,
                                                        torch.device("cpu"), model)
@@ -214,6 +234,7 @@ def worker(a: dict) -> None:
               "formats": sorted({w.format.name for w in plan.weights}),
               "probe_mismatch": {n: [derived[n], probed[n]] for n in probed
                                  if derived[n] != probed[n]},
+              "repacked_skipped": repacked,
               "kernels": sorted({type(m.quant_method.fp8_linear).__name__
                                  for m in plan.modules.values()})}
     params = dict(model.named_parameters())
@@ -235,4 +256,6 @@ def worker(a: dict) -> None:
 
 
 if __name__ == "__main__":
-    run(lambda: {"trainer": trainer, "worker": worker}[sys.argv[1]](json.loads(sys.argv[2])))
+    ARGS = json.loads(sys.argv[2])
+    configure(ARGS)
+    run(lambda: {"trainer": trainer, "worker": worker}[sys.argv[1]](ARGS))

@@ -88,7 +88,7 @@ class BlockFp8Plan:
             rollout.set_block_scaling(w.hf_name, w.scale_name, format=w.format, block=w.block)
 
 
-def _fp8_linear_classes() -> Tuple[type, type]:
+def _fp8_linear_classes() -> Tuple[Any, Any]:
     from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import \
         Fp8BlockScaledMMLinearKernel
     from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod

@@ -60,6 +60,9 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, va
         logs = "".join(f"--- {p.name}:\n{p.read_text()[-3000:]}"
                        for p in sorted(tmp_path.glob("*.log")))
         assert codes == [0] * len(procs), logs + c.stderr
+        scaling = [line for line in c.stderr.splitlines() if "block scaling:" in line]
+        print(scaling)  # the tensors quantized in flight, the partial maxima's bytes
+        assert scaling and "block scaling: 14 scaled tensor schemes" in scaling[0], c.stderr
     fp8 = {f"model.layers.{i}.{m}.weight" for i in range(2) for m in LINEAR}
     for r in range(tp):
         report = json.loads((tmp_path / f"worker{r}.json").read_text())

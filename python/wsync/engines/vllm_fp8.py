@@ -30,6 +30,7 @@ scales (the checkpoint's ``quantization_config.scale_fmt == "ue8m0"``, or DeepGE
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -88,21 +89,26 @@ class BlockFp8Plan:
             rollout.set_block_scaling(w.hf_name, w.scale_name, format=w.format, block=w.block)
 
 
-def _fp8_linear_classes() -> Tuple[Any, Any]:
-    from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import \
-        Fp8BlockScaledMMLinearKernel
-    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
-
+@functools.lru_cache(maxsize=None)
+def _fp8_linear_classes() -> Optional[Tuple[Any, Any]]:
+    """(Fp8LinearMethod, Fp8BlockScaledMMLinearKernel), None where this vLLM has no such
+    classes (or its fp8 modules do not import here)."""
+    try:
+        from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import \
+            Fp8BlockScaledMMLinearKernel
+        from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+    except Exception:  # ImportError, or a build whose kernels fail to load
+        return None
     return Fp8LinearMethod, Fp8BlockScaledMMLinearKernel
 
 
 def layout_kept(module: torch.nn.Module) -> Optional[str]:
     """None when `module` is a block-fp8 linear layer whose live weight and scale are in the
     checkpoint's layout (in-place target), else why not ("" for a layer that is not block fp8)."""
-    try:
-        fp8_method, block_kernel = _fp8_linear_classes()
-    except ImportError:
+    classes = _fp8_linear_classes()
+    if classes is None:
         return ""
+    fp8_method, block_kernel = classes
     qm = getattr(module, "quant_method", None)
     if not isinstance(qm, fp8_method) or not getattr(qm, "block_quant", False):
         return ""

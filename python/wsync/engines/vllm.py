@@ -53,6 +53,7 @@ from ..rollout import Rollout
 from ..types import VERSION_NEWEST
 from . import hf_shapes as shapes_of
 from .probe import probe_loaders
+from .vllm_fp8 import plan as block_fp8_plan
 
 try:  # vLLM is optional: the classes below exist only where it imports
     from vllm.distributed.weight_transfer.base import (WeightTransferEngine,
@@ -279,10 +280,13 @@ class WsyncReceiver:
         self.boxes, self.fallback = probe_loaders(params, shapes, load_weights)
         # Modules whose weights only vLLM's processing can apply: all of their tensors go
         # through load_weights inside vLLM's layerwise reload (start / finish_weight_update).
-        self.reloaded = processed_modules(model)
+        # Block-fp8 layers in the checkpoint's layout: fp8 weights + scales in place (vllm_fp8).
+        self.block_fp8 = block_fp8_plan(model, shapes)
+        self.reloaded = self.block_fp8.keep_out(processed_modules(model))
         if self.reloaded:
             self.boxes, self.fallback = whole_modules_to_fallback(self.boxes, self.fallback,
                                                                   self.reloaded)
+        self.boxes, self.fallback = self.block_fp8.adopt(self.boxes, self.fallback)
         self.load_weights = load_weights
         bootstrap, self.replica = bootstrap_for(info, engine_id)
         device = next(iter(params.values())).device
@@ -291,6 +295,7 @@ class WsyncReceiver:
                                cuda_device=device.index if device.type == "cuda" else None)
         live = {n: params[n] for n in self.boxes}
         self.rollout.register_module(live, specs=self.boxes, mode="copy_flip")
+        self.block_fp8.declare(self.rollout)
         if self.fallback:  # full HF tensors in slots, applied through the engine's loader
             self.rollout.register_slots({n: (dict(shapes)[n], dtype or params_dtype(params))
                                          for n in self.fallback}, device=device)

@@ -1,0 +1,108 @@
+"""Block-fp8 vLLM layers received in place (wsync.engines.vllm_fp8), against the REAL vLLM: a
+tiny Qwen2 with quantization_config {"quant_method": "fp8", "weight_block_size": [128, 128],
+"activation_scheme": "dynamic"} built by vLLM's initialize_model on its CPU platform (vLLM's CPU
+build: Fp8LinearMethod layers QKVParallelLinear / MergedColumnParallelLinear /
+RowParallelLinear, vLLM's CPU block kernel with its layout-keeping ``_cpu_skip_gemm_dispatch``),
+TP 2 over gloo, the "wsync" backend from vLLM's factory. Two bf16 trainer processes, whose row
+shards cut 128-row blocks, publish 3 versions; after each one every parameter of each TP rank
+(fp8 weights, float32 weight_scale_inv, the rest) is bit-equal to vLLM's own load_weights of
+that checkpoint quantized by vLLM's per_block_cast_to_fp8 (q / k / v and gate / up separately,
+as the checkpoint holds them), NaN / +-Inf included in the last version. No HF tensor goes
+through the load_weights fallback and no linear layer through the layerwise reload. Runs with
+$WSYNC_VLLM_CPU_PYTHON (default /opt/wsync-vllm-cpu-venv/bin/python); skipped without it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import wsync
+from conftest import HERE, free_port
+from test_vllm import wait_all
+from test_vllm_engine import PYTHON, _ready
+
+JOBS = HERE / "vllm_fp8_jobs.py"
+LINEAR = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+@pytest.mark.parametrize("variant", [
+    {},  # float32 scales, 2 kv heads: one per TP rank
+    # power-of-two scales (a ue8m0 checkpoint: quantization_config scale_fmt "ue8m0"), and one
+    # kv head that both TP ranks hold (vLLM's num_kv_head_replicas = 2)
+    {"ue8m0": True, "kv_heads": 1},
+], ids=["float32", "ue8m0_kv_replicas"])
+def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, variant: dict):
+    why = _ready()
+    if why:
+        pytest.skip(why)
+    tp, versions = 2, 3
+    # VLLM_DIST_IDENT: the name of vLLM's CPU shared-memory TP group (its CPU workers set it)
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_TARGET_DEVICE="cpu",
+               VLLM_DIST_IDENT=f"wsync-fp8-{os.getpid()}",
+               PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
+    with wsync.Coordinator(trainers=2, rollouts=tp, timeout_ms=300000, quiet=False) as c:
+        args = {"tp": tp, "versions": versions, "out": str(tmp_path), "address": c.address,
+                "secret": c.secret, "dist_port": free_port(), **variant}
+
+        def start(role: str, log: str, extra: dict) -> subprocess.Popen:
+            return subprocess.Popen([PYTHON, str(JOBS), role, json.dumps(dict(args, **extra))],
+                                    env=env, stdout=open(tmp_path / log, "w"),
+                                    stderr=subprocess.STDOUT)
+
+        procs = [start("trainer", f"t{t}.log", {"trainer": t}) for t in range(2)] + \
+            [start("worker", f"w{r}.log", {"rank": r}) for r in range(tp)]
+        codes = wait_all(procs, timeout_s=550)
+        logs = "".join(f"--- {p.name}:\n{p.read_text()[-3000:]}"
+                       for p in sorted(tmp_path.glob("*.log")))
+        assert codes == [0] * len(procs), logs + c.stderr
+        scaling = [line for line in c.stderr.splitlines() if "block scaling:" in line]
+        print(scaling)  # the tensors quantized in flight, the partial maxima's bytes
+        assert scaling and "block scaling: 14 scaled tensor schemes" in scaling[0], c.stderr
+    fp8 = {f"model.layers.{i}.{m}.weight" for i in range(2) for m in LINEAR}
+    for r in range(tp):
+        report = json.loads((tmp_path / f"worker{r}.json").read_text())
+        # no linear weight through load_weights (vLLM's CPU backend re-lays the embeddings and
+        # lm_head: those two keep the fallback, as in every vLLM CPU model)
+        assert report["fallback"] == ["lm_head.weight", "model.embed_tokens.weight"], report
+        assert report["skipped"] == {}, report
+        assert set(report["block_scaled"]) == fp8, report
+        assert report["formats"] == ["POW2_FLOAT32" if variant else "FLOAT32"], report
+        assert report["kernels"] == ["CPUFp8BlockScaledMMKernel"], report
+        assert len(report["in_place"]) == 8, report  # qkv, o, gate_up, down of 2 layers
+        assert not any(n.endswith("_proj") for n in report["reloaded"]), report
+        assert report["probe_mismatch"] == {}, report  # the boxes vLLM's loaders give
+        repacked = report["repacked_skipped"]  # vLLM's CPU kernel re-lays them: not in place
+        assert len(repacked) == 8 and all("CPUFp8BlockScaledMMKernel re-lays" in why
+                                          for why in repacked.values()), repacked
+        for v in range(1, versions + 1):
+            saved = torch.load(tmp_path / f"worker{r}_v{v}.pt")
+            assert saved["version"] == v
+            assert saved["moved"] == [], saved["moved"]  # in place: no parameter reallocated
+            assert set(saved["got"]) == set(saved["want"])
+            nans = 0
+            for name, want in saved["want"].items():
+                got = saved["got"][name]
+                if v < versions:  # finite checkpoints: every bit
+                    assert torch.equal(got, want), f"rank {r} v{v}: {name}"
+                    continue
+                got_nan, want_nan = nan_mask(got), nan_mask(want)
+                assert torch.equal(got_nan, want_nan), f"rank {r} v{v}: NaNs of {name}"
+                assert torch.equal(got[~got_nan], want[~want_nan]), f"rank {r} v{v}: {name}"
+                nans += int(want_nan.sum())
+            if v == versions:  # NaN / Inf blocks: NaN scales, NaN and +-0 elements, as vLLM's
+                assert nans > 0
+                print(f"rank {r}: {nans} NaN elements and scales, equal up to the NaN's sign")
+
+
+def nan_mask(raw: torch.Tensor) -> torch.Tensor:
+    """Where the raw bits (uint8: float8 e4m3fn; int32: float32; int16: bfloat16) hold a NaN.
+    wsync writes one NaN pattern (e4m3 0x7f, float32 0x7fffffff); torch's NaNs carry a sign that
+    depends on its CPU code path (src/quant/block_quant_math.h), so NaNs compare by position."""
+    if raw.dtype == torch.uint8:
+        return (raw & 0x7F) == 0x7F
+    return torch.isnan(raw.view({torch.int32: torch.float32, torch.int16: torch.bfloat16}[raw.dtype]))

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "capi_config.h"
+#include "capi_handles.h"
 #include "common/fast_copy.h"
 #include "options/options.h"
 #include "runtime/context.h"
@@ -19,39 +20,8 @@
 #include "wsync/wsync.h"
 
 namespace {
-// A context's last error. Shared with its requests, so that a request may record a failure on its
-// context even when it outlives the handle.
-struct ErrorSlot {
-  std::mutex mu;
-  std::string text;
-  void set(const std::string& message) {
-    std::lock_guard lock(mu);
-    text = message;
-  }
-};
-}  // namespace
-
-struct wsync_context_s {
-  std::unique_ptr<wsync::Context> ctx;
-  std::shared_ptr<ErrorSlot> last_error = std::make_shared<ErrorSlot>();
-};
-
-struct wsync_request_s {
-  std::shared_ptr<wsync::PublishRequest> request;
-  std::chrono::milliseconds default_timeout{60000};
-  std::shared_ptr<ErrorSlot> context_error;  // the publishing context's last error
-  // The publish's failure, set once (never changed after): wsync_request_error() returns it.
-  std::mutex error_mu;
-  std::string error;
-};
-
-struct wsync_lease_s {
-  wsync::Lease lease;
-  const wsync::RolloutContext* ctx = nullptr;
-  std::shared_ptr<ErrorSlot> context_error;  // the acquiring context's last error
-};
-
-namespace {
+thread_local std::string t_create_error;  // last failure of wsync_context_create on this thread
+thread_local std::string t_error_copy;    // what wsync_last_error() returned last on this thread
 
 // The lease handles not yet released, so that releasing one twice is an error instead of a double
 // free. (A handle's address may be reused by a later acquire; releasing a stale handle after that
@@ -61,6 +31,10 @@ std::unordered_set<const wsync_lease_s*>& liveLeases() {
   static auto* leases = new std::unordered_set<const wsync_lease_s*>();  // outlives exit handlers
   return *leases;
 }
+}  // namespace
+
+namespace wsync::capi_internal {
+
 void rememberLease(const wsync_lease_s* lease) {
   std::lock_guard lock(g_leases_mu);
   liveLeases().insert(lease);
@@ -69,9 +43,6 @@ bool forgetLease(const wsync_lease_s* lease) {
   std::lock_guard lock(g_leases_mu);
   return liveLeases().erase(lease) == 1;
 }
-
-thread_local std::string t_create_error;  // last failure of wsync_context_create on this thread
-thread_local std::string t_error_copy;    // what wsync_last_error() returned last on this thread
 
 wsync_status_t record(wsync_context_t ctx, const wsync::Status& s) {
   if (s.isOk()) return WSYNC_SUCCESS;
@@ -83,19 +54,25 @@ wsync_status_t record(wsync_context_t ctx, const wsync::Status& s) {
   return s.code();
 }
 
-// Runs `body` (returning wsync_status_t); exceptions become statuses recorded on `ctx`.
-template <typename Body>
-wsync_status_t guarded(wsync_context_t ctx, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return record(ctx, {WSYNC_ERR_SYSTEM, "out of memory"});
-  } catch (const std::exception& e) {
-    return record(ctx, wsync::internalError(std::string("unexpected exception: ") + e.what()));
-  } catch (...) {
-    return record(ctx, wsync::internalError("unexpected exception"));
-  }
+wsync::TrainerContext* asTrainer(wsync_context_t ctx) {
+  return ctx->ctx->role() == wsync::Role::kTrainer
+             ? static_cast<wsync::TrainerContext*>(ctx->ctx.get())
+             : nullptr;
 }
+wsync::RolloutContext* asRollout(wsync_context_t ctx) {
+  return ctx->ctx->role() == wsync::Role::kRollout
+             ? static_cast<wsync::RolloutContext*>(ctx->ctx.get())
+             : nullptr;
+}
+
+}  // namespace wsync::capi_internal
+
+using wsync::capi_internal::asRollout;
+using wsync::capi_internal::asTrainer;
+
+namespace {
+using wsync::capi_internal::guarded;
+using wsync::capi_internal::record;
 
 // The text of a publish's failure `s`: never empty, and naming the version.
 std::string publishErrorText(const wsync::PublishRequest& request, const wsync::Status& s) {
@@ -121,17 +98,6 @@ wsync_status_t recordRequest(wsync_request_t request, const wsync::Status& statu
 
 wsync::Status invalid(const std::string& m) {
   return wsync::invalidArgument(m);
-}
-
-wsync::TrainerContext* asTrainer(wsync_context_t ctx) {
-  return ctx->ctx->role() == wsync::Role::kTrainer
-             ? static_cast<wsync::TrainerContext*>(ctx->ctx.get())
-             : nullptr;
-}
-wsync::RolloutContext* asRollout(wsync_context_t ctx) {
-  return ctx->ctx->role() == wsync::Role::kRollout
-             ? static_cast<wsync::RolloutContext*>(ctx->ctx.get())
-             : nullptr;
 }
 
 wsync::Result<wsync::Dims> dimsFrom(const int64_t* values, int ndim, const char* what,
@@ -506,108 +472,6 @@ wsync_status_t wsync_request_replicas(wsync_request_t request, wsync_replicas_ki
 
 wsync_status_t wsync_request_free(wsync_request_t request) {
   delete request;
-  return WSYNC_SUCCESS;
-}
-
-wsync_status_t wsync_newest_version(wsync_context_t ctx, uint64_t* version) {
-  if (ctx == nullptr || version == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  return guarded(ctx, [&]() -> wsync_status_t {
-    wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr)
-      return record(ctx, wsync::invalidUsage("newest_version on a trainer context"));
-    if (!rollout->committed())
-      return record(ctx, wsync::invalidUsage("newest_version before commit"));
-    auto v = rollout->newestVersion();
-    if (!v) return record(ctx, {WSYNC_ERR_NOT_READY, "no version is ready yet"});
-    *version = *v;
-    return WSYNC_SUCCESS;
-  });
-}
-
-wsync_status_t wsync_wait_version(wsync_context_t ctx, uint64_t version, int timeout_ms,
-                                  uint64_t* newest) {
-  if (ctx == nullptr || newest == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  return guarded(ctx, [&]() -> wsync_status_t {
-    wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr)
-      return record(ctx, wsync::invalidUsage("wait_version on a trainer context"));
-    const auto timeout =
-        timeout_ms < 0 ? rollout->options().timeout : std::chrono::milliseconds(timeout_ms);
-    auto v = rollout->waitVersion(version, timeout);
-    if (!v.isOk()) return record(ctx, v.status());
-    *newest = *v;
-    return WSYNC_SUCCESS;
-  });
-}
-
-wsync_status_t wsync_acquire(wsync_context_t ctx, uint64_t version, wsync_lease_t* lease) {
-  if (ctx == nullptr || lease == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  return guarded(ctx, [&]() -> wsync_status_t {
-    wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr) return record(ctx, wsync::invalidUsage("acquire on a trainer context"));
-    auto l = rollout->acquire(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version);
-    if (!l.isOk()) return record(ctx, l.status());
-    auto* handle = new wsync_lease_s;
-    handle->lease = std::move(l).value();
-    handle->ctx = rollout;
-    handle->context_error = ctx->last_error;
-    rememberLease(handle);
-    *lease = handle;
-    return WSYNC_SUCCESS;
-  });
-}
-
-wsync_status_t wsync_lease_version(wsync_lease_t lease, uint64_t* version) {
-  if (lease == nullptr || version == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  *version = lease->lease.version();
-  return WSYNC_SUCCESS;
-}
-
-wsync_status_t wsync_lease_buffer(wsync_lease_t lease, int buffer_index, void** data) {
-  if (lease == nullptr || data == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  void* p = lease->ctx->bufferData(lease->lease, buffer_index);
-  if (p == nullptr) {  // wsync_last_error(ctx) says why (not an earlier call's error)
-    const std::string why =
-        "wsync_lease_buffer: buffer index " + std::to_string(buffer_index) +
-        (lease->lease.valid() ? " is not in [0, " + std::to_string(lease->ctx->numBuffers()) + ")"
-                              : " of a lease that holds no version");
-    if (lease->context_error) lease->context_error->set(why);
-    return WSYNC_ERR_INVALID_ARGUMENT;
-  }
-  *data = p;
-  return WSYNC_SUCCESS;
-}
-
-wsync_status_t wsync_copy_flip(wsync_context_t ctx, uint64_t version, wsync_cuda_stream_t stream,
-                               uint64_t* flipped) {
-  if (ctx == nullptr || flipped == nullptr) return WSYNC_ERR_INVALID_ARGUMENT;
-  return guarded(ctx, [&]() -> wsync_status_t {
-    wsync::RolloutContext* rollout = asRollout(ctx);
-    if (rollout == nullptr)
-      return record(ctx, wsync::invalidUsage("copy_flip on a trainer context"));
-    if (!rollout->committed()) return record(ctx, wsync::invalidUsage("copy_flip before commit"));
-    if (!rollout->hasLiveMemory()) {
-      return record(ctx, wsync::invalidUsage(
-                             "copy_flip: no buffer was registered with live memory (data != NULL "
-                             "in wsync_register_buffer), so there is nothing to copy into; read "
-                             "the slots through wsync_acquire and wsync_lease_buffer instead"));
-    }
-    auto v = rollout->copyFlip(version == WSYNC_VERSION_NEWEST ? wsync::kNewestVersion : version,
-                               stream);
-    if (!v.isOk()) return record(ctx, v.status());
-    *flipped = *v;
-    return WSYNC_SUCCESS;
-  });
-}
-
-wsync_status_t wsync_lease_release(wsync_lease_t lease) {
-  if (lease == nullptr) return WSYNC_SUCCESS;
-  if (!forgetLease(lease)) {  // released already (or never a lease): touch nothing
-    return record(nullptr,
-                  wsync::invalidUsage("wsync_lease_release: the lease was already released "
-                                      "(or is not a lease handle)"));
-  }
-  delete lease;  // the Lease destructor releases
   return WSYNC_SUCCESS;
 }
 

@@ -93,24 +93,31 @@ Status TrainerContext::sendSent(const GoMsg& go) {
   return sendMessage(MessageType::kSentChecksums, encode(sent));
 }
 
-// After Sent: Delivered(version), or first a Go of the same version that re-sends it to the
+// After Sent: Delivered(version), or first a Go of the same version: a late Go (a busy replica,
+// held by awaitGo when it came before BlockMaxima) or one that re-sends it to the
 // replicas whose checksums failed (transfer again, Sent again).
 Result<DeliveredMsg> TrainerContext::awaitDelivered(uint64_t version) {
   const std::string what = "version " + std::to_string(version);
-  while (true) {
-    WSYNC_ASSIGN_OR_RETURN(
-        Frame frame, nextFrame(MessageType::kDelivered, options_.timeout + kCoordinatorReplyGrace,
-                               MessageType::kGo));
-    if (static_cast<MessageType>(frame.type) == MessageType::kDelivered) {
-      DeliveredMsg d;
-      WSYNC_RETURN_IF_ERROR(decode(frame.payload, d));
-      if (d.version != version)
-        return protocolError("delivered " + std::to_string(d.version) + " while waiting for " +
-                             what);
-      return d;
-    }
+  std::vector<GoMsg> held = std::move(held_gos_);  // late Gos that came before BlockMaxima
+  held_gos_.clear();
+  for (size_t next_held = 0;; ++next_held) {
     GoMsg go;
-    WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
+    if (next_held < held.size()) {
+      go = std::move(held[next_held]);
+    } else {
+      WSYNC_ASSIGN_OR_RETURN(
+          Frame frame, nextFrame(MessageType::kDelivered, options_.timeout + kCoordinatorReplyGrace,
+                                 MessageType::kGo));
+      if (static_cast<MessageType>(frame.type) == MessageType::kDelivered) {
+        DeliveredMsg d;
+        WSYNC_RETURN_IF_ERROR(decode(frame.payload, d));
+        if (d.version != version)
+          return protocolError("delivered " + std::to_string(d.version) + " while waiting for " +
+                               what);
+        return d;
+      }
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
+    }
     if (go.version != version) {
       return protocolError("Go for version " + std::to_string(go.version) +
                            " while waiting for the delivery of " + what);

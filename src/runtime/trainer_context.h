@@ -16,8 +16,8 @@
 
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
-#include "runtime/trainer_quantizer.h"
 #include "runtime/trainer_delta.h"
+#include "runtime/trainer_quantizer.h"
 #include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "transport/backend.h"
@@ -211,6 +211,9 @@ class TrainerContext final : public Context {
   std::vector<float> plan_scales_;
   std::vector<float> active_scales_;  // the version being sent (publisher thread only)
   TrainerQuantizer quantizer_;        // block-scaled rollout tensors: the float8 values and scales
+  // Later Gos of the version in flight (a busy replica's late Go) that arrived before BlockMaxima:
+  // sent after the first transfer, in order (awaitDelivered).
+  std::vector<GoMsg> held_gos_;
   std::vector<std::unique_ptr<SourceRegistration>> source_registrations_;
   std::vector<uint8_t> snapshot_;              // snapshot mode, host memory: a copy of every buffer
   DeviceBuffer device_snapshot_;               // snapshot mode, device memory

@@ -27,16 +27,21 @@ Result<GoMsg> TrainerContext::awaitGo(uint64_t version) {
   const auto timeout = options_.timeout + kCoordinatorReplyGrace;
   std::optional<GoMsg> go;
   bool have_maxima = !quantizer_.exchanges();
+  held_gos_.clear();
   while (!go || !have_maxima) {
     std::optional<MessageType> also;
-    if (!have_maxima && !go) also = MessageType::kGo;
+    if (!have_maxima) also = MessageType::kGo;
     WSYNC_ASSIGN_OR_RETURN(
         Frame frame,
         nextFrame(have_maxima ? MessageType::kGo : MessageType::kBlockMaxima, timeout, also));
     if (static_cast<MessageType>(frame.type) == MessageType::kGo) {
       GoMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
-      go = std::move(m);
+      if (go) {
+        held_gos_.push_back(std::move(m));  // a late Go: after the first transfer
+      } else {
+        go = std::move(m);
+      }
       continue;
     }
     BlockMaximaMsg maxima;

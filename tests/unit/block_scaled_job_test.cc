@@ -7,302 +7,23 @@
 // a block, a scale tensor of the wrong shape, two ranks of one replica that disagree.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstring>
-#include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "coordinator/coordinator.h"
-#include "support/block_quant_testing.h"
-#include "support/explicit_job.h"
-#include "wsync/wsync.h"
+#include "support/block_scaled_job.h"
 
 namespace {
 
+using namespace block_scaled_job;  // NOLINT(google-build-using-namespace)
 namespace bq = wsync::block_quant_testing;
-constexpr char kSecret[] = "block-scaled-job-secret";
 
-struct Coordinator {
-  std::unique_ptr<wsync::Coordinator> coordinator;
-  std::string address;
-};
-
-Coordinator startCoordinator(int trainers, int rollouts, bool checksums) {
-  wsync::CoordinatorOptions opt;
-  opt.job.checksums = checksums;
-  opt.num_trainers = trainers;
-  opt.num_rollouts = rollouts;
-  opt.control.secret = kSecret;
-  opt.timeout = std::chrono::milliseconds(20000);
-  auto c = wsync::Coordinator::start(std::move(opt));
-  EXPECT_TRUE(c.isOk()) << c.status().toString();
-  Coordinator job;
-  job.address = "127.0.0.1:" + std::to_string((*c)->port());
-  job.coordinator = std::move(c).value();
-  return job;
-}
-
-// One registered buffer: pieces of one tensor (a box each), its dtype.
-struct Piece {
-  std::string tensor;
-  std::vector<int64_t> shape, offset, extent;
-};
-struct Buffer {
-  std::string name;
-  wsync_dtype_t dtype;
-  std::vector<Piece> pieces;
-  int64_t elements() const {
-    int64_t n = 0;
-    for (const Piece& p : pieces) {
-      int64_t v = 1;
-      for (int64_t e : p.extent)
-        v *= e;
-      n += v;
-    }
-    return n;
-  }
-};
-
-size_t elementBytes(const Buffer& b) {
-  return b.dtype == WSYNC_DTYPE_FLOAT32 ? 4 : b.dtype == WSYNC_DTYPE_BFLOAT16 ? 2 : 1;
-}
-
-int registerBuffer(wsync_context_t ctx, const Buffer& b, void* data) {
-  std::vector<wsync_piece_t> pieces;
-  int64_t local = 0;
-  for (const Piece& p : b.pieces) {
-    wsync_piece_t w = WSYNC_PIECE_INITIALIZER;
-    w.tensor = p.tensor.c_str();
-    w.ndim = static_cast<int>(p.shape.size());
-    w.global_shape = p.shape.data();
-    w.box_offset = p.offset.data();
-    w.box_extent = p.extent.data();
-    w.local_offset = local;
-    int64_t v = 1;
-    for (int64_t e : p.extent)
-      v *= e;
-    local += v;
-    pieces.push_back(w);
-  }
-  int index = -1;
-  EXPECT_EQ(
-      wsync_register_buffer(ctx, b.name.c_str(), b.dtype, WSYNC_MEMORY_HOST, data, b.elements(),
-                            static_cast<int>(pieces.size()), pieces.data(), &index),
-      WSYNC_SUCCESS)
-      << wsync_last_error(ctx);
-  return index;
-}
-
-// The elements of `box` of a row-major tensor of `shape` (element size `size`), packed.
-std::vector<uint8_t> boxBytes(const std::vector<uint8_t>& all, const std::vector<int64_t>& shape,
-                              const std::vector<int64_t>& offset,
-                              const std::vector<int64_t>& extent, size_t size) {
-  wsync::Box box;
-  wsync::Dims s;
-  box.offset.rank = box.extent.rank = s.rank = static_cast<uint8_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    box.offset[static_cast<int>(d)] = offset[d];
-    box.extent[static_cast<int>(d)] = extent[d];
-    s[static_cast<int>(d)] = shape[d];
-  }
-  std::vector<uint8_t> out;
-  bq::forEachIndex(box, [&](const wsync::Dims& i) {
-    const auto at = static_cast<size_t>(bq::linearIndex(i, s)) * size;
-    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
-               all.begin() + static_cast<std::ptrdiff_t>(at + size));
-  });
-  return out;
-}
-
-wsync::Dims dimsOf(const std::vector<int64_t>& v) {
-  wsync::Dims d = wsync::Dims::zeros(static_cast<int>(v.size()));
-  for (size_t i = 0; i < v.size(); ++i)
-    d[static_cast<int>(i)] = v[i];
-  return d;
-}
-
-// The job: trainers and rollout ranks (replica, scalings, buffers) on threads.
-struct RolloutRank {
-  int replica = 0;
-  // > 0: a one-rank replica that joins the running job once trainer 0 published this version
-  // (WSYNC_BOOTSTRAP_EXPLICIT with replica_size 1); joiners come after the fixed ranks.
-  uint64_t join_after = 0;
-  std::vector<std::pair<std::string, wsync_block_scaling_t>> scalings;
-  std::vector<Buffer> buffers;
-};
-
-const std::vector<int64_t> kW = {300, 256};   // rows cut by the trainers at 100 and 210
-const std::vector<int64_t> kE = {3, 64, 96};  // experts; rows cut at 40
-
-wsync_block_scaling_t scaling(wsync_scale_format_t f, int64_t rows, int64_t cols,
-                              const char* scales) {
-  wsync_block_scaling_t s = WSYNC_BLOCK_SCALING_INITIALIZER;
-  s.format = f;
-  s.block_rows = rows;
-  s.block_cols = cols;
-  s.scale_tensor = scales;
-  return s;
-}
-
-wsync::BlockScaling internal(const wsync_block_scaling_t& s) {
-  wsync::BlockScaling b;
-  b.format = static_cast<wsync::ScaleFormat>(s.format);
-  b.block_rows = s.block_rows;
-  b.block_cols = s.block_cols;
-  b.scale_tensor = s.scale_tensor;
-  return b;
-}
-
-// Trainer t's bfloat16 buffers: rows [cut t, cut t+1) of w, and of every expert of e (t < 2).
-std::vector<Buffer> trainerBuffers(int t) {
-  const int64_t w_cuts[] = {0, 100, 210, 300};
-  std::vector<Buffer> out;
-  out.push_back(
-      {"w", WSYNC_DTYPE_BFLOAT16, {{"w", kW, {w_cuts[t], 0}, {w_cuts[t + 1] - w_cuts[t], kW[1]}}}});
-  if (t < 2) {
-    const int64_t e_cuts[] = {0, 40, 64};
-    out.push_back({"e",
-                   WSYNC_DTYPE_BFLOAT16,
-                   {{"e", kE, {0, e_cuts[t], 0}, {kE[0], e_cuts[t + 1] - e_cuts[t], kE[2]}}}});
-  }
-  return out;
-}
-
-struct Outcome {
-  std::vector<wsync_status_t> commit;  // per rollout rank
-  std::vector<std::string> errors;
-  int failures = 0;
-};
-
-// Runs the job for `versions` versions; each rollout rank checks every version with `check`.
-// `data`: each buffer's bytes in `version`, under a lease.
-using Check =
-    std::function<void(int rank, uint64_t version, const std::vector<const uint8_t*>& data)>;
-// The trainers' buffers (bfloat16 or float32 pieces; `weights` in the same dtype), per trainer.
-struct JobSpec {
-  std::vector<std::vector<Buffer>> trainers;
-  std::vector<RolloutRank> rollouts;
-  int versions = 1;
-  bool checksums = false;
-  int publish_gap_ms = 0;  // between a trainer's versions
-  std::function<bq::HostTensor(const std::string&, uint64_t)> weights;
-};
-
-Outcome runJob(const JobSpec& spec, const Check& check) {
-  const auto& rollouts = spec.rollouts;
-  const auto& weights = spec.weights;
-  const int versions = spec.versions;
-  const int kTrainers = static_cast<int>(spec.trainers.size());
-  const int all = static_cast<int>(rollouts.size());
-  const int n = static_cast<int>(std::count_if(
-      rollouts.begin(), rollouts.end(), [](const RolloutRank& r) { return r.join_after == 0; }));
-  Coordinator job = startCoordinator(kTrainers, n, spec.checksums);
-  std::atomic<uint64_t> published{0};
-  Outcome out;
-  out.commit.assign(static_cast<size_t>(all), WSYNC_SUCCESS);
-  out.errors.resize(static_cast<size_t>(all));
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kTrainers; ++t) {
-    threads.emplace_back([&, t] {
-      wsync_config_t cfg =
-          wsync_test::explicitConfig(job.address, kSecret, WSYNC_ROLE_TRAINER, t, -1, kTrainers, n);
-      wsync_context_t ctx = nullptr;
-      if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
-      const std::vector<Buffer>& buffers = spec.trainers[static_cast<size_t>(t)];
-      std::vector<std::vector<uint8_t>> data(buffers.size());
-      for (size_t b = 0; b < buffers.size(); ++b) {
-        data[b].resize(static_cast<size_t>(buffers[b].elements()) * elementBytes(buffers[b]));
-        registerBuffer(ctx, buffers[b], data[b].data());
-      }
-      if (wsync_commit(ctx) == WSYNC_SUCCESS) {
-        for (uint64_t v = 1; v <= static_cast<uint64_t>(versions); ++v) {
-          for (size_t b = 0; b < buffers.size(); ++b) {
-            if (buffers[b].pieces.empty()) continue;
-            const Piece& p = buffers[b].pieces[0];
-            const std::vector<uint8_t> bytes = boxBytes(
-                weights(p.tensor, v).bytes, p.shape, p.offset, p.extent, elementBytes(buffers[b]));
-            std::memcpy(data[b].data(), bytes.data(), bytes.size());  // the registered memory
-          }
-          wsync_request_t req = nullptr;
-          ASSERT_EQ(wsync_publish(ctx, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx);
-          EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS) << wsync_request_error(req);
-          wsync_request_free(req);
-          if (t == 0) published = v;
-          if (spec.publish_gap_ms > 0)
-            std::this_thread::sleep_for(std::chrono::milliseconds(spec.publish_gap_ms));
-        }
-      }
-      wsync_context_destroy(ctx);
-    });
-  }
-  for (int r = 0; r < all; ++r) {
-    threads.emplace_back([&, r] {
-      const RolloutRank& me = rollouts[static_cast<size_t>(r)];
-      wsync_config_t cfg = wsync_test::explicitConfig(job.address, kSecret, WSYNC_ROLE_ROLLOUT, r,
-                                                      me.replica, kTrainers, n);
-      if (me.join_after > 0) {
-        while (published.load() < me.join_after)
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        cfg.rank = -1;
-        cfg.num_rollouts = 0;
-        cfg.replica_size = 1;
-        cfg.replica_rank = 0;
-      }
-      wsync_context_t ctx = nullptr;
-      if (wsync_context_create(&cfg, &ctx) != WSYNC_SUCCESS) return void(++failures);
-      for (const auto& [tensor, s] : me.scalings)
-        EXPECT_EQ(wsync_set_block_scaling(ctx, tensor.c_str(), &s), WSYNC_SUCCESS)
-            << wsync_last_error(ctx);
-      std::vector<int> indices;
-      for (const Buffer& b : me.buffers)
-        indices.push_back(registerBuffer(ctx, b, nullptr));
-      out.commit[static_cast<size_t>(r)] = wsync_commit(ctx);
-      out.errors[static_cast<size_t>(r)] = wsync_last_error(ctx);
-      if (out.commit[static_cast<size_t>(r)] == WSYNC_SUCCESS) {
-        uint64_t seen = 0;
-        while (seen < static_cast<uint64_t>(versions)) {
-          uint64_t newest = 0;
-          ASSERT_EQ(wsync_wait_version(ctx, seen, -1, &newest), WSYNC_SUCCESS)
-              << wsync_last_error(ctx);
-          wsync_lease_t lease = nullptr;  // the newest, held while it is checked
-          ASSERT_EQ(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), WSYNC_SUCCESS)
-              << wsync_last_error(ctx);
-          uint64_t v = 0;
-          ASSERT_EQ(wsync_lease_version(lease, &v), WSYNC_SUCCESS);
-          std::vector<const uint8_t*> data;
-          for (int index : indices) {
-            void* p = nullptr;
-            EXPECT_EQ(wsync_lease_buffer(lease, index, &p), WSYNC_SUCCESS);
-            data.push_back(static_cast<const uint8_t*>(p));
-          }
-          check(r, v, data);
-          wsync_lease_release(lease);
-          seen = v;
-        }
-      }
-      wsync_context_destroy(ctx);
-    });
-  }
-  for (auto& th : threads)
-    th.join();
-  out.failures = failures.load();
-  return out;
-}
-
-bq::HostTensor weightsOf(const std::string& tensor, uint64_t version) {
-  std::mt19937_64 rng(version * 7919 + tensor.size());
-  // A few infinities and NaNs from version 3 on: the engines' rules for non-finite values.
-  return bq::randomTensor(rng, wsync::DType::kBFloat16, dimsOf(tensor == "w" ? kW : kE),
-                          version >= 3 ? 30 : 0);
-}
-
-// Without and with checksums (the trainers sum the float8 bytes and scales they send).
-class BlockScaledJob : public ::testing::TestWithParam<bool> {};
+// Plain, with checksums (the trainers sum the float8 bytes and scales they send), and with delta
+// versions (the patches are taken on the float8 bytes and scales the rollouts hold; weights that
+// change a few elements per version).
+enum class Integrity { kPlain, kChecksums, kDelta };
+class BlockScaledJob : public ::testing::TestWithParam<Integrity> {};
 
 TEST_P(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
   const auto fp32 = scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale");
@@ -346,8 +67,13 @@ TEST_P(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
     spec.trainers.push_back(trainerBuffers(t));
   spec.rollouts = rollouts;
   spec.versions = 4;
-  spec.checksums = GetParam();
+  spec.checksums = GetParam() == Integrity::kChecksums;
+  spec.delta = GetParam() == Integrity::kDelta;
   spec.weights = weightsOf;
+  if (spec.delta) {
+    spec.weights = [](const std::string& t, uint64_t v) { return slowlyChangingWeights(t, v); };
+  }
+  const auto weights = spec.weights;
   const Outcome out = runJob(spec, [&](int r, uint64_t v, const std::vector<const uint8_t*>& data) {
     const RolloutRank& me = rollouts[static_cast<size_t>(r)];
     for (size_t b = 0; b < me.buffers.size(); ++b) {
@@ -356,7 +82,7 @@ TEST_P(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
       const std::string& weight = p.tensor == "w" || p.tensor == "e" ? p.tensor
                                   : p.tensor[0] == 'w'               ? "w"
                                                                      : "e";
-      const bq::HostTensor full = weightsOf(weight, v);
+      const bq::HostTensor full = weights(weight, v);
       std::vector<uint8_t> want;
       if (buf.dtype == WSYNC_DTYPE_BFLOAT16) {
         want = boxBytes(full.bytes, p.shape, p.offset, p.extent, 2);
@@ -380,6 +106,8 @@ TEST_P(BlockScaledJob, EveryReplicaGetsTheEngineQuantizationBitForBit) {
   for (size_t r = 0; r < out.commit.size(); ++r)
     EXPECT_EQ(out.commit[r], WSYNC_SUCCESS) << out.errors[r];
   EXPECT_GT(checked.load(), 0);
+  // Delta: some version after the first went as patches (fewer bytes on the wire than dense).
+  if (spec.delta) EXPECT_GT(out.patched_versions, 0);
 }
 
 // Commit fails on every rank with MISMATCH, the message naming what `needle` says.
@@ -396,7 +124,21 @@ void expectCommitMismatch(const std::vector<RolloutRank>& rollouts, const std::s
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Checksums, BlockScaledJob, ::testing::Bool());
+std::string integrityName(const ::testing::TestParamInfo<Integrity>& info) {
+  switch (info.param) {
+    case Integrity::kPlain:
+      return "Plain";
+    case Integrity::kChecksums:
+      return "Checksums";
+    case Integrity::kDelta:
+      return "Delta";
+  }
+  return "?";
+}
+INSTANTIATE_TEST_SUITE_P(Integrity, BlockScaledJob,
+                         ::testing::Values(Integrity::kPlain, Integrity::kChecksums,
+                                           Integrity::kDelta),
+                         integrityName);
 
 TEST(BlockScaledJobErrors, AShardThatCutsABlockIsNamedAtCommit) {
   std::vector<RolloutRank> rollouts(2);

@@ -460,7 +460,9 @@ class Context:
         [..., ceil(rows / block[0]), ceil(cols / block[1])] (float32, uint8 for E8M0)."""
         fn = getattr(_lib.load(), "wsync_set_block_scaling", None)
         if fn is None:
-            raise UnsupportedError("this libwsync has no wsync_set_block_scaling")
+            raise UnsupportedError(int(Status.ERR_UNSUPPORTED), "WSYNC_ERR_UNSUPPORTED",
+                                   "this libwsync has no wsync_set_block_scaling",
+                                   "wsync_set_block_scaling")
         s = _lib.BlockScaling()
         s.size = ctypes.sizeof(_lib.BlockScaling)
         s.format = int(format)

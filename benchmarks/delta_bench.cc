@@ -92,13 +92,27 @@ Mean runJob(const Args& a, double share, bool delta) {
   wsync_context_t ctx = nullptr;
   check(wsync_context_create(&cfg, &ctx), nullptr, "create");
   std::vector<uint16_t> w = initial(a.elements);
-  wsync_piece_t piece = WSYNC_PIECE_INITIALIZER;
-  piece.tensor = "w";
-  piece.ndim = 1;
-  piece.global_shape = &a.elements;
-  check(wsync_register_buffer(ctx, "w", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST,
-                              trainer ? w.data() : nullptr, a.elements, 1, &piece, nullptr),
-        ctx, "register");
+  // The trainer registers its tensor as two pieces (halves), the rollout as one: the layouts
+  // differ, so the version goes by one-sided writes (the path delta versions apply to), not by a
+  // broadcast group.
+  const int64_t half = a.elements / 2;
+  const int64_t offsets[2] = {0, half}, extents[2] = {half, a.elements - half};
+  wsync_piece_t pieces[2] = {WSYNC_PIECE_INITIALIZER, WSYNC_PIECE_INITIALIZER};
+  const int num_pieces = trainer ? 2 : 1;
+  for (int i = 0; i < num_pieces; ++i) {
+    pieces[i].tensor = "w";
+    pieces[i].ndim = 1;
+    pieces[i].global_shape = &a.elements;
+    if (trainer) {
+      pieces[i].box_offset = &offsets[i];
+      pieces[i].box_extent = &extents[i];
+      pieces[i].local_offset = offsets[i];
+    }
+  }
+  check(
+      wsync_register_buffer(ctx, "w", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST,
+                            trainer ? w.data() : nullptr, a.elements, num_pieces, pieces, nullptr),
+      ctx, "register");
   check(wsync_commit(ctx), ctx, "commit");
   Mean mean;
   for (uint64_t v = 1; v <= static_cast<uint64_t>(a.versions); ++v) {

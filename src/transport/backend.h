@@ -57,8 +57,7 @@ struct WriteBackend {
 // A backend of broadcast groups (Broadcaster). A rank offers the viable ones on its memory to the
 // coordinator (the registry's broadcastOffers), which chooses one by their needs alone.
 struct BroadcastBackend {
-  const char*
-      name;  // unique; travels in the protocol (offered by ranks, chosen by the coordinator)
+  const char* name;   // unique; travels in the protocol (ranks offer it, the coordinator picks)
   MemoryKind memory;  // the memory its broadcasts read and write: only ranks on it offer it
   // Whose world its communicators come from (plan/broadcast_comm.h), hence where it is eligible.
   BroadcastWorld world;

@@ -50,8 +50,8 @@ void rankBroadcastComms(const Plan& plan, const BroadcastCommMap& map, Role role
     group_comm->push_back(local[id]);
 }
 
-NcclWorldNumbering numberNcclWorld(int32_t num_trainers, int32_t num_rollouts) {
-  NcclWorldNumbering world;
+JobWorldNumbering numberJobWorld(int32_t num_trainers, int32_t num_rollouts) {
+  JobWorldNumbering world;
   for (int32_t t = 0; t < num_trainers; ++t)
     world.trainer_ranks.push_back(t);
   for (int32_t r = 0; r < num_rollouts; ++r)
@@ -60,9 +60,9 @@ NcclWorldNumbering numberNcclWorld(int32_t num_trainers, int32_t num_rollouts) {
   return world;
 }
 
-void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
-                          const NcclWorldNumbering& world, const std::vector<uint8_t>& unique_id,
-                          Role role, int32_t rank, PlanAssignmentMsg* msg) {
+void assignJobWorldBroadcasts(const Plan& plan, const BroadcastCommMap& map,
+                              const JobWorldNumbering& world, const BroadcastOffer& backend,
+                              Role role, int32_t rank, PlanAssignmentMsg* msg) {
   msg->comms = map.comms;
   msg->group_comm.clear();
   for (size_t g = 0; g < plan.groups.size(); ++g) {
@@ -70,8 +70,8 @@ void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
     if (isMember(plan.groups[g], role, rank)) msg->group_comm.push_back(map.group_comm[g]);
   }
   const auto& own = role == Role::kTrainer ? world.trainer_ranks : world.rollout_ranks;
-  msg->broadcast.backend = "nccl";
-  msg->broadcast.world_token = unique_id;
+  msg->broadcast.backend = backend.name;
+  msg->broadcast.world_token = backend.world_token;
   msg->broadcast.world_rank = own[static_cast<size_t>(rank)];
   msg->broadcast.world_size = world.size;
   msg->broadcast.root_ranks = world.trainer_ranks;

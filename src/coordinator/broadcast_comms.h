@@ -1,7 +1,7 @@
 // Plan -> communicators: every broadcast group runs on the communicator of its member set (the
 // sender and its receivers, as world ranks). Communicators are numbered in plan order of first use,
 // and every member creates them in increasing id order (which cannot deadlock). The same map serves
-// MPI sub-communicators (host memory) and NCCL splits (device memory).
+// every BroadcastWorld: communicators of the MPI job's world and of a world of the job's ranks.
 #pragma once
 
 #include <cstdint>
@@ -26,23 +26,23 @@ BroadcastCommMap mapBroadcastComms(const Plan& plan, const std::vector<int32_t>&
 void rankBroadcastComms(const Plan& plan, const BroadcastCommMap& map, Role role, int32_t rank,
                         std::vector<BroadcastComm>* comms, std::vector<int32_t>* group_comm);
 
-// The NCCL world of device broadcast groups: every rank of the job, trainers first (trainer t is
-// NCCL rank t, rollout r is NCCL rank num_trainers + r). Build the BroadcastCommMap of an NCCL job
-// with these ranks (mapBroadcastComms(plan, trainer_ranks, rollout_ranks)).
-struct NcclWorldNumbering {
-  std::vector<int32_t> trainer_ranks;  // NCCL world rank of trainer t
-  std::vector<int32_t> rollout_ranks;  // NCCL world rank of rollout r
+// A world of the job's ranks (BroadcastWorld::kJobRanks): trainers first (trainer t is world rank
+// t, rollout r is num_trainers + r). Build the BroadcastCommMap of such a job with these ranks
+// (mapBroadcastComms(plan, trainer_ranks, rollout_ranks)).
+struct JobWorldNumbering {
+  std::vector<int32_t> trainer_ranks;  // world rank of trainer t
+  std::vector<int32_t> rollout_ranks;  // world rank of rollout r
   int32_t size = 0;
 };
-NcclWorldNumbering numberNcclWorld(int32_t num_trainers, int32_t num_rollouts);
+JobWorldNumbering numberJobWorld(int32_t num_trainers, int32_t num_rollouts);
 
-// One rank's device-broadcast share of its PlanAssignment: sets msg->comms to every communicator
-// of `map` (each NCCL split is collective over the whole world), msg->group_comm to the
-// communicator of each of its groups in plan order (its RankPlan's), and msg->broadcast to the
-// "nccl" world: the unique id, its NCCL rank, the world size and the trainers' NCCL ranks. `map`
-// was built with `world`'s ranks.
-void assignNcclBroadcasts(const Plan& plan, const BroadcastCommMap& map,
-                          const NcclWorldNumbering& world, const std::vector<uint8_t>& unique_id,
-                          Role role, int32_t rank, PlanAssignmentMsg* msg);
+// One rank's share of its PlanAssignment when `backend` (the chosen offer) has a world of the
+// job's ranks: sets msg->comms to every communicator of `map` (creating one is collective over
+// the whole world), msg->group_comm to the communicator of each of its groups in plan order (its
+// RankPlan's), and msg->broadcast to that world: the backend's name and world token, the rank's
+// world rank, the world size and the trainers' world ranks. `map` was built with `world`'s ranks.
+void assignJobWorldBroadcasts(const Plan& plan, const BroadcastCommMap& map,
+                              const JobWorldNumbering& world, const BroadcastOffer& backend,
+                              Role role, int32_t rank, PlanAssignmentMsg* msg);
 
 }  // namespace wsync

@@ -23,7 +23,7 @@
 
 #include "control/frame_server.h"
 #include "coordinator/admission.h"
-#include "coordinator/broadcast_backend.h"
+#include "coordinator/broadcast_choice.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/delivery_gate.h"
 #include "coordinator/maxima_relay.h"
@@ -204,7 +204,7 @@ class Coordinator::Impl {
   // a rollout's block-scaled tensors renamed (plan/block_scaling_plan.h) when `scaled`.
   Result<Registration> decodeRegistrationOf(const Participant& p, bool scaled = true) const;
   Status planAll();
-  std::vector<RankBufferPlace> bufferPlaces();
+  std::vector<RankBroadcastFacts> broadcastFacts();
   Status setupReplicas(const std::vector<Registration>& rollouts);
   void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
@@ -334,8 +334,8 @@ class Coordinator::Impl {
   std::vector<int32_t> trainer_index_;  // role rank -> participants_ index
   std::vector<int32_t> rollout_index_;
   std::vector<int32_t> replica_of_rollout_;
-  BroadcastBackend broadcast_backend_ = BroadcastBackend::kNone;
-  DeliveryGate delivery_gate_;                           // holds Delivered until Ready is confirmed
+  std::optional<BroadcastOffer> broadcast_backend_;  // chosen at planning; none: writes only
+  DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
   uint64_t delta_first_go_ = 0;  // delta versions: the newest version whose first Go was sent
   std::optional<VersionSequencer> sequencer_;            // from planning on
   std::vector<Registration> trainer_registrations_;      // kept for planning joining replicas

@@ -76,13 +76,11 @@ Status Coordinator::Impl::planAll() {
     fail(s.withContext("block-scaled tensors"));
     return Status::ok();
   }
-  const BroadcastDecision broadcast = decideBroadcastBackend(
-      bufferPlaces(), opt_.mpi_world_size > 0, !trainer(0).reg.nccl_unique_id.empty());
-  broadcast_backend_ = broadcast.backend;
-  log(std::string("broadcast groups: ") + broadcastBackendName(broadcast.backend) + " (" +
-      broadcast.reason + ")");
+  BroadcastChoice broadcast = chooseBroadcastBackend(broadcastFacts(), opt_.mpi_world_size > 0);
+  log("broadcast groups: " + describeBroadcastChoice(broadcast));
+  broadcast_backend_ = std::move(broadcast.backend);
   PlannerOptions planner_options;
-  planner_options.allow_broadcast = broadcast.backend != BroadcastBackend::kNone;
+  planner_options.allow_broadcast = broadcast_backend_.has_value();
   const auto t0 = Clock::now();
   Result<Plan> plan = makePlan(trainers, rollouts, planner_options);
   if (plan.isOk()) {  // every rank learns of a conversion no trainer can do, before collectives
@@ -107,15 +105,20 @@ Status Coordinator::Impl::planAll() {
   return Status::ok();
 }
 
-// Every rank's memory place, trainers then rollouts, for decideBroadcastBackend.
-std::vector<RankBufferPlace> Coordinator::Impl::bufferPlaces() {
-  std::vector<RankBufferPlace> places;
-  places.reserve(participants_.size());
+// What every rank registered for the broadcast choice, trainers (trainer 0 first) then rollouts.
+std::vector<RankBroadcastFacts> Coordinator::Impl::broadcastFacts() {
+  std::vector<RankBroadcastFacts> facts;
+  facts.reserve(participants_.size());
+  auto add = [&](const Participant& p) {
+    facts.push_back({nameOf(p), p.reg.device_id,
+                     std::vector<BroadcastOffer>(p.reg.broadcast_offers.begin(),
+                                                 p.reg.broadcast_offers.end())});
+  };
   for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
-    places.push_back({nameOf(trainer(t)), trainer(t).reg.device_id});
+    add(trainer(t));
   for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
-    places.push_back({nameOf(rollout(r)), rollout(r).reg.device_id});
-  return places;
+    add(rollout(r));
+  return facts;
 }
 
 // Groups the rollout ranks into replicas (each with one slot count) for the sequencer.
@@ -145,23 +148,25 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   return Status::ok();
 }
 
-// Broadcast communicators: host (MPI) ones name MPI world ranks; device (NCCL) ones name NCCL
-// world ranks (numberNcclWorld), and every rank then joins the NCCL world.
+// Broadcast communicators name world ranks of the chosen backend's world: MPI world ranks
+// (BroadcastWorld::kMpiJob), or the job's ranks (kJobRanks, numberJobWorld), and then every rank
+// joins that world.
 void Coordinator::Impl::sendAssignments(const Plan& plan) {
-  const bool nccl = broadcast_backend_ == BroadcastBackend::kNcclDevice && !plan.groups.empty();
-  const NcclWorldNumbering nccl_world = numberNcclWorld(
-      static_cast<int32_t>(trainer_index_.size()), static_cast<int32_t>(rollout_index_.size()));
-  std::vector<int32_t> trainer_world = nccl_world.trainer_ranks;
-  std::vector<int32_t> rollout_world = nccl_world.rollout_ranks;
-  if (!nccl) {
+  const bool job_world = broadcast_backend_ && !plan.groups.empty() &&
+                         broadcast_backend_->needs.world == BroadcastWorld::kJobRanks;
+  const JobWorldNumbering numbering = numberJobWorld(static_cast<int32_t>(trainer_index_.size()),
+                                                     static_cast<int32_t>(rollout_index_.size()));
+  std::vector<int32_t> trainer_world = numbering.trainer_ranks;
+  std::vector<int32_t> rollout_world = numbering.rollout_ranks;
+  if (!job_world) {
     for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
       trainer_world[static_cast<size_t>(t)] = trainer(t).hello.world_rank;
     for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
       rollout_world[static_cast<size_t>(r)] = rollout(r).hello.world_rank;
   }
   const BroadcastCommMap comm_map = mapBroadcastComms(plan, trainer_world, rollout_world);
-  if (nccl) {
-    log("NCCL world of " + std::to_string(nccl_world.size) + " ranks, " +
+  if (job_world) {
+    log(broadcast_backend_->name + " world of " + std::to_string(numbering.size) + " ranks, " +
         std::to_string(comm_map.comms.size()) + " broadcast communicators");
   }
   const DenseWriteBytes dense = denseWriteBytes(plan, numTrainers());
@@ -184,14 +189,14 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
                            q.reg.delta_landing, msg.peers.back());
       }
     }
-    if (nccl) {
-      assignNcclBroadcasts(plan, comm_map, nccl_world, trainer(0).reg.nccl_unique_id, role, rank,
-                           &msg);
+    if (job_world) {
+      assignJobWorldBroadcasts(plan, comm_map, numbering, *broadcast_backend_, role, rank, &msg);
     } else {
       rankBroadcastComms(plan, comm_map, role, rank, &msg.comms, &msg.group_comm);
-      if (!msg.comms.empty()) {  // host broadcast groups: MPI world ranks
+      if (broadcast_backend_ && !msg.comms.empty()) {  // the MPI job's world: MPI world ranks
         const Participant& self = role == Role::kTrainer ? trainer(rank) : rollout(rank);
-        msg.broadcast.backend = "mpi";
+        msg.broadcast.backend = broadcast_backend_->name;
+        msg.broadcast.world_token = broadcast_backend_->world_token;
         msg.broadcast.world_rank = self.hello.world_rank;
         msg.broadcast.world_size = opt_.mpi_world_size;
         msg.broadcast.root_ranks = trainer_world;

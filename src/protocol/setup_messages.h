@@ -106,15 +106,27 @@ struct BlockScalingRecord : ScaledTensor {
   }
 };
 
+// A broadcast backend the rank can run (plan/broadcast_comm.h): the coordinator chooses one that
+// every rank offers and whose needs the job meets (coordinator/broadcast_choice.h).
+struct BroadcastOfferRecord : BroadcastOffer {
+  template <class V, class M>
+  static void fields(V& v, M& m) {
+    v.str(m.name, protocol_limits::kMaxNameBytes);
+    v.enum8(m.needs.world, static_cast<uint8_t>(kMaxBroadcastWorld));
+    v.flag(m.needs.one_gpu_per_rank);
+    v.flag(m.needs.world_token);
+    v.bytes(m.world_token, protocol_limits::kMaxWorldTokenBytes);
+  }
+};
+
 struct RegisterMsg {
   std::vector<uint8_t> registration;       // encodeRegistration()
   std::string transport;                   // rollouts: the write backend of the slots
   std::vector<uint8_t> transport_address;  // WriteTransport::localAddress()
   std::string device_id;  // "host/GPU-uuid" of a device-memory rank; empty for host memory
-  // Trainer 0 on device memory in a CUDA (hence NCCL) build: the NCCL unique id of the job's NCCL
-  // world (makeNcclUniqueId), which the coordinator forwards when the plan has device broadcast
-  // groups. Empty otherwise.
-  std::vector<uint8_t> nccl_unique_id;
+  // The broadcast backends this rank can run on its memory, in registry order; trainer 0's carry
+  // their world tokens, which the coordinator forwards for the backend it chooses.
+  std::vector<BroadcastOfferRecord> broadcast_offers;
   std::vector<std::vector<uint8_t>> slot_descriptors;  // rollouts: one per slot
   std::vector<uint64_t> buffer_byte_offsets;           // rollouts: each buffer's offset in a slot
   std::vector<BlockScalingRecord> block_scalings;      // rollouts: their block-scaled tensors
@@ -130,7 +142,7 @@ struct RegisterMsg {
            [](auto& f, auto& d) { f.bytes(d, protocol_limits::kMaxBlobBytes); });
     v.u64s(m.buffer_byte_offsets, protocol_limits::kMaxRanks);
     v.list(m.block_scalings, protocol_limits::kMaxRanks);
-    v.bytes(m.nccl_unique_id, protocol_limits::kMaxWorldTokenBytes);
+    v.list(m.broadcast_offers, protocol_limits::kMaxBroadcastOffers);
     v.bytes(m.delta_landing, protocol_limits::kMaxBlobBytes);
   }
 };
@@ -162,12 +174,13 @@ struct PeerInfo {
   }
 };
 
-// The world of a job's broadcast backend, when its plan has broadcast groups: "mpi" (host memory;
-// world ranks are MPI world ranks) or "nccl" (device memory; every rank of the job is one NCCL
-// rank, trainers first). Empty `backend`: no broadcast groups.
+// The world of a job's broadcast backend, when its plan has broadcast groups: the backend the
+// coordinator chose (a name from the ranks' offers) and this rank's place in its world
+// (BroadcastWorld: MPI world ranks, or the job's ranks, trainers first). Empty `backend`: no
+// broadcast groups.
 struct BroadcastWorldAssignment {
   std::string backend;
-  std::vector<uint8_t> world_token;  // NCCL: trainer 0's RegisterMsg::nccl_unique_id
+  std::vector<uint8_t> world_token;  // the chosen backend's token from trainer 0's offer, if any
   int32_t world_rank = -1;           // this rank in that world, in [0, world_size)
   int32_t world_size = 0;
   std::vector<int32_t> root_ranks;  // the world rank of every trainer (broadcast roots)
@@ -185,9 +198,9 @@ struct BroadcastWorldAssignment {
 struct PlanAssignmentMsg {
   std::vector<uint8_t> rank_plan;  // encodeRankPlan()
   std::vector<PeerInfo> peers;
-  // The communicators this rank creates, in increasing id order: host broadcasts (MPI) the ones
-  // it belongs to; device broadcasts (NCCL) every communicator of the job, since each NCCL split is
-  // collective over the whole NCCL world.
+  // The communicators this rank creates, in increasing id order: in the MPI job's world the ones
+  // it belongs to; in a world of the job's ranks every communicator of the job, since creating one
+  // is collective over that whole world (BroadcastWorld).
   std::vector<BroadcastComm> comms;
   std::vector<int32_t> group_comm;          // per RankPlan group: index into `comms`
   std::vector<int32_t> replica_of_rollout;  // replica of every rollout rank

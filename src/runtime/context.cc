@@ -206,6 +206,12 @@ Status Context::commit() {
     return fail(s);
   }
   reg.registration = encodeRegistration(registration_);
+  // The broadcast backends this rank can run; trainer 0's carry the world tokens their backends
+  // need. Without a backend every rank offers (or without its token) the job goes by writes, and
+  // the coordinator logs why.
+  const bool make_world_tokens = role() == Role::kTrainer && rank() == 0;
+  for (BroadcastOffer& offer : broadcastOffers(memoryKind(), make_world_tokens))
+    reg.broadcast_offers.push_back({std::move(offer)});
   WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kRegister, encode(reg)));
   Result<Frame> frame = expectFrame(*job_.channel, MessageType::kPlanAssignment,
                                     options_.timeout + kCoordinatorReplyGrace);

@@ -52,13 +52,6 @@ Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
   if (onDevice()) {
     WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
     WSYNC_ASSIGN_OR_RETURN(stream_, DeviceStream::create(options_.cuda_device));
-    if (rank() == 0) {
-      // The bootstrap bytes of the device broadcast backend's world (NCCL's unique id), used only
-      // when the coordinator plans device broadcast groups. Without them (a build without such a
-      // backend, or NCCL found no bootstrap interface) the job goes by writes, and the
-      // coordinator logs why.
-      msg.nccl_unique_id = broadcastWorldToken(MemoryKind::kDevice);
-    }
     if (options_.snapshot) {
       WSYNC_ASSIGN_OR_RETURN(device_snapshot_, DeviceBuffer::allocate(total, options_.cuda_device));
     }

@@ -54,13 +54,17 @@ struct WriteBackend {
   Result<std::unique_ptr<WriteTransport>> (*create)(const TransportSetup& setup);
 };
 
-// A backend of broadcast groups (Broadcaster).
+// A backend of broadcast groups (Broadcaster). A rank offers the viable ones on its memory to the
+// coordinator (the registry's broadcastOffers), which chooses one by their needs alone.
 struct BroadcastBackend {
-  const char* name;   // unique; travels in the protocol (the coordinator picks the backend)
-  MemoryKind memory;  // the memory its broadcasts read and write
+  const char* name;   // unique; travels in the protocol (ranks offer it, the coordinator picks)
+  MemoryKind memory;  // the memory its broadcasts read and write: only ranks on it offer it
+  // Whose world its communicators come from (plan/broadcast_comm.h), hence where it is eligible.
+  BroadcastWorld world;
+  bool one_gpu_per_rank;  // it refuses two ranks of the job on one GPU
   Status (*viable)();
-  // Backends whose world needs bootstrap bytes (NCCL's unique id, made by trainer 0 and handed to
-  // every rank by the coordinator). Null: none.
+  // Backends whose world needs bootstrap bytes (an opaque token made on trainer 0 and handed to
+  // every rank by the coordinator as BroadcastSetup::world_token). Null: none.
   Result<std::vector<uint8_t>> (*make_world_token)();
   Result<std::unique_ptr<Broadcaster>> (*create)(const BroadcastSetup& setup);
 };

@@ -94,13 +94,22 @@ Result<const BroadcastBackend*> broadcastBackendNamed(std::string_view name) {
   return invalidArgument("no broadcast backend '" + std::string(name) + "' in this build");
 }
 
-std::vector<uint8_t> broadcastWorldToken(MemoryKind memory) {
+std::vector<BroadcastOffer> broadcastOffers(MemoryKind memory, bool make_world_tokens) {
+  std::vector<BroadcastOffer> offers;
   for (const BroadcastBackend* b : broadcastBackends()) {
-    if (b->memory != memory || b->make_world_token == nullptr || !b->viable().isOk()) continue;
-    Result<std::vector<uint8_t>> token = b->make_world_token();
-    if (token.isOk()) return std::move(token).value();
+    if (b->memory != memory || !b->viable().isOk()) continue;
+    BroadcastOffer offer;
+    offer.name = b->name;
+    offer.needs.world = b->world;
+    offer.needs.one_gpu_per_rank = b->one_gpu_per_rank;
+    offer.needs.world_token = b->make_world_token != nullptr;
+    if (make_world_tokens && offer.needs.world_token) {
+      Result<std::vector<uint8_t>> token = b->make_world_token();
+      if (token.isOk()) offer.world_token = std::move(token).value();
+    }
+    offers.push_back(std::move(offer));
   }
-  return {};
+  return offers;
 }
 
 }  // namespace wsync

@@ -32,9 +32,11 @@ Result<const WriteBackend*> writerBackendFor(std::string_view target, MemoryKind
 // UNSUPPORTED when not viable here.
 Result<const BroadcastBackend*> broadcastBackendNamed(std::string_view name);
 
-// The world token of the first viable broadcast backend on `memory` that needs one (trainer 0
-// registers it for the coordinator to hand out); empty when none does or making it failed.
-std::vector<uint8_t> broadcastWorldToken(MemoryKind memory);
+// What a rank whose memory is `memory` offers the coordinator (RegisterMsg::broadcast_offers):
+// every viable broadcast backend on that memory, in registry order, with its needs. With
+// `make_world_tokens` (trainer 0), each offer whose backend needs a world token carries one
+// (empty when making it failed: the coordinator then rules that backend out and says why).
+std::vector<BroadcastOffer> broadcastOffers(MemoryKind memory, bool make_world_tokens);
 
 // Registered names, for messages: "ucx, cuda_ipc, ucx_staged".
 std::string writeBackendNames();

@@ -1,4 +1,5 @@
-// Plan -> broadcast communicators: the mapping MPI (host) and NCCL (device) groups both use.
+// Plan -> broadcast communicators: the mapping every broadcast world (the MPI job's, the job's
+// ranks) uses.
 #include <gtest/gtest.h>
 
 #include "coordinator/broadcast_comms.h"
@@ -57,43 +58,45 @@ TEST(BroadcastComms, EachRankGetsItsCommunicatorsAndGroupIndices) {
   EXPECT_EQ(comms[0].world_ranks, (std::vector<int32_t>{0, 2, 3}));
 }
 
-TEST(BroadcastComms, NcclWorldNumbersTrainersThenRollouts) {
-  const NcclWorldNumbering world = numberNcclWorld(2, 3);
+TEST(BroadcastComms, JobWorldNumbersTrainersThenRollouts) {
+  const JobWorldNumbering world = numberJobWorld(2, 3);
   EXPECT_EQ(world.trainer_ranks, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(world.rollout_ranks, (std::vector<int32_t>{2, 3, 4}));
   EXPECT_EQ(world.size, 5);
 }
 
-TEST(BroadcastComms, NcclAssignmentCarriesEveryCommunicatorAndTheWorld) {
+TEST(BroadcastComms, JobWorldAssignmentCarriesEveryCommunicatorAndTheWorld) {
   Plan plan;
   plan.groups = {group(1, {2, 3}, 1), group(0, {0, 1}, 0), group(1, {2, 3}, 1),
                  group(1, {0, 1}, 0)};
-  const NcclWorldNumbering world = numberNcclWorld(2, 4);
+  const JobWorldNumbering world = numberJobWorld(2, 4);
   const BroadcastCommMap map = mapBroadcastComms(plan, world.trainer_ranks, world.rollout_ranks);
   const std::vector<uint8_t> id(128, 7);
+  const BroadcastOffer backend{"any", {BroadcastWorld::kJobRanks, true, true}, id};
   // Trainer 0 sends group 1 only, yet joins every split: it gets every communicator.
   PlanAssignmentMsg msg;
-  assignNcclBroadcasts(plan, map, world, id, Role::kTrainer, 0, &msg);
+  assignJobWorldBroadcasts(plan, map, world, backend, Role::kTrainer, 0, &msg);
   ASSERT_EQ(msg.comms.size(), 3u);
   EXPECT_EQ(msg.comms[0].world_ranks, (std::vector<int32_t>{1, 4, 5}));
   EXPECT_EQ(msg.comms[1].world_ranks, (std::vector<int32_t>{0, 2, 3}));
   EXPECT_EQ(msg.comms[2].world_ranks, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{1}));
+  EXPECT_EQ(msg.broadcast.backend, "any");
   EXPECT_EQ(msg.broadcast.world_token, id);
   EXPECT_EQ(msg.broadcast.world_rank, 0);
   EXPECT_EQ(msg.broadcast.world_size, 6);
   EXPECT_EQ(msg.broadcast.root_ranks, (std::vector<int32_t>{0, 1}));
   // Trainer 1 sends groups 0, 2 (comm 0) and 3 (comm 2); indices are communicator ids.
-  assignNcclBroadcasts(plan, map, world, id, Role::kTrainer, 1, &msg);
+  assignJobWorldBroadcasts(plan, map, world, backend, Role::kTrainer, 1, &msg);
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{0, 0, 2}));
   EXPECT_EQ(msg.broadcast.world_rank, 1);
-  // Rollout 0 (NCCL rank 2) receives groups 1 (comm 1) and 3 (comm 2).
-  assignNcclBroadcasts(plan, map, world, id, Role::kRollout, 0, &msg);
+  // Rollout 0 (world rank 2) receives groups 1 (comm 1) and 3 (comm 2).
+  assignJobWorldBroadcasts(plan, map, world, backend, Role::kRollout, 0, &msg);
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(msg.broadcast.world_rank, 2);
   EXPECT_EQ(msg.comms.size(), 3u);
-  // Rollout 3 (NCCL rank 5) receives groups 0 and 2 (comm 0).
-  assignNcclBroadcasts(plan, map, world, id, Role::kRollout, 3, &msg);
+  // Rollout 3 (world rank 5) receives groups 0 and 2 (comm 0).
+  assignJobWorldBroadcasts(plan, map, world, backend, Role::kRollout, 3, &msg);
   EXPECT_EQ(msg.group_comm, (std::vector<int32_t>{0, 0}));
   EXPECT_EQ(msg.broadcast.world_rank, 5);
   // Round trip: what the rank decodes is what the coordinator built.

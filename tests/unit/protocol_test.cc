@@ -1,6 +1,6 @@
 // The coordinator protocol's codecs (protocol/protocol.h): round trips of the messages that
-// carry registrations and plan assignments, the NCCL world included, and clean failures on
-// truncated or inconsistent input.
+// carry registrations and plan assignments, broadcast offers and worlds included, and clean
+// failures on truncated or inconsistent input.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -19,7 +19,11 @@ RegisterMsg sampleRegister() {
   m.device_id = "node-a/GPU-0123";
   m.slot_descriptors = {{1, 1}, {2, 2, 2}};
   m.buffer_byte_offsets = {0, 256, 1024};
-  m.nccl_unique_id = std::vector<uint8_t>(128, 0xab);
+  BroadcastOfferRecord offer;
+  offer.name = "nccl";
+  offer.needs = {BroadcastWorld::kJobRanks, true, true};
+  offer.world_token = std::vector<uint8_t>(128, 0xab);
+  m.broadcast_offers = {offer};
   return m;
 }
 
@@ -38,7 +42,7 @@ PlanAssignmentMsg sampleAssignment() {
   return m;
 }
 
-TEST(Protocol, RegisterRoundTripsWithTheNcclUniqueId) {
+TEST(Protocol, RegisterRoundTripsWithItsBroadcastOffers) {
   const RegisterMsg m = sampleRegister();
   RegisterMsg d;
   ASSERT_TRUE(decode(encode(m), d).isOk());
@@ -48,13 +52,16 @@ TEST(Protocol, RegisterRoundTripsWithTheNcclUniqueId) {
   EXPECT_EQ(d.device_id, m.device_id);
   EXPECT_EQ(d.slot_descriptors, m.slot_descriptors);
   EXPECT_EQ(d.buffer_byte_offsets, m.buffer_byte_offsets);
-  EXPECT_EQ(d.nccl_unique_id, m.nccl_unique_id);
-  // Host ranks and trainers other than 0 send none.
-  RegisterMsg host;
-  RegisterMsg host_decoded;
-  host_decoded.nccl_unique_id = {1};
-  ASSERT_TRUE(decode(encode(host), host_decoded).isOk());
-  EXPECT_TRUE(host_decoded.nccl_unique_id.empty());
+  ASSERT_EQ(d.broadcast_offers.size(), 1u);
+  EXPECT_EQ(d.broadcast_offers[0].name, "nccl");
+  EXPECT_EQ(d.broadcast_offers[0].needs, m.broadcast_offers[0].needs);
+  EXPECT_EQ(d.broadcast_offers[0].world_token, m.broadcast_offers[0].world_token);
+  // A rank that can run no broadcast backend offers none.
+  RegisterMsg none;
+  RegisterMsg none_decoded;
+  none_decoded.broadcast_offers.resize(1);
+  ASSERT_TRUE(decode(encode(none), none_decoded).isOk());
+  EXPECT_TRUE(none_decoded.broadcast_offers.empty());
 }
 
 TEST(Protocol, PlanAssignmentRoundTripsWithTheNcclWorld) {
@@ -132,10 +139,17 @@ TEST(Protocol, BroadcastCommunicatorsWithoutABackendAreRejected) {
   EXPECT_NE(s.message().find("without a broadcast backend"), std::string::npos) << s.toString();
 }
 
-TEST(Protocol, OversizedNcclUniqueIdIsRejected) {
+TEST(Protocol, OversizedOrUnknownBroadcastOffersAreRejected) {
   RegisterMsg m = sampleRegister();
-  m.nccl_unique_id.assign(4096, 1);
+  m.broadcast_offers[0].world_token.assign(4096, 1);
   RegisterMsg d;
+  EXPECT_EQ(decode(encode(m), d).code(), WSYNC_ERR_PROTOCOL);
+  m = sampleRegister();
+  m.broadcast_offers[0].needs.world = static_cast<BroadcastWorld>(7);
+  EXPECT_EQ(decode(encode(m), d).code(), WSYNC_ERR_PROTOCOL);
+  m = sampleRegister();
+  const BroadcastOfferRecord offer = m.broadcast_offers[0];
+  m.broadcast_offers.resize(protocol_limits::kMaxBroadcastOffers + 1, offer);
   EXPECT_EQ(decode(encode(m), d).code(), WSYNC_ERR_PROTOCOL);
 }
 

@@ -1,6 +1,7 @@
 // transport/registry.h: targetBackendFor(memory, choice) answers from the descriptors'
 // WriteBackend::serves, so the runtime passes the WSYNC_DEVICE_TRANSPORT enum and never names a
-// backend. Runs on machines without a GPU (device backends then report themselves not viable).
+// backend; broadcastOffers(memory) is what a rank offers the coordinator for the broadcast choice.
+// Runs on machines without a GPU (device backends then report themselves not viable).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -47,6 +48,26 @@ TEST(TransportRegistry, DeviceChoiceTheRegistryCannotServeIsNamed) {
     EXPECT_NE(backend.status().message().find(std::string("WSYNC_DEVICE_TRANSPORT=") + choice.name),
               std::string::npos)
         << backend.status().message();
+  }
+}
+
+// What a rank offers the coordinator is the registry's descriptors as they stand: only viable
+// backends on the rank's memory, in registry order, each with the needs its descriptor states.
+TEST(TransportRegistry, BroadcastOffersAreTheViableDescriptorsOfThatMemory) {
+  for (const MemoryKind memory : {MemoryKind::kHost, MemoryKind::kDevice}) {
+    const std::vector<BroadcastOffer> offers = broadcastOffers(memory, /*make_world_tokens=*/false);
+    size_t next = 0;
+    for (const BroadcastBackend* b : broadcastBackends()) {
+      if (b->memory != memory || !b->viable().isOk()) continue;
+      ASSERT_LT(next, offers.size()) << b->name;
+      const BroadcastOffer& offer = offers[next++];
+      EXPECT_EQ(offer.name, b->name);
+      EXPECT_EQ(offer.needs.world, b->world) << b->name;
+      EXPECT_EQ(offer.needs.one_gpu_per_rank, b->one_gpu_per_rank) << b->name;
+      EXPECT_EQ(offer.needs.world_token, b->make_world_token != nullptr) << b->name;
+      EXPECT_TRUE(offer.world_token.empty()) << b->name << ": tokens are made on request only";
+    }
+    EXPECT_EQ(next, offers.size()) << memoryKindName(memory);
   }
 }
 

@@ -39,6 +39,8 @@ const BroadcastBackend& mpiBroadcastBackend() {
   static const BroadcastBackend backend{
       "mpi",
       MemoryKind::kHost,
+      BroadcastWorld::kMpiJob,  // sub-communicators of the MPI job's world
+      /*one_gpu_per_rank=*/false,
       &mpiInitialized,
       /*make_world_token=*/nullptr,  // the MPI world exists already
       [](const BroadcastSetup& setup) -> Result<std::unique_ptr<Broadcaster>> {

@@ -31,8 +31,10 @@ const BroadcastBackend& ncclBroadcastBackend() {
   static const BroadcastBackend backend{
       "nccl",
       MemoryKind::kDevice,
+      BroadcastWorld::kJobRanks,  // one NCCL world of the job's ranks; each split is collective
+      /*one_gpu_per_rank=*/true,  // NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
       [] { return cudaDevicesPresent(); },
-      &makeNcclUniqueId,
+      &makeNcclUniqueId,  // the world token: the bytes of an NCCL unique id
       [](const BroadcastSetup& setup) -> Result<std::unique_ptr<Broadcaster>> {
         NcclBroadcasterOptions options;
         options.device = setup.cuda_device;

@@ -62,10 +62,10 @@ void Coordinator::Impl::startColdStart(JoiningReplica& g) {
   Result<ColdStartOutput> out =
       cold_starts_.start(std::move(joiner), coldStartSources(), Clock::now());
   if (!out.isOk()) return abortJoin(g.id, out.status());
-  applyColdStart(std::move(out).value());
+  applyColdStart(out.value());
 }
 
-void Coordinator::Impl::applyColdStart(ColdStartOutput out) {
+void Coordinator::Impl::applyColdStart(const ColdStartOutput& out) {
   for (const ColdStartMessage& m : out.messages) {
     const std::vector<uint8_t> payload = m.encodedPayload();
     for (int32_t r : m.to)
@@ -104,7 +104,7 @@ Status Coordinator::Impl::onColdStartMessage(Participant& p, MessageType type,
     return refuse_join(protocolError(std::string("unexpected ") + messageTypeName(type)));
   }
   if (!out.isOk()) return refuse_join(out.status());
-  applyColdStart(std::move(out).value());
+  applyColdStart(out.value());
   return Status::ok();
 }
 
@@ -116,7 +116,7 @@ Status Coordinator::Impl::onColdFillDone(const Participant& p,
   Result<ColdStartOutput> out =
       cold_starts_.onFillDone(p.role_rank, m, coldStartSources(), Clock::now());
   if (!out.isOk()) return out.status();
-  applyColdStart(std::move(out).value());
+  applyColdStart(out.value());
   return Status::ok();
 }
 

@@ -249,7 +249,7 @@ class Coordinator::Impl {
   // Starts filling `g` from a running replica (or ends its cold start at once when none can).
   void startColdStart(JoiningReplica& g);
   // Sends and logs the tracker's output; each ended cold start may complete its join.
-  void applyColdStart(ColdStartOutput out);
+  void applyColdStart(const ColdStartOutput& out);
   // The running replicas as the tracker's sources (valid while this Impl is).
   ColdStartSources coldStartSources() const;
   bool inColdStart(const Participant& p) const;

@@ -13,8 +13,8 @@
 // as lost. A rollout that leaves (Leave, at finalize) takes its replica out at once, so later
 // versions do not wait for it. A replica joining the running job (Hello with replica_size > 0) is
 // planned alone against the trainers; once its ranks committed it is filled with the newest ready
-// version from a running replica (peer cold start, coordinator_cold_start.cc), and it takes part
-// from the next version after that and after every trainer applied its plan extension.
+// version from a running replica (peer cold start: ColdStartTracker, cold_start.h), and it takes
+// part from the next version after that and after every trainer applied its plan extension.
 //
 // Threading: start() spawns one event thread; every state change happens on it. The control
 // server's thread only enqueues events. wait() and stop() may be called from any thread.

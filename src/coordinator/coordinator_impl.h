@@ -24,6 +24,7 @@
 #include "control/frame_server.h"
 #include "coordinator/admission.h"
 #include "coordinator/broadcast_choice.h"
+#include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/delivery_gate.h"
 #include "coordinator/maxima_relay.h"
@@ -73,31 +74,9 @@ struct Participant {
   Clock::time_point last_heard;
 };
 
-// A joining replica's peer cold start (coordinator_cold_start.cc): one attempt at a time. An
-// attempt prepares a slot of the joiner's ranks for `version`, has the source replica's ranks
-// write it (ColdFill), then makes it ready on the joiner's ranks.
-struct ColdStart {
-  enum class Stage { kPreparing, kFilling, kReadying };
-  uint64_t fill = 0;    // this attempt's id
-  int32_t source = -1;  // the source replica
-  uint64_t version = 0;
-  int32_t slot = -1;  // the joiner's slot
-  Stage stage = Stage::kPreparing;
-  std::set<int32_t> waiting;  // joiner ranks (Prepared, Readied) or source ranks (ColdFillDone)
-  bool source_lost = false;   // the source replica was dropped during this attempt
-  std::string failure;        // why this attempt's fill failed (empty: it did not)
-  int attempts = 0;
-  uint64_t bytes = 0;                 // written by the sources this attempt
-  Plan plan;                          // the attempt's fill plan, until its ColdFills are sent
-  std::vector<int32_t> source_ranks;  // the fill plan's sender i is rollout source_ranks[i]
-  Clock::time_point started;          // the first attempt
-  Clock::time_point attempt_started;  // this one
-  Clock::time_point fill_sent;        // this attempt's ColdFills (stage kFilling)
-};
-
 // A replica joining the running job, from its first Hello until it is in the version sequencer:
-// CommitOk once its ranks committed, then its peer cold start (if any) while the trainers apply
-// its plan extension.
+// CommitOk once its ranks committed, then its peer cold start (if any, ColdStartTracker) while the
+// trainers apply its plan extension.
 struct JoiningReplica {
   int32_t id = -1;
   int32_t size = 0;
@@ -113,9 +92,8 @@ struct JoiningReplica {
   // Its plan is computed on a planner thread (coordinator_join_plan.cc); the result applies only
   // while this token is the one it was started with (an aborted join's plan is dropped).
   uint64_t plan_token = 0;
-  std::vector<Registration> registrations;  // of its ranks, by replica rank (cold start planning)
+  std::vector<Registration> registrations;  // of its ranks, by replica rank (for its cold start)
   bool committed_ok = false;                // CommitOk sent: its ranks run (and send heartbeats)
-  std::optional<ColdStart> cold;            // being filled from a peer replica
   bool cold_done = false;                   // the cold start ended (or none was possible)
   uint64_t ready_version = 0;               // what it ended with (0 / -1: no version)
   int32_t ready_slot = -1;
@@ -143,7 +121,6 @@ class Coordinator::Impl {
   using Participant = coordinator_internal::Participant;
   using Phase = coordinator_internal::Phase;
   using JoiningReplica = coordinator_internal::JoiningReplica;
-  using ColdStart = coordinator_internal::ColdStart;
   using TrainerRestart = coordinator_internal::TrainerRestart;
   using JoinerPlan = coordinator_internal::JoinerPlan;
 
@@ -268,19 +245,13 @@ class Coordinator::Impl {
   // a cold start; 0 / -1: none) and leaves joining_.
   void completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot);
 
-  // ---- peer cold start of a joined replica (coordinator_cold_start.cc) ----
-  // Starts filling `g` from the running replica holding the newest ready version; when none can
-  // (no version yet, or none whose layout and dtypes fill it: logged) it finishes at once.
+  // ---- peer cold start of a joined replica (coordinator_cold_start.cc; cold_starts_) ----
+  // Starts filling `g` from a running replica (or ends its cold start at once when none can).
   void startColdStart(JoiningReplica& g);
-  // The cold start ended holding `version` in `slot` (0 / -1: none); the join completes once the
-  // trainers applied its extension too (maybeCompleteJoin). `g` may be gone on return.
-  void finishColdStart(JoiningReplica& g, uint64_t version, int32_t slot);
-  // A new attempt from the best source; gives the cold start up when there is none.
-  void retryColdStart(JoiningReplica& g);
-  bool sendColdFills(JoiningReplica& g);
-  // Ends the cold start without a version: the joiner's ranks give their prepared slot back (Go
-  // with slot -1) when `prepared`, and the replica gets its first version from the trainers.
-  void giveUpColdStart(JoiningReplica& g, const std::string& why, bool prepared);
+  // Sends and logs the tracker's output; each ended cold start may complete its join.
+  void applyColdStart(const ColdStartOutput& out);
+  // The running replicas as the tracker's sources (valid while this Impl is).
+  ColdStartSources coldStartSources() const;
   bool inColdStart(const Participant& p) const;
   // Prepared / Readied from a rank of a replica in its cold start.
   Status onColdStartMessage(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
@@ -343,7 +314,7 @@ class Coordinator::Impl {
   std::vector<std::vector<uint64_t>> exchanged_blocks_;  // per trainer (PlanAssignment)
   std::optional<MaximaRelay> maxima_;                    // when some block straddles trainers
   std::map<int32_t, JoiningReplica> joining_;            // by replica id
-  uint64_t last_fill_id_ = 0;                            // cold start attempts
+  ColdStartTracker cold_starts_{ColdStartOptions{opt_.timeout}};  // of joining_ replicas
   // Trainer restart: the plan (kept when opt_.trainer_restart), each joined replica's plan
   // extension per trainer rank (encoded PlanExtensionMsg), and the restart under way.
   std::optional<Plan> plan_;

@@ -325,7 +325,7 @@ void Coordinator::Impl::maybeCompleteJoin(int32_t replica) {
       sendTo(p, MessageType::kCommitOk, {});
     }
     g.committed_ok = true;
-    return startColdStart(g);  // ends in finishColdStart, which comes back here
+    return startColdStart(g);  // its end (applyColdStart) comes back here
   }
   if (!g.cold_done || static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
   completeJoin(replica, g.ready_version, g.ready_slot);
@@ -350,6 +350,7 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
   if (it == joining_.end()) return;
   JoiningReplica g = std::move(it->second);
   joining_.erase(it);
+  cold_starts_.forget(replica);
   log(replicaName(replica) + " could not join: " + status.toString());
   // Only this replica's join ended (not the job): REMOTE, which its ranks do not read as the
   // job failing.
@@ -370,27 +371,12 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
 
 // A join not complete within the job's timeout of its first Hello is aborted, naming why.
 void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
-  std::vector<std::pair<int32_t, std::string>> late;
-  std::vector<std::pair<int32_t, std::string>> stalled_sources;  // replica, reason
+  // Joins in their cold start: each attempt is bounded (overdue); sources holding a fill past
+  // half the job's timeout are stalled (ColdStartTracker::tick).
+  ColdStartOutput cold = cold_starts_.tick(now);
+  std::vector<std::pair<int32_t, std::string>> late = std::move(cold.overdue);
   for (const auto& [id, g] : joining_) {
-    // A source that holds a fill past half the job's timeout (a fill moves a version's bytes, as
-    // trainers do within the timeout) is stalled: it is dropped, and the fill goes on from
-    // another replica, in another slot, or the joiner's first version comes from the trainers.
-    if (g.cold && g.cold->stage == ColdStart::Stage::kFilling &&
-        now - g.cold->fill_sent >= opt_.timeout / 2) {
-      stalled_sources.emplace_back(g.cold->source,
-                                   "it did not finish its part of " + replicaName(id) +
-                                       "'s cold start (version " + std::to_string(g.cold->version) +
-                                       ") within " + std::to_string((opt_.timeout / 2).count()) +
-                                       " ms (stalled)");
-    }
-    if (g.cold) {  // each attempt is bounded; writers may still be busy, so the join ends
-      if (now - g.cold->attempt_started < opt_.timeout) continue;
-      late.emplace_back(id, "its cold start from " + replicaName(g.cold->source) + " (version " +
-                                std::to_string(g.cold->version) + ", attempt " +
-                                std::to_string(g.cold->attempts) + ") did not complete");
-      continue;
-    }
+    if (cold_starts_.active(id)) continue;
     if (now - g.started < opt_.timeout) continue;
     std::string why;
     if (!g.welcomed) {
@@ -406,11 +392,13 @@ void Coordinator::Impl::checkJoinDeadlines(Clock::time_point now) {
     }
     late.emplace_back(id, why);
   }
+  std::sort(late.begin(), late.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });  // by replica id
   for (const auto& [id, why] : late) {
     abortJoin(id, timeoutError(replicaName(id) + " did not join within " +
                                std::to_string(opt_.timeout.count()) + " ms: " + why));
   }
-  for (const auto& source : stalled_sources) {
+  for (const auto& source : cold.stalled_sources) {
     if (phase_ != Phase::kRunning) return;
     const int32_t id = source.first;
     auto p = std::find_if(participants_.begin(), participants_.end(), [&](const Participant& q) {

@@ -1,12 +1,14 @@
 """Processes of test_vllm_engine.py: vLLM's own engine (LLM, its engine-core and worker
 processes) serving a tiny random-init Qwen2 on the CPU, updated by wsync.
 
-    python vllm_engine_jobs.py trainer|engine|reference '<json args>'
+    python vllm_engine_jobs.py trainer|engine|joiner|rejoining|reference '<json args>'
 
 trainer: a transformers Qwen2 (fp32) trained for real; per version it publishes through wsync,
 saves the version's checkpoint (for the reference role), records the greedy continuation of a
 fixed prompt, and waits until the engine has checked that version (on-policy RL: the next step
-starts after the rollout).
+starts after the rollout). args["paced"]: the test sequences the versions instead: version v is
+published once the file go_v<v> exists, and what each publish reached (replicas ready / skipped /
+lost, bytes, seconds) is recorded in trainer_versions.json.
 engine, args["driver"] == "backend": ``LLM(..., load_format="dummy", weight_transfer_config=
 WeightTransferConfig(backend="wsync"))``; vLLM's worker process loads our plugin entry point and
 creates the backend through vLLM's factory. Per version: ``llm.start_weight_update()``,
@@ -17,6 +19,8 @@ extension on every worker through vLLM's ``llm.collective_rpc`` as verl / OpenRL
 workers: "wsync_init" once, "wsync_update" per version (its returns recorded), "wsync_close".
 Either way ``llm.generate`` after each version, recorded with the trainer's own greedy tokens
 (transformers' CPU kernels are not vLLM's: test_vllm_engine.py compares with the reference role).
+joiner / rejoining: engine B joining from init info alone (rejoining: restartable, for the kill
+scenario; each function's docstring says what it records).
 reference: vLLM loading each version's checkpoint with its own loader: a fresh LLM on the last
 version's, then vLLM's in-place ``reload_weights`` from disk for each earlier one.
 """
@@ -168,7 +172,7 @@ def engine(a: dict) -> None:
         llm.collective_rpc("wsync_init", args=(init_info,))
     seen = []
     for v in range(1, a["versions"] + 1):
-        wait_for(out / f"trainer_v{v}.pt")
+        wait_for(out / f"trainer_v{v}.pt", timeout_s=900)  # paced: engine B starts meanwhile
         live = None
         if a["driver"] == "backend":
             llm.start_weight_update()

@@ -1,12 +1,14 @@
 """Processes of test_vllm_engine.py: vLLM's own engine (LLM, its engine-core and worker
 processes) serving a tiny random-init Qwen2 on the CPU, updated by wsync.
 
-    python vllm_engine_jobs.py trainer|engine|reference '<json args>'
+    python vllm_engine_jobs.py trainer|engine|joiner|rejoining|reference '<json args>'
 
 trainer: a transformers Qwen2 (fp32) trained for real; per version it publishes through wsync,
 saves the version's checkpoint (for the reference role), records the greedy continuation of a
 fixed prompt, and waits until the engine has checked that version (on-policy RL: the next step
-starts after the rollout).
+starts after the rollout). args["paced"]: the test sequences the versions instead: version v is
+published once the file go_v<v> exists, and what each publish reached (replicas ready / skipped /
+lost, bytes, seconds) is recorded in trainer_versions.json.
 engine, args["driver"] == "backend": ``LLM(..., load_format="dummy", weight_transfer_config=
 WeightTransferConfig(backend="wsync"))``; vLLM's worker process loads our plugin entry point and
 creates the backend through vLLM's factory. Per version: ``llm.start_weight_update()``,
@@ -17,6 +19,8 @@ extension on every worker through vLLM's ``llm.collective_rpc`` as verl / OpenRL
 workers: "wsync_init" once, "wsync_update" per version (its returns recorded), "wsync_close".
 Either way ``llm.generate`` after each version, recorded with the trainer's own greedy tokens
 (transformers' CPU kernels are not vLLM's: test_vllm_engine.py compares with the reference role).
+joiner / rejoining: engine B joining from init info alone (rejoining: restartable, for the kill
+scenario; each function's docstring says what it records).
 reference: vLLM loading each version's checkpoint with its own loader: a fresh LLM on the last
 version's, then vLLM's in-place ``reload_weights`` from disk for each earlier one.
 """
@@ -70,13 +74,19 @@ def trainer(a: dict) -> None:
     t.register_module(model)
     t.commit()
     batch = torch.randint(0, VOCAB, (4, 24), generator=torch.Generator().manual_seed(1))
+    record = []
     for v in range(1, a["versions"] + 1):
         model.train()
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
-        t.publish(v, wait=True)
+        if a.get("paced"):  # the test says when each version goes (engine B joins / is killed)
+            wait_for(out / f"go_v{v}", timeout_s=600)
+            record.append(publish_recorded(t, v, out))
+            write_json(out / "trainer_versions.json", record)
+        else:
+            t.publish(v, wait=True)
         model.eval()
         with torch.no_grad():
             ids = torch.tensor([PROMPT])
@@ -90,10 +100,36 @@ def trainer(a: dict) -> None:
         model.save_pretrained(out / f"checkpoint_v{v}")  # for vLLM's own loading (reference)
         torch.save({"tokens": tokens, "logprobs": logprobs, "loss": float(loss)},
                    out / f"trainer_v{v}.pt")
+        if a.get("paced"):
+            continue
         wait_for(out / f"checked_v{v}", timeout_s=600)
         if a.get("join"):  # engine B joins after version 1 and checks every later version
             wait_for(out / f"joiner_checked_v{v}", timeout_s=600)
     t.close()
+
+
+def write_json(path: Path, value) -> None:
+    """Writes `path` atomically (the test polls these files)."""
+    path.with_suffix(".tmp").write_text(json.dumps(value))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def publish_recorded(t, v: int, out: Path) -> dict:
+    """Publishes version v and waits for it (bounded: 120 s); returns which replicas took it,
+    skipped it or were lost while it was in flight, with the coordinator's bytes / seconds. A
+    marker file (publishing_v<v>, with the time) is written right before the publish call."""
+    import wsync
+
+    started = time.time()
+    write_json(out / f"publishing_v{v}", started)
+    request = t.publish(v)
+    request.wait(timeout_ms=120000)  # WsyncTimeoutError: the publish did not complete
+    stats = t.version_stats()
+    return {"version": v, "ready": request.replicas(wsync.Replicas.READY),
+            "skipped": request.replicas(wsync.Replicas.SKIPPED),
+            "lost": request.replicas(wsync.Replicas.LOST), "started": started,
+            "publish_s": time.time() - started, "bytes": stats.bytes if stats else 0,
+            "seconds": stats.seconds if stats else 0.0}
 
 
 def generate(llm) -> tuple:
@@ -136,7 +172,7 @@ def engine(a: dict) -> None:
         llm.collective_rpc("wsync_init", args=(init_info,))
     seen = []
     for v in range(1, a["versions"] + 1):
-        wait_for(out / f"trainer_v{v}.pt")
+        wait_for(out / f"trainer_v{v}.pt", timeout_s=900)  # paced: engine B starts meanwhile
         live = None
         if a["driver"] == "backend":
             llm.start_weight_update()
@@ -190,6 +226,45 @@ def joiner(a: dict) -> None:
                                                  "join_to_first_version_s": joined_s}))
 
 
+def rejoining(a: dict) -> None:
+    """Engine B of the kill scenario (args["name"]: one start of it; the test kill -9s the first
+    start's whole process tree mid-transfer and starts it again with the same init info). Joins
+    like `joiner` (init info: address and secret only), records its place, its first version's
+    wsync stats and the seconds from wsync_init to the first version ({name}.json, rewritten
+    after every version so that a killed start leaves its record); then, per version v up to
+    args["versions"], writes {name}_waiting_v<v> and waits in wsync_update(v) (bounded) while the
+    trainer publishes, generates, records, writes {name}_checked_v<v>. Leaves by wsync_close."""
+    from vllm import LLM
+
+    out, name = Path(a["out"]), a["name"]
+    llm = LLM(model=str(out / "model"), load_format="dummy", tensor_parallel_size=a["tp"],
+              worker_extension_cls="wsync.engines.vllm.WsyncWorkerExtension", **ENGINE_ARGS)
+    init_info = {"coordinator_address": a["address"], "secret": a["secret"],
+                 "timeout_ms": 180000}
+    t0 = time.time()
+    places = llm.collective_rpc("wsync_init", args=(init_info,))
+    live = llm.collective_rpc("wsync_update", args=(None, 180000))
+    first_s = time.time() - t0
+    stats = llm.collective_rpc("wsync_stats")
+    record = {"places": places, "stats": stats, "init_started": t0, "first_version_at": t0 +
+              first_s, "init_to_first_version_s": first_s, "seen": []}
+
+    def check(v: int, live: list) -> None:
+        tokens, logprobs = generate(llm)
+        record["seen"].append({"version": v, "tokens": tokens, "logprobs": logprobs,
+                               "live": live, "t": time.time()})
+        write_json(out / f"{name}.json", record)
+        (out / f"{name}_checked_v{v}").write_text("")
+
+    check(live[0], live)
+    for v in range(live[0] + 1, a["versions"] + 1):
+        (out / f"{name}_waiting_v{v}").write_text(str(time.time()))
+        check(v, llm.collective_rpc("wsync_update", args=(v, 180000)))
+    llm.collective_rpc("wsync_close")
+    record["closed"] = True
+    write_json(out / f"{name}.json", record)
+
+
 def reference(a: dict) -> None:
     """vLLM loading each version's checkpoint with its own loader: a fresh engine on the last
     version (the strongest check where the test ends), vLLM's reload_weights for the others."""
@@ -209,5 +284,5 @@ def reference(a: dict) -> None:
 
 if __name__ == "__main__":
     role, args = sys.argv[1], json.loads(sys.argv[2])
-    run(lambda: {"trainer": trainer, "engine": engine, "joiner": joiner,
+    run(lambda: {"trainer": trainer, "engine": engine, "joiner": joiner, "rejoining": rejoining,
                  "reference": reference}[role](args))

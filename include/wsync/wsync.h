@@ -411,8 +411,8 @@ typedef enum {
 typedef struct {
   size_t size; /**< sizeof(wsync_block_scaling_t) as the caller compiled it */
   wsync_scale_format_t format;
-  int64_t block_rows; /**< along dim ndim-2 of the weight (1 for MXFP8) */
-  int64_t block_cols; /**< along dim ndim-1 (32 for MXFP8) */
+  int64_t block_rows;       /**< along dim ndim-2 of the weight (1 for MXFP8) */
+  int64_t block_cols;       /**< along dim ndim-1 (32 for MXFP8) */
   const char* scale_tensor; /**< the scale tensor's global name, e.g. "...weight_scale_inv" */
 } wsync_block_scaling_t;
 

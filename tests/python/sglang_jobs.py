@@ -30,6 +30,7 @@ directory. Its first version is copied from the fixed replica (peer cold start);
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -95,8 +96,11 @@ def trainer(a: dict) -> None:
         loss.backward()
         opt.step()
         t.publish(v, wait=True)
+        # Written whole, then renamed: the fixed replica waits for the name and reads it at once.
+        tmp = Path(a["out"]) / f"trainer_v{v}.tmp"
         torch.save({"state": {k: p.detach().clone() for k, p in model.state_dict().items()},
-                    "loss": float(loss)}, Path(a["out"]) / f"trainer_v{v}.pt")
+                    "loss": float(loss)}, tmp)
+        os.replace(tmp, Path(a["out"]) / f"trainer_v{v}.pt")
     t.close()
 
 

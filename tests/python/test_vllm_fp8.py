@@ -30,6 +30,14 @@ LINEAR = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn
           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
+def _cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (the amx_tile flag of /proc/cpuinfo)."""
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("variant", [
     {},  # float32 scales, 2 kv heads: one per TP rank
     # power-of-two scales (a ue8m0 checkpoint: quantization_config scale_fmt "ue8m0"), and one
@@ -40,6 +48,9 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, va
     why = _ready()
     if why:
         pytest.skip(why)
+    if not _cpu_has_amx():
+        pytest.skip("vLLM's CPU block-fp8 kernels (CPUFp8BlockScaledMMKernel) need AMX tiles "
+                    "(Sapphire Rapids or newer); this CPU has none, so vLLM cannot build the model")
     tp, versions = 2, 3
     # VLLM_DIST_IDENT: the name of vLLM's CPU shared-memory TP group (its CPU workers set it)
     env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_TARGET_DEVICE="cpu",

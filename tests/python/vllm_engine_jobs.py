@@ -99,7 +99,8 @@ def trainer(a: dict) -> None:
                 ids = torch.cat([ids, torch.tensor([[token]])], 1)
         model.save_pretrained(out / f"checkpoint_v{v}")  # for vLLM's own loading (reference)
         torch.save({"tokens": tokens, "logprobs": logprobs, "loss": float(loss)},
-                   out / f"trainer_v{v}.pt")
+                   out / f"trainer_v{v}.tmp")
+        os.replace(out / f"trainer_v{v}.tmp", out / f"trainer_v{v}.pt")  # readers wait for it
         if a.get("paced"):
             continue
         wait_for(out / f"checked_v{v}", timeout_s=600)

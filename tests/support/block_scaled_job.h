@@ -40,6 +40,9 @@ inline Coordinator startCoordinator(int trainers, int rollouts, bool checksums,
   opt.num_rollouts = rollouts;
   opt.control.secret = kSecret;
   opt.timeout = std::chrono::milliseconds(20000);
+  // Every replica takes every version (late when its reader holds the slot), so that each rank
+  // checks every version however slowly it runs (sanitizers, loaded machines).
+  opt.max_staleness = 0;
   auto c = wsync::Coordinator::start(std::move(opt));
   EXPECT_TRUE(c.isOk()) << c.status().toString();
   Coordinator job;

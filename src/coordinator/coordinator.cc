@@ -168,6 +168,11 @@ void Coordinator::Impl::onClose(size_t index, const Status& status) {
 
 Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
                                    const std::vector<uint8_t>& payload) {
+  if (!maySend(Sender::kRank, type)) {  // the table's sender column
+    return protocolError(std::string(messageTypeName(type)) + " (type " +
+                         std::to_string(static_cast<unsigned>(type)) +
+                         ") is not a message a rank sends");
+  }
   switch (type) {
     case MessageType::kRegister:
       if (p.restarting) return onRestartRegister(p, payload);

@@ -24,6 +24,13 @@ const char* messageTypeName(MessageType t) {
   return "Unknown";
 }
 
+bool maySend(Sender from, MessageType t) {
+  for (const MessageInfo& m : kMessages) {
+    if (m.type == t) return m.sender == Sender::kEither || m.sender == from;
+  }
+  return false;
+}
+
 Status HelloMsg::protocolVersionMismatch(uint32_t rank_version) {
   return protocolError("protocol version " + std::to_string(rank_version) + " of the rank, " +
                        std::to_string(kProtocolVersion) +

@@ -159,6 +159,10 @@ inline constexpr MessageInfo kMessages[] = {
 
 // "Hello", ...; "Unknown" for a type id not in the table.
 const char* messageTypeName(MessageType t);
+// Whether `from` (kRank or kCoordinator) sends message `t` as the table declares it (its sender,
+// or kEither); false for a type id not in the table. The coordinator refuses a rank's message the
+// table gives to the coordinator, naming it.
+bool maySend(Sender from, MessageType t);
 // Calls f(std::type_identity<Payload>{}) with the payload struct of `t`; false (f not called)
 // for a type id not in the table.
 template <class F>

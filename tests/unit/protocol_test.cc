@@ -271,4 +271,21 @@ TEST(ProtocolTable, HelloOfAnotherProtocolVersionNamesBoth) {
 }
 
 }  // namespace
+// The table's sender column: what a rank may send and what only the coordinator sends.
+TEST(Protocol, TheSenderColumnSaysWhoMaySendEachMessage) {
+  using wsync::MessageType;
+  using wsync::Sender;
+  EXPECT_TRUE(wsync::maySend(Sender::kRank, MessageType::kHello));
+  EXPECT_FALSE(wsync::maySend(Sender::kCoordinator, MessageType::kHello));
+  EXPECT_TRUE(wsync::maySend(Sender::kCoordinator, MessageType::kGo));
+  EXPECT_FALSE(wsync::maySend(Sender::kRank, MessageType::kGo));
+  EXPECT_TRUE(wsync::maySend(Sender::kRank, MessageType::kPartialMaxima));
+  EXPECT_FALSE(wsync::maySend(Sender::kRank, MessageType::kBlockMaxima));
+  EXPECT_FALSE(wsync::maySend(Sender::kRank, static_cast<MessageType>(0xfff0)));
+  for (const wsync::MessageInfo& m : wsync::kMessages) {  // every message has exactly its senders
+    EXPECT_EQ(wsync::maySend(Sender::kRank, m.type), m.sender != Sender::kCoordinator) << m.name;
+    EXPECT_EQ(wsync::maySend(Sender::kCoordinator, m.type), m.sender != Sender::kRank) << m.name;
+  }
+}
+
 }  // namespace wsync

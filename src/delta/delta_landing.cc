@@ -5,29 +5,11 @@
 #include <cstring>
 #include <string>
 
+#include "common/wire.h"
+
 namespace wsync::delta {
 namespace {
 
-void putU32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void putU64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t getU32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t getU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 uint64_t alignUp(uint64_t v, uint64_t a) {
   return (v + a - 1) / a * a;
 }
@@ -83,33 +65,33 @@ void PairAreaWriter::add(uint32_t op, const uint8_t* patch, uint64_t patch_bytes
 uint64_t PairAreaWriter::finish() {
   uint8_t* e = out_ + used_;
   for (const PairEntry& entry : entries_) {
-    putU32(e, entry.op);
-    putU32(e + 4, 0);
-    putU64(e + 8, entry.patch_bytes);
+    putFixed32(e, entry.op);
+    putFixed32(e + 4, 0);
+    putFixed64(e + 8, entry.patch_bytes);
     e += kPairEntryBytes;
   }
   const uint64_t total = used_ + entries_.size() * kPairEntryBytes;
-  putU32(out_, kPairMagic);
-  putU32(out_ + 4, trainer_);
-  putU64(out_ + 8, version_);
-  putU32(out_ + 16, static_cast<uint32_t>(entries_.size()));
-  putU32(out_ + 20, 0);
-  putU64(out_ + 24, total);
+  putFixed32(out_, kPairMagic);
+  putFixed32(out_ + 4, trainer_);
+  putFixed64(out_ + 8, version_);
+  putFixed32(out_ + 16, static_cast<uint32_t>(entries_.size()));
+  putFixed32(out_ + 20, 0);
+  putFixed64(out_ + 24, total);
   return total;
 }
 
 Result<PairArea> readPairArea(const uint8_t* data, uint64_t bytes, uint32_t trainer,
                               uint64_t version, size_t num_ops) {
   PairArea area;
-  if (bytes < kPairHeaderBytes || getU32(data) != kPairMagic || getU32(data + 4) != trainer ||
-      getU64(data + 8) != version)
+  if (bytes < kPairHeaderBytes || getFixed32(data) != kPairMagic ||
+      getFixed32(data + 4) != trainer || getFixed64(data + 8) != version)
     return area;  // no patches from this trainer for this version
   auto bad = [&](const std::string& what) {
     return protocolError("delta patches of trainer " + std::to_string(trainer) + " for version " +
                          std::to_string(version) + ": " + what);
   };
-  const uint64_t count = getU32(data + 16);
-  const uint64_t total = getU64(data + 24);
+  const uint64_t count = getFixed32(data + 16);
+  const uint64_t total = getFixed64(data + 24);
   if (total > bytes || total < kPairHeaderBytes ||
       count > (total - kPairHeaderBytes) / kPairEntryBytes)
     return bad("an area of " + std::to_string(total) + " bytes with " + std::to_string(count) +
@@ -118,7 +100,7 @@ Result<PairArea> readPairArea(const uint8_t* data, uint64_t bytes, uint32_t trai
   uint64_t patch_at = kPairHeaderBytes;
   for (uint64_t i = 0; i < count; ++i) {
     const uint8_t* e = data + entries_at + i * kPairEntryBytes;
-    const PairEntry entry{getU32(e), getU64(e + 8)};
+    const PairEntry entry{getFixed32(e), getFixed64(e + 8)};
     if (entry.op >= num_ops || (i > 0 && entry.op <= area.entries.back().op))
       return bad("entry " + std::to_string(i) + " names write op " + std::to_string(entry.op) +
                  " (the pair has " + std::to_string(num_ops) + ", entries increasing)");

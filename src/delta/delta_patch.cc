@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/wire.h"
+
 namespace wsync::delta {
 namespace {
 
@@ -40,20 +42,6 @@ int64_t payloadBytes(ChunkKind kind, int64_t count, int64_t len, int e) {
   return 0;
 }
 
-void putU32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t getU32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint16_t getU16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | (p[1] << 8));
-}
-
 // Marks changed elements of one chunk in `changed` (len entries); returns their count.
 template <class T>
 int64_t diffChunk(const uint8_t* base, const uint8_t* next, int64_t len, uint8_t* changed) {
@@ -88,7 +76,7 @@ struct ChunkEntry {
   int64_t len;
 };
 ChunkEntry chunkEntry(const PatchShape& shape, const uint8_t* patch, int64_t c) {
-  const uint32_t entry = getU32(patch + kPatchHeaderBytes + 4 * c);
+  const uint32_t entry = getFixed32(patch + kPatchHeaderBytes + 4 * c);
   return {static_cast<ChunkKind>(entry >> 30), entry & 0x3fffffffu, chunkLength(shape, c)};
 }
 
@@ -124,14 +112,14 @@ Status encodePatch(const PatchShape& shape, const void* base_ptr, const void* ne
   st.dense_bytes = shape.num_elements * e;
   out->assign(kPatchHeaderBytes + 4 * chunks, 0);
   uint8_t* h = out->data();
-  putU32(h, kPatchMagic);
+  putFixed32(h, kPatchMagic);
   h[4] = kPatchVersion;
   h[5] = static_cast<uint8_t>(e);
-  putU32(h + 8, static_cast<uint32_t>(shape.chunk_elements));
-  putU32(h + 12, static_cast<uint32_t>(chunks));
+  putFixed32(h + 8, static_cast<uint32_t>(shape.chunk_elements));
+  putFixed32(h + 12, static_cast<uint32_t>(chunks));
   const auto n = static_cast<uint64_t>(shape.num_elements);
-  putU32(h + 16, static_cast<uint32_t>(n));
-  putU32(h + 20, static_cast<uint32_t>(n >> 32));
+  putFixed32(h + 16, static_cast<uint32_t>(n));
+  putFixed32(h + 20, static_cast<uint32_t>(n >> 32));
   std::vector<uint8_t> changed(static_cast<size_t>(shape.chunk_elements));
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t len = chunkLength(shape, c);
@@ -155,7 +143,7 @@ Status encodePatch(const PatchShape& shape, const void* base_ptr, const void* ne
     st.changed_elements += count;
     const uint32_t entry = (static_cast<uint32_t>(kind) << 30) |
                            static_cast<uint32_t>(kind == ChunkKind::kDense ? len : count);
-    putU32(out->data() + kPatchHeaderBytes + 4 * c, entry);
+    putFixed32(out->data() + kPatchHeaderBytes + 4 * c, entry);
     const size_t at = out->size();
     out->resize(at + static_cast<size_t>(payloadBytes(kind, count, len, e)));
     uint8_t* p = out->data() + at;
@@ -191,16 +179,16 @@ Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch
   if (patch_bytes < kPatchHeaderBytes)
     return protocolError("delta patch: " + std::to_string(patch_bytes) +
                          " bytes, shorter than its header");
-  if (getU32(patch) != kPatchMagic) return protocolError("delta patch: bad magic");
+  if (getFixed32(patch) != kPatchMagic) return protocolError("delta patch: bad magic");
   if (patch[4] != kPatchVersion)
     return protocolError("delta patch: version " + std::to_string(patch[4]) + ", this side reads " +
                          std::to_string(kPatchVersion));
-  const uint64_t n = getU32(patch + 16) | (static_cast<uint64_t>(getU32(patch + 20)) << 32);
-  if (patch[5] != shape.elem_bytes || getU32(patch + 8) != shape.chunk_elements ||
-      getU32(patch + 12) != shape.numChunks() || n != static_cast<uint64_t>(shape.num_elements))
+  const uint64_t n = getFixed32(patch + 16) | (static_cast<uint64_t>(getFixed32(patch + 20)) << 32);
+  if (patch[5] != shape.elem_bytes || getFixed32(patch + 8) != shape.chunk_elements ||
+      getFixed32(patch + 12) != shape.numChunks() || n != static_cast<uint64_t>(shape.num_elements))
     return protocolError(
         "delta patch: shape (" + std::to_string(patch[5]) + "-byte elements, " + std::to_string(n) +
-        " elements, " + std::to_string(getU32(patch + 8)) +
+        " elements, " + std::to_string(getFixed32(patch + 8)) +
         " per chunk) differs from the region's (" + std::to_string(shape.elem_bytes) + ", " +
         std::to_string(shape.num_elements) + ", " + std::to_string(shape.chunk_elements) + ")");
   const int64_t chunks = shape.numChunks();
@@ -230,7 +218,7 @@ Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch
     } else if (kind == ChunkKind::kIndex) {
       int64_t prev = -1;
       for (int64_t i = 0; i < count; ++i) {
-        const int64_t idx = getU16(p + 2 * i);
+        const int64_t idx = getFixed16(p + 2 * i);
         if (idx <= prev || idx >= len)
           return malformed(
               c, "index " + std::to_string(idx) + " out of order or past " + std::to_string(len));
@@ -272,7 +260,7 @@ Status applyPatch(const PatchShape& shape, const uint8_t* patch, size_t patch_by
       } else if (kind == ChunkKind::kIndex) {
         const uint8_t* values = p + 2 * count;
         for (int64_t i = 0; i < count; ++i)
-          std::memcpy(o + getU16(p + 2 * i) * e, values + i * e, static_cast<size_t>(e));
+          std::memcpy(o + getFixed16(p + 2 * i) * e, values + i * e, static_cast<size_t>(e));
       }
     }
     at += static_cast<size_t>(payloadBytes(kind, count, len, e));

@@ -23,6 +23,11 @@ Status checkJoiner(const ColdStartJoiner& j) {
   const std::string what = "cold start of " + replicaName(j.replica);
   if (j.ranks.empty()) return invalidArgument(what + ": no ranks");
   if (j.num_slots < 1) return invalidArgument(what + ": no slots");
+  if (j.held_version > 0 && (j.held_slot < 0 || j.held_slot >= j.num_slots || j.num_slots < 2)) {
+    return invalidArgument(what + ": it holds version " + std::to_string(j.held_version) +
+                           " in slot " + std::to_string(j.held_slot) + " of " +
+                           std::to_string(j.num_slots) + " (a catch-up needs another slot)");
+  }
   if (j.registrations.size() != j.ranks.size()) {
     return invalidArgument(what + ": " + std::to_string(j.registrations.size()) +
                            " registrations for " + std::to_string(j.ranks.size()) + " ranks");
@@ -58,10 +63,16 @@ Result<ColdStartOutput> ColdStartTracker::start(ColdStartJoiner joiner,
   Fill& f = fills_[id];
   f.joiner = std::move(joiner);
   f.started = now;
-  f.slot = 0;
+  f.slot = f.joiner.held_version > 0 ? nextSlot(f.joiner, f.joiner.held_slot) : 0;
   ColdStartOutput out;
   retry(f, sources, now, out);
   return out;
+}
+
+int32_t ColdStartTracker::nextSlot(const ColdStartJoiner& j, int32_t slot) {
+  int32_t next = (slot + 1) % j.num_slots;
+  if (j.held_version > 0 && next == j.held_slot) next = (next + 1) % j.num_slots;
+  return next;
 }
 
 void ColdStartTracker::finish(Fill& f, uint64_t version, int32_t slot, ColdStartOutput& out) {
@@ -83,7 +94,9 @@ void ColdStartTracker::retry(Fill& f, const ColdStartSources& sources, ColdStart
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string why_not;
+  const uint64_t held = f.joiner.held_version;
   for (const auto& [version, source] : order) {
+    if (version <= held) break;  // order is newest first: a catch-up takes only newer versions
     const std::vector<int32_t> ranks = sources.live_ranks(source);
     std::vector<Registration> senders;
     Status s;
@@ -115,15 +128,19 @@ void ColdStartTracker::retry(Fill& f, const ColdStartSources& sources, ColdStart
     f.attempt_started = now;
     f.source_ranks = ranks;
     out.notes.push_back(
-        replicaName(f.joiner.replica) + " cold start, attempt " + std::to_string(f.attempts) +
-        ": version " + std::to_string(version) + " from " + replicaName(source) + " (" +
-        std::to_string(plan->writes.size()) + " write ops, " +
+        replicaName(f.joiner.replica) + (held > 0 ? " catch-up" : " cold start") + ", attempt " +
+        std::to_string(f.attempts) + ": version " + std::to_string(version) + " from " +
+        replicaName(source) + " (" + std::to_string(plan->writes.size()) + " write ops, " +
         std::to_string(plan->stats.write_bytes) + " bytes) into slot " + std::to_string(f.slot));
     f.plan = std::move(plan).value();
     out.messages.push_back({MessageType::kPrepare, f.joiner.ranks, SlotMsg{version, f.slot}});
     return;
   }
-  giveUp(f, order.empty() ? "no running replica holds a version yet" : why_not, prepared, out);
+  if (why_not.empty()) {
+    why_not = held > 0 ? "no running replica holds a version newer than " + std::to_string(held)
+                       : "no running replica holds a version yet";
+  }
+  giveUp(f, why_not, prepared, out);
 }
 
 bool ColdStartTracker::sendFills(Fill& f, ColdStartTime now, ColdStartOutput& out) {
@@ -157,12 +174,14 @@ void ColdStartTracker::sendReady(Fill& f, ColdStartOutput& out) {
 void ColdStartTracker::giveUp(Fill& f, const std::string& why, bool prepared,
                               ColdStartOutput& out) {
   const int32_t id = f.joiner.replica;
-  out.notes.push_back(replicaName(id) + ": no cold start (" + why + ")");
+  out.notes.push_back(replicaName(id) +
+                      (f.joiner.held_version > 0 ? ": no catch-up (" : ": no cold start (") + why +
+                      ")");
   if (prepared) {  // Go without a slot for this replica: its ranks give the prepared slot back
     GoMsg go{f.version, std::vector<int32_t>(static_cast<size_t>(id) + 1, -1), {}};
     out.messages.push_back({MessageType::kGo, f.joiner.ranks, std::move(go)});
   }
-  finish(f, 0, -1, out);
+  finish(f, f.joiner.held_version, f.joiner.held_slot, out);
 }
 
 Result<ColdStartOutput> ColdStartTracker::onPrepared(int32_t replica, int32_t rank,
@@ -199,9 +218,9 @@ Result<ColdStartOutput> ColdStartTracker::onReadied(int32_t replica, int32_t ran
   f.waiting.erase(rank);
   ColdStartOutput out;
   if (!f.waiting.empty()) return out;
-  out.notes.push_back(replicaName(replica) + " cold-started from " + replicaName(f.source) +
-                      " with version " + std::to_string(f.version) + ": " +
-                      std::to_string(f.bytes) + " bytes in " +
+  const char* what = f.joiner.held_version > 0 ? " caught up from " : " cold-started from ";
+  out.notes.push_back(replicaName(replica) + what + replicaName(f.source) + " with version " +
+                      std::to_string(f.version) + ": " + std::to_string(f.bytes) + " bytes in " +
                       std::to_string(msBetween(f.attempt_started, now)) + " ms (attempt " +
                       std::to_string(f.attempts) + ", " +
                       std::to_string(msBetween(f.started, now)) + " ms since its ranks committed)");
@@ -255,7 +274,12 @@ ColdStartOutput ColdStartTracker::onSourceLost(int32_t replica, const ColdStartS
     out.notes.push_back(replicaName(id) + " cold start, attempt " + std::to_string(f.attempts) +
                         " failed: " + f.failure);
     f.waiting.clear();
-    f.slot = (f.slot + 1) % f.joiner.num_slots;
+    const int32_t next = nextSlot(f.joiner, f.slot);
+    if (next == f.slot) {  // a catch-up with 2 slots: the other one holds its held version
+      giveUp(f, f.failure + ", and no other slot is free", /*prepared=*/true, out);
+      continue;
+    }
+    f.slot = next;
     retry(f, sources, now, out);
   }
   return out;

@@ -55,6 +55,11 @@ struct ColdStartJoiner {
   std::vector<Registration> registrations;  // by replica rank, as its plan saw them
   // By rollout rank: what a source rank needs to write into each of its ranks (ColdFill peers).
   std::map<int32_t, PeerInfo> peers;
+  // A catch-up (the joiner already holds a version from an earlier cold start: `held_version` in
+  // `held_slot` on every rank, readable): no attempt writes that slot (num_slots >= 2 then), and
+  // a catch-up that cannot fill a newer version ends holding it. 0 / -1: it holds none.
+  uint64_t held_version = 0;
+  int32_t held_slot = -1;
 };
 
 // What the tracker asks of the running job when it picks a source (the coordinator: its
@@ -80,7 +85,8 @@ struct ColdStartMessage {
 };
 
 // A cold start that ended: its replica holds `version` in `slot` on every rank (0 / -1: none, its
-// first version comes from the trainers).
+// first version comes from the trainers). A catch-up that found nothing newer ends with the
+// joiner's held version and slot.
 struct ColdStartResult {
   int32_t replica = -1;
   uint64_t version = 0;
@@ -108,7 +114,8 @@ class ColdStartTracker {
   // The joiner's cold start begins: a first attempt from the best source, or, when none can fill
   // it (no version yet, or none whose layout and dtypes fill it: noted), it ends at once.
   // INVALID_ARGUMENT (nothing changed) when the replica is in a cold start already or the spec is
-  // malformed (no ranks, no slots, a registration or peer missing for a rank).
+  // malformed (no ranks, no slots, a registration or peer missing for a rank, a held slot outside
+  // [0, num_slots) or with fewer than 2 slots).
   Result<ColdStartOutput> start(ColdStartJoiner joiner, const ColdStartSources& sources,
                                 ColdStartTime now);
 
@@ -164,6 +171,8 @@ class ColdStartTracker {
   void giveUp(Fill& f, const std::string& why, bool prepared, ColdStartOutput& out);
   // Ends the cold start (f is gone on return).
   void finish(Fill& f, uint64_t version, int32_t slot, ColdStartOutput& out);
+  // The joiner's slot after `slot` that does not hold its held version.
+  static int32_t nextSlot(const ColdStartJoiner& j, int32_t slot);
 
   ColdStartOptions options_;
   std::map<int32_t, Fill> fills_;  // by joining replica id

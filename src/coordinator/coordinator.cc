@@ -231,13 +231,21 @@ void Coordinator::Impl::tellTrainersDone() {
   for (int32_t t = 0; t < numTrainers(); ++t) {
     if (!trainer(t).said_bye) return;
   }
+  if (trainers_finished_) return;
   const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
+  trainers_finished_ = last;
   log("the trainers finished at version " + std::to_string(last));
   const auto payload = encode(VersionMsg{last});
   for (const Participant& p : participants_) {
-    if (p.hello.role == Role::kRollout && p.connected && p.committed && !p.dropped)
+    if (p.hello.role == Role::kRollout && p.connected && p.committed && !p.dropped &&
+        !(p.joiner && joining_.count(p.hello.replica) != 0))  // completeJoin tells them
       sendTo(p, MessageType::kTrainersDone, payload);
   }
+  std::vector<int32_t> ids;  // joins that waited for the trainers' extension need it no more
+  for (const auto& [id, g] : joining_)
+    ids.push_back(id);
+  for (int32_t id : ids)
+    maybeCompleteJoin(id);
 }
 
 // The job ends once every rank said goodbye or disconnected; well when each of them said goodbye

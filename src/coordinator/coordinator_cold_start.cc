@@ -47,7 +47,9 @@ void Coordinator::Impl::startColdStart(JoiningReplica& g) {
   joiner.replica = g.id;
   joiner.ranks = g.ranks;
   joiner.num_slots = g.num_slots;
-  joiner.registrations = std::move(g.registrations);  // planned against once more per attempt
+  joiner.registrations = g.registrations;  // planned against once more per attempt
+  joiner.held_version = g.ready_version;   // a catch-up keeps what it holds
+  joiner.held_slot = g.ready_slot;
   for (int32_t r : g.ranks) {
     const RegisterMsg& reg = rollout(r).reg;
     joiner.peers[r] = {r,
@@ -78,6 +80,7 @@ void Coordinator::Impl::applyColdStart(const ColdStartOutput& out) {
     if (it == joining_.end()) continue;
     JoiningReplica& g = it->second;
     g.cold_done = true;
+    if (g.catch_ups > 0 && result.version <= g.ready_version) g.catch_up_stuck = true;
     g.ready_version = result.version;
     g.ready_slot = result.slot;
     maybeCompleteJoin(g.id);

@@ -97,6 +97,10 @@ struct JoiningReplica {
   bool cold_done = false;                   // the cold start ended (or none was possible)
   uint64_t ready_version = 0;               // what it ended with (0 / -1: no version)
   int32_t ready_slot = -1;
+  // Catch-ups (cold starts again, from a version newer than ready_version) done, and whether the
+  // last one found nothing newer to fill (no more are tried).
+  int catch_ups = 0;
+  bool catch_up_stuck = false;
 };
 
 // Trainer restart (coordinator_trainer_restart.cc): the trainers were lost; a new set registers.
@@ -165,7 +169,8 @@ class Coordinator::Impl {
   Status dispatch(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
   void maybeAllGone();
   // Every trainer said goodbye (the trainers finished cleanly): the rollouts still in the job get
-  // TrainersDone(last started version), so their waits for newer versions end.
+  // TrainersDone(last started version), so their waits for newer versions end; a joining replica
+  // gets it once its join completed (holding that version when a peer could fill it).
   void tellTrainersDone();
 
   // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
@@ -236,6 +241,13 @@ class Coordinator::Impl {
                         const std::shared_ptr<const JoinerPlan>& plan);
   Status onExtensionDone(const Participant& p, const std::vector<uint8_t>& payload);
   void maybeCompleteJoin(int32_t replica);
+  // Whether the joiner, its cold start over, should be filled again from a newer version first
+  // (a catch-up: a peer holds one, or one is in flight: `wait` is set, and a delivery resumes it);
+  // bounded by kMaxCatchUps while the trainers run, unbounded once they finished.
+  bool needsCatchUp(const JoiningReplica& g, bool* wait) const;
+  // A version was delivered: joins that waited for it (needsCatchUp) go on.
+  void resumeJoinsAfterDelivery();
+  static constexpr int kMaxCatchUps = 2;
   // Ends a join that cannot complete: its ranks get `status` and are dropped; trainers that may
   // have applied its extension are told to forget it.
   void abortJoin(int32_t replica, const Status& status);
@@ -314,6 +326,7 @@ class Coordinator::Impl {
   std::vector<std::vector<uint64_t>> exchanged_blocks_;  // per trainer (PlanAssignment)
   std::optional<MaximaRelay> maxima_;                    // when some block straddles trainers
   std::map<int32_t, JoiningReplica> joining_;            // by replica id
+  std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)
   ColdStartTracker cold_starts_{ColdStartOptions{opt_.timeout}};  // of joining_ replicas
   // Trainer restart: the plan (kept when opt_.trainer_restart), each joined replica's plan
   // extension per trainer rank (encoded PlanExtensionMsg), and the restart under way.

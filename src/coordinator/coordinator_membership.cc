@@ -327,8 +327,40 @@ void Coordinator::Impl::maybeCompleteJoin(int32_t replica) {
     g.committed_ok = true;
     return startColdStart(g);  // its end (applyColdStart) comes back here
   }
-  if (!g.cold_done || static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
+  if (!g.cold_done) return;
+  // Trainers that finished apply no extension: no version comes from them any more.
+  if (!trainers_finished_ && static_cast<int32_t>(g.trainers_done.size()) < numTrainers()) return;
+  bool wait = false;
+  if (needsCatchUp(g, &wait)) {
+    if (wait) return;  // resumeJoinsAfterDelivery
+    g.cold_done = false;
+    g.catch_ups += 1;
+    return startColdStart(g);
+  }
   completeJoin(replica, g.ready_version, g.ready_slot);
+}
+
+// Versions newer than the joiner's cold start that started before it enters the sequencer would
+// pass it by; when the trainers finish before then, it would never get the last one.
+bool Coordinator::Impl::needsCatchUp(const JoiningReplica& g, bool* wait) const {
+  *wait = false;
+  if (g.ready_version == 0 || g.num_slots < 2 || g.catch_up_stuck) return false;
+  if (!trainers_finished_ && g.catch_ups >= kMaxCatchUps) return false;
+  for (const auto& [version, holder] : coldStartSources().holders()) {
+    if (version > g.ready_version) return true;
+  }
+  const uint64_t in_flight = sequencer_ ? sequencer_->inFlightVersion() : 0;
+  *wait = in_flight > g.ready_version;
+  return *wait;
+}
+
+void Coordinator::Impl::resumeJoinsAfterDelivery() {
+  std::vector<int32_t> ids;
+  for (const auto& [id, g] : joining_) {
+    if (g.cold_done) ids.push_back(id);
+  }
+  for (int32_t id : ids)
+    maybeCompleteJoin(id);
 }
 
 void Coordinator::Impl::completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot) {
@@ -342,7 +374,15 @@ void Coordinator::Impl::completeJoin(int32_t replica, uint64_t ready_version, in
       " ms, joined in " + std::to_string(msSince(g.started)) + " ms" +
       (ready_version == 0 ? "; its first version comes from the trainers"
                           : "; it holds version " + std::to_string(ready_version)));
+  const std::vector<int32_t> ranks = g.ranks;
   joining_.erase(it);
+  if (trainers_finished_) {  // held back until now (tellTrainersDone)
+    const auto payload = encode(VersionMsg{*trainers_finished_});
+    for (int32_t r : ranks) {
+      const Participant& p = rollout(r);
+      if (p.connected && !p.dropped) sendTo(rollout(r), MessageType::kTrainersDone, payload);
+    }
+  }
 }
 
 void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {

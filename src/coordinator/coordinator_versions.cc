@@ -83,6 +83,7 @@ Status Coordinator::Impl::apply(Result<SequencerOutput> output) {
     }
     send(m);
   }
+  if (output->delivered && !joining_.empty()) resumeJoinsAfterDelivery();
   return Status::ok();
 }
 

@@ -198,6 +198,61 @@ TEST_F(ColdStartTest, FillFromAReadySourceThenTheJoinerEntersTheSequencer) {
   EXPECT_TRUE(prepared_other_slot) << "its ready slot 0 stays readable";
 }
 
+// A catch-up (the joiner holds version 2 in slot 1 from its cold start; a peer now holds 4):
+// filled into a slot other than the held one, and it ends holding the newer version.
+TEST_F(ColdStartTest, CatchUpFillsAnotherSlotThanTheHeldOne) {
+  ready_ = {{0, 4}};
+  live_.erase(1);
+  ColdStartJoiner j = joiner();
+  j.held_version = 2;
+  j.held_slot = 1;
+  ColdStartOutput out = ok(tracker_.start(j, sources(), at(0)));
+  expectToJoiner(out, MessageType::kPrepare, 4, 0);
+  EXPECT_TRUE(noted(out, "replica 2 catch-up, attempt 1: version 4 from replica 0"));
+  const uint64_t fill = tracker_.currentFill(kJoiner);
+  expectFills(prepareAll(4, 0), {0, 1}, fill, 4, 0);
+  ok(tracker_.onFillDone(0, {fill, WSYNC_SUCCESS, "", 64}, sources(), at(1)));
+  expectToJoiner(ok(tracker_.onFillDone(1, {fill, WSYNC_SUCCESS, "", 64}, sources(), at(1))),
+                 MessageType::kReady, 4, 0);
+  ok(tracker_.onReadied(kJoiner, 4, VersionMsg{4}, at(2)));
+  out = ok(tracker_.onReadied(kJoiner, 5, VersionMsg{4}, at(2)));
+  EXPECT_TRUE(noted(out, "replica 2 caught up from replica 0 with version 4"));
+  expectFinished(out, 4, 0);
+}
+
+// A catch-up takes only versions newer than the held one; with none (or when its source is lost
+// with no other), it ends holding the held version: the slot it prepared is given back, the held
+// one is never written.
+TEST_F(ColdStartTest, CatchUpWithNothingNewerKeepsTheHeldVersion) {
+  ready_ = {{0, 2}};
+  ColdStartJoiner j = joiner();
+  j.held_version = 2;
+  j.held_slot = 0;
+  ColdStartOutput out = ok(tracker_.start(j, sources(), at(0)));
+  EXPECT_TRUE(out.messages.empty());
+  EXPECT_TRUE(
+      noted(out, "replica 2: no catch-up (no running replica holds a version newer than 2)"));
+  expectFinished(out, 2, 0);
+
+  ready_ = {{1, 6}};
+  live_.erase(0);
+  j.num_slots = 3;
+  j.held_slot = 2;
+  expectToJoiner(ok(tracker_.start(j, sources(), at(0))), MessageType::kPrepare, 6, 0);
+  prepareAll(6, 0);
+  ready_.clear();
+  out = tracker_.onSourceLost(1, sources(), at(1));
+  ASSERT_EQ(out.messages.size(), 1u);
+  expectSlotGivenBack(out.messages[0], 6);
+  expectFinished(out, 2, 2);
+
+  ColdStartJoiner one_slot = joiner();
+  one_slot.num_slots = 1;
+  one_slot.held_version = 2;
+  one_slot.held_slot = 0;
+  EXPECT_EQ(tracker_.start(one_slot, sources(), at(0)).status().code(), WSYNC_ERR_INVALID_ARGUMENT);
+}
+
 // The source is lost mid-fill: the next attempt comes from the other running replica, into the
 // joiner's other slot (the lost source's surviving ranks may still be writing the first); the
 // late answer of the first attempt is ignored.

@@ -123,7 +123,8 @@ class Trainer {
 enum class End { kDestroy, kAbort };
 void readVersions(wsync_config_t cfg, wsync_dtype_t dtype, uint64_t last_version, End end,
                   std::atomic<uint64_t>* seen, std::atomic<bool>* done,
-                  wsync_version_stats_t* first = nullptr, std::atomic<bool>* has_first = nullptr) {
+                  wsync_version_stats_t* first = nullptr, std::atomic<bool>* has_first = nullptr,
+                  const std::atomic<bool>* stay_until = nullptr) {
   const auto tensors = wsync_demo::policyTensors(smallPolicy());
   wsync_context_t ctx = nullptr;
   ASSERT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_SUCCESS) << wsync_last_error(nullptr);
@@ -160,6 +161,9 @@ void readVersions(wsync_config_t cfg, wsync_dtype_t dtype, uint64_t last_version
       *has_first = true;
     }
   }
+  const auto stay_deadline = Clock::now() + std::chrono::seconds(30);
+  while (stay_until != nullptr && !*stay_until && Clock::now() < stay_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a peer may still copy from it
   if (end == End::kAbort) wsync_context_abort(ctx);
   const wsync_status_t destroyed = wsync_context_destroy(ctx);
   if (end == End::kDestroy) EXPECT_EQ(destroyed, WSYNC_SUCCESS) << wsync_last_error(nullptr);
@@ -460,6 +464,42 @@ TEST(Membership, JoinerBeforeTheFirstVersionGetsItFromTheTrainers) {
   job.finish();
   EXPECT_EQ(job.joined.first_version, 1u);
   EXPECT_EQ(job.joined.first_version_from_peer, 0);
+}
+
+// A replica that joins while the trainers finish (they publish their last versions and close
+// before its join completed, so they never apply its plan extension) still ends holding their
+// last version, copied from the running replica, and only then hears that they finished: no
+// timeout waiting for trainers that left, no TRAINERS_DONE while a newer version exists.
+TEST(Membership, JoinerAsTheTrainersFinishEndsWithTheirLastVersion) {
+  constexpr uint64_t kLast = 6;
+  LoggedJob job;
+  startLogged(job);
+  std::atomic<bool> first_done{false}, joiner_done{false}, joiner_has_first{false};
+  wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
+  std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), WSYNC_DTYPE_BFLOAT16,
+                    kLast, End::kDestroy, nullptr, &first_done, nullptr, nullptr, &joiner_done);
+  std::thread joiner;
+  {
+    Trainer trainer(job, 1);
+    ASSERT_TRUE(trainer.commit());
+    for (uint64_t v = 1; v <= kLast; ++v) {
+      if (v == kLast - 1) {
+        wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
+        cfg.replica_size = 1;
+        cfg.replica_rank = 0;
+        joiner = std::thread(readVersions, cfg, WSYNC_DTYPE_BFLOAT16, kLast, End::kDestroy, nullptr,
+                             &joiner_done, &joined, &joiner_has_first, nullptr);
+      }
+      EXPECT_EQ(trainer.publish(v).ready, std::vector<int>{0}) << "version " << v;
+    }
+  }  // the trainer says goodbye, most likely before the joiner committed
+  joiner.join();
+  first.join();
+  EXPECT_TRUE(joiner_done.load()) << "the joiner did not read version " << kLast;
+  EXPECT_TRUE(job.logged("the trainers finished at version 6"));
+  EXPECT_TRUE(job.logged("replica 1 joined")) << "the join waited for trainers that left";
+  EXPECT_EQ(joined.first_version_from_peer, 1);
+  EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
 }
 
 TEST(Membership, RequestReplicasRejectsBadArguments) {

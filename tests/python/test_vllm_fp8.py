@@ -117,3 +117,17 @@ def nan_mask(raw: torch.Tensor) -> torch.Tensor:
     if raw.dtype == torch.uint8:
         return (raw & 0x7F) == 0x7F
     return torch.isnan(raw.view({torch.int32: torch.float32, torch.int16: torch.bfloat16}[raw.dtype]))
+
+
+def test_scale_format_follows_the_device_of_the_weights():
+    """vLLM's quantizer divides the block maxima by 448 where the weights are: exactly on the CPU
+    (FLOAT32), as torch's CUDA division by a scalar, a multiplication by fl(1 / 448), on a GPU
+    (FLOAT32_GPU). wsync picks the format from the model's device unless vLLM holds power-of-two
+    scales; no vLLM config is current here, so those do not apply."""
+    from wsync.engines import vllm_fp8
+    from wsync.types import ScaleFormat
+
+    assert vllm_fp8.scale_format() == ScaleFormat.FLOAT32
+    assert vllm_fp8.scale_format(torch.device("cpu")) == ScaleFormat.FLOAT32
+    assert vllm_fp8.scale_format(torch.device("cuda", 0)) == ScaleFormat.FLOAT32_GPU
+    assert vllm_fp8.scale_format("cuda") == ScaleFormat.FLOAT32_GPU

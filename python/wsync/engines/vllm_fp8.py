@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -140,9 +140,11 @@ def layout_kept(module: torch.nn.Module) -> Optional[str]:
     return None
 
 
-def scale_format() -> ScaleFormat:
+def scale_format(device: Union[torch.device, str, None] = None) -> ScaleFormat:
     """POW2_FLOAT32 where vLLM holds power-of-two float32 scales (checkpoint scale_fmt ue8m0, or
-    DeepGEMM E8M0 in use), else FLOAT32. Reads the current vLLM config."""
+    DeepGEMM E8M0 in use); else FLOAT32_GPU when the model's weights are on a CUDA `device` (vLLM's
+    quantizer computes ``amax / 448`` there, which torch on CUDA rounds as ``amax * fl(1 / 448)``),
+    else FLOAT32 (the CPU's exact division). Reads the current vLLM config."""
     try:
         from vllm.config import get_current_vllm_config
 
@@ -159,6 +161,8 @@ def scale_format() -> ScaleFormat:
             return ScaleFormat.POW2_FLOAT32
     except Exception:
         pass
+    if device is not None and torch.device(device).type == "cuda":
+        return ScaleFormat.FLOAT32_GPU
     return ScaleFormat.FLOAT32
 
 
@@ -241,7 +245,8 @@ def _module_weights(model_name: str, module: torch.nn.Module, packed: Dict[str, 
 def plan(model: torch.nn.Module, hf_shapes: Sequence[Tuple[str, Sequence[int]]],
          fmt: Optional[ScaleFormat] = None) -> BlockFp8Plan:
     """The block-fp8 layers of `model` received in place, given the HF tensors the trainers
-    publish (`hf_shapes`: (name, shape) pairs); `fmt` None: :func:`scale_format`."""
+    publish (`hf_shapes`: (name, shape) pairs); `fmt` None: :func:`scale_format` for the device
+    of the model's parameters."""
     try:
         from vllm.model_executor.utils import get_packed_modules_mapping
     except ImportError:  # no vLLM here: no vLLM layers either
@@ -249,7 +254,9 @@ def plan(model: torch.nn.Module, hf_shapes: Sequence[Tuple[str, Sequence[int]]],
     shapes = {n: tuple(int(s) for s in shape) for n, shape in hf_shapes}
     packed = get_packed_modules_mapping(model)
     out = BlockFp8Plan()
-    fmt = scale_format() if fmt is None else fmt
+    if fmt is None:
+        first = next(model.parameters(), None)
+        fmt = scale_format(first.device if first is not None else None)
     for name, module in model.named_modules():
         why = layout_kept(module)
         if why == "":

@@ -316,7 +316,8 @@ typedef struct {
   int first_version_from_peer;  /**< 1: copied from a peer replica (peer cold start); 0: the
                                      trainers sent it */
   /* ---- the end of the first-version layout; fields below were appended later ---- */
-  /* trainer: the one-sided writes of `version` (every trainer, re-sends included) */
+  /* trainer: what every trainer sent of `version` (writes, writes to joined replicas, broadcasts
+     once per group; re-sends included) */
   uint64_t wire_bytes; /**< bytes they put on the wire (patches with config.delta) */
   uint64_t full_bytes; /**< bytes they carry dense (wire_bytes == full_bytes without delta) */
 } wsync_version_stats_t;

@@ -196,8 +196,9 @@ class VersionStats:
     (versions behind it), and this rank's first readable version: `first_version`,
     `first_version_seconds` (from context creation until it was readable here) and
     `first_version_from_peer` (True: a running replica filled it, peer cold start; False: the
-    trainers sent it). Trainer, delta versions: `wire_bytes`, what the one-sided writes of the
-    version put on the wire (patches), against `full_bytes`, the same writes dense. Fields a
+    trainers sent it). Trainer, delta versions: `wire_bytes`, what the trainers' writes (to joined
+    replicas too) and broadcasts of the version put on the wire (patches), against `full_bytes`,
+    the same dense. Fields a
     library older than the package does not fill are 0."""
 
     version: int

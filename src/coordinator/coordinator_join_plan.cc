@@ -10,6 +10,7 @@
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/delta_assign.h"
 #include "plan/planner.h"
 #include "plan/replica_plan.h"
 
@@ -24,6 +25,7 @@ struct JoinerPlan {
   std::vector<std::vector<uint8_t>> trainer_views;
   std::vector<std::vector<int32_t>> trainer_peers;
   std::vector<std::vector<uint8_t>> rollout_views;  // by index in the replica's ranks
+  DenseWriteBytes dense;  // per replica rank, each trainer's dense bytes (delta landing parts)
 };
 
 }  // namespace coordinator_internal
@@ -43,6 +45,7 @@ Result<JoinerPlan> planReplica(const std::vector<Registration>& trainers,
   JoinerPlan out;
   out.plan_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   out.write_ops = plan->writes.size();
+  out.dense = denseWriteBytes(*plan, num_trainers);
   for (int32_t t = 0; t < num_trainers; ++t) {
     const RankPlan view = rankView(*plan, Role::kTrainer, t);
     out.trainer_views.push_back(encodeRankPlan(view));
@@ -119,6 +122,8 @@ void Coordinator::Impl::finishPlanJoiner(int32_t replica, uint64_t token, const 
                            {},
                            0,
                            0});
+      assignDeltaLanding(opt_.job, plan->dense, t, trainer(t).reg.device_id.empty(),
+                         q.reg.delta_landing, ext.peers.back());
     }
     sendTo(trainer(t), MessageType::kPlanExtension, encode(ext));
     if (opt_.trainer_restart) {  // restarted trainers get it again

@@ -5,6 +5,7 @@
 #include "codec/plan_codec.h"
 #include "codec/registration_codec.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/delta_assign.h"
 #include "plan/planner.h"
 #include "plan/replica_plan.h"
 
@@ -263,6 +264,7 @@ void Coordinator::Impl::welcomeJoiners(JoiningReplica& g) {
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size()) + g.size;
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  describeJobSettings(opt_.job, welcome);  // checksums and delta versions, as for the others
   for (int32_t member : g.members) {
     Participant& p = participants_[static_cast<size_t>(member)];
     p.role_rank = static_cast<int32_t>(rollout_index_.size());

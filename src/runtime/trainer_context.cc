@@ -77,7 +77,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   }
   WSYNC_RETURN_IF_ERROR(setUpQuantizer(assignment));
   WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
-  WSYNC_RETURN_IF_ERROR(setupDelta(assignment.peers));
+  WSYNC_RETURN_IF_ERROR(setupDelta(plan_, assignment.peers, delta_));
   if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(buildChecksums());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
@@ -180,7 +180,7 @@ Status TrainerContext::connectPeers(const std::vector<PeerInfo>& peers) {
     if (p.rank < 0 || p.rank >= numRollouts()) {
       return protocolError("plan assignment names unknown rollout " + std::to_string(p.rank));
     }
-    WSYNC_RETURN_IF_ERROR(connectPeer(p));
+    WSYNC_RETURN_IF_ERROR(connectPeer(p, delta_));
   }
   for (const WriteOp& op : plan_.writes) {
     if (op.dst_rank < 0 || op.dst_rank >= numRollouts() ||
@@ -192,7 +192,7 @@ Status TrainerContext::connectPeers(const std::vector<PeerInfo>& peers) {
   return Status::ok();
 }
 
-Status TrainerContext::connectPeer(const PeerInfo& p) {
+Status TrainerContext::connectPeer(const PeerInfo& p, TrainerDeltaState& delta) {
   const std::string where = "rollout " + std::to_string(p.rank) + " (" + p.transport + ")";
   Result<const WriteBackend*> backend = writerBackendFor(p.transport, memory_);
   if (!backend.isOk()) return backend.status().withContext(where);
@@ -209,7 +209,7 @@ Status TrainerContext::connectPeer(const PeerInfo& p) {
     peer.slot_memory.push_back(id);
   }
   peer.buffer_byte_offsets = p.buffer_byte_offsets;
-  WSYNC_RETURN_IF_ERROR(attachDeltaLanding(p, *transport).withContext(where));
+  WSYNC_RETURN_IF_ERROR(attachDeltaLanding(p, *transport, delta).withContext(where));
   if (peer_of_rollout_.size() <= static_cast<size_t>(p.rank))
     peer_of_rollout_.resize(static_cast<size_t>(p.rank) + 1, -1);
   peer_of_rollout_[static_cast<size_t>(p.rank)] = static_cast<int32_t>(peers_.size());
@@ -453,6 +453,8 @@ Status TrainerContext::postGroups(const GoMsg& go) {
       }
     }
     const size_t bytes = static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
+    delta_.full_bytes += bytes;  // broadcasts are dense; counted once per group (its root's send)
+    delta_.wire_bytes += bytes;
     const Status s = broadcaster_->post(group_comm_[i], rank(), data, bytes);
     if (!s.isOk()) {
       return s.withContext("broadcast of tensor '" +
@@ -473,6 +475,8 @@ Status TrainerContext::waitGroups() {
 }
 
 Status TrainerContext::transfer(const GoMsg& go) {
+  delta_.wire_bytes = 0;  // this send's bytes: broadcasts, patches, dense and extension writes
+  delta_.full_bytes = 0;
   if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   WSYNC_RETURN_IF_ERROR(postGroups(go));
   WSYNC_RETURN_IF_ERROR(sendDeltas(go));  // patches first; their ops are not written dense

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -147,11 +148,19 @@ class TrainerContext final : public Context {
   Result<DeliveredMsg> awaitDelivered(uint64_t version);
   Status corruptOneWrite(const GoMsg& go);  // WSYNC_DEBUG_CORRUPT_EVERY
 
-  // Delta versions (trainer_delta.cc, runtime/trainer_delta.h).
-  Status setupDelta(const std::vector<PeerInfo>& peers);
-  Status attachDeltaLanding(const PeerInfo& p, WriteTransport& transport);
-  Result<const uint8_t*> deltaBytesOf(size_t write);
-  Status sendDeltas(const GoMsg& go);
+  // Delta versions (trainer_delta.cc, runtime/trainer_delta.h): the plan's writes in delta_, each
+  // joined replica's (ExtensionPart::delta) in its own state. `staged(i)`: write i's conversion
+  // staging in its plan.
+  using StagingOf = std::function<uint8_t*(size_t)>;
+  Status setupDelta(const RankPlan& plan, const std::vector<PeerInfo>& peers,
+                    TrainerDeltaState& state) const;
+  static Status attachDeltaLanding(const PeerInfo& p, WriteTransport& transport,
+                                   TrainerDeltaState& state);
+  Result<const uint8_t*> deltaBytesOf(const RankPlan& plan, TrainerDeltaState& state, size_t write,
+                                      uint8_t* staged);
+  Status sendDeltas(const GoMsg& go);  // every state's patches (the plan's, then extensions')
+  Status sendPartDeltas(const GoMsg& go, const RankPlan& plan, TrainerDeltaState& state,
+                        const StagingOf& staged);
   Result<bool> corruptOnePatch(const GoMsg& go);
   Status allocateCorruptByte();  // its source, before the transports exist
 
@@ -175,8 +184,8 @@ class TrainerContext final : public Context {
   };
   std::vector<int32_t> peer_of_rollout_;  // rollout rank -> index into peers_, -1 if none
   std::vector<Peer> peers_;
-  // Connects `p` (once) and attaches its slots.
-  Status connectPeer(const PeerInfo& p);
+  // Connects `p` (once) and attaches its slots, and its landing area to `delta`'s pair.
+  Status connectPeer(const PeerInfo& p, TrainerDeltaState& delta);
 
   // Replicas that joined the running job: their writes from this trainer, each with its own
   // conversion staging (registered with every transport, like the plan's).
@@ -188,6 +197,7 @@ class TrainerContext final : public Context {
     std::vector<uint8_t> host_staging;
     DeviceBuffer device_staging;
     std::vector<float> scales;  // per plan tensor, from scale_by_name_ at each transfer
+    TrainerDeltaState delta;    // delta versions: its writes' kept bytes and landing parts
     bool active = true;         // false once dropped (its staging stays registered)
     uint8_t* stagingAt(size_t offset) {
       return (device_staging.data() != nullptr ? device_staging.data() : host_staging.data()) +

@@ -3,6 +3,7 @@
 // holds the version this trainer kept, written into the ranks' landing areas. Publisher thread.
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "delta/delta_landing.h"
 #include "delta/delta_patch.h"
@@ -21,45 +22,52 @@ bool sourceContiguous(const Region& r) {
 
 }  // namespace
 
-// Commit (applyPlan, before the transports exist): a pair per peer with a landing part, each op to
-// such a peer keeps its bytes; the staging holds every pair's area.
-Status TrainerContext::setupDelta(const std::vector<PeerInfo>& peers) {
-  delta_ = TrainerDeltaState{};
+// Commit (applyPlan, before the transports exist; a joined replica's extension, before its peers
+// are connected): a pair per peer with a landing part, each op of `plan` to such a peer keeps its
+// bytes; the staging holds every pair's area. The send counters stay as they are.
+Status TrainerContext::setupDelta(const RankPlan& plan, const std::vector<PeerInfo>& peers,
+                                  TrainerDeltaState& state) const {
+  const uint64_t wire = state.wire_bytes, full = state.full_bytes;
+  state = TrainerDeltaState{};
+  state.wire_bytes = wire;
+  state.full_bytes = full;
   if (!job_.welcome.delta || onDevice()) return Status::ok();  // device trainers: dense
-  delta_.max_share = delta::shareFromPpm(job_.welcome.delta_max_share_ppm);
-  std::vector<int32_t> pair_of_rollout(static_cast<size_t>(numRollouts()), -1);
+  state.max_share = delta::shareFromPpm(job_.welcome.delta_max_share_ppm);
+  std::map<int32_t, int32_t> pair_of_rollout;
   for (const PeerInfo& p : peers) {
-    if (p.delta_landing_bytes == 0 || p.rank < 0 || p.rank >= numRollouts()) continue;
+    if (p.delta_landing_bytes == 0 || p.rank < 0) continue;
     TrainerDeltaState::Pair pair;
     pair.rollout = p.rank;
     pair.landing_offset = p.delta_landing_offset;
     pair.capacity = p.delta_landing_bytes;
-    pair.staging_offset = delta_.staging.size();
-    delta_.staging.resize(delta_.staging.size() + pair.capacity);
-    pair_of_rollout[static_cast<size_t>(p.rank)] = static_cast<int32_t>(delta_.pairs.size());
-    delta_.pairs.push_back(std::move(pair));
+    pair.staging_offset = state.staging.size();
+    state.staging.resize(state.staging.size() + pair.capacity);
+    pair_of_rollout[p.rank] = static_cast<int32_t>(state.pairs.size());
+    state.pairs.push_back(std::move(pair));
   }
-  if (delta_.pairs.empty()) return Status::ok();
-  delta_.ops.resize(plan_.writes.size());
+  if (state.pairs.empty()) return Status::ok();
+  state.ops.resize(plan.writes.size());
   size_t kept = 0;
-  for (size_t i = 0; i < plan_.writes.size(); ++i) {
-    const WriteOp& op = plan_.writes[i];
-    const int32_t pair = pair_of_rollout[static_cast<size_t>(op.dst_rank)];
-    if (pair < 0) continue;
-    auto& ops = delta_.pairs[static_cast<size_t>(pair)].ops;
-    delta_.ops[i].pair = pair;
-    delta_.ops[i].ordinal = static_cast<uint32_t>(ops.size());
-    delta_.ops[i].kept_offset = kept;
+  for (size_t i = 0; i < plan.writes.size(); ++i) {
+    const WriteOp& op = plan.writes[i];
+    const auto found = pair_of_rollout.find(op.dst_rank);
+    if (found == pair_of_rollout.end()) continue;
+    const int32_t pair = found->second;
+    auto& ops = state.pairs[static_cast<size_t>(pair)].ops;
+    state.ops[i].pair = pair;
+    state.ops[i].ordinal = static_cast<uint32_t>(ops.size());
+    state.ops[i].kept_offset = kept;
     ops.push_back(i);
-    kept += static_cast<size_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
+    kept += static_cast<size_t>(plan.numElements(op)) * dtypeSize(op.dst_dtype);
   }
-  delta_.kept.resize(kept);
+  state.kept.resize(kept);
   return Status::ok();
 }
 
-// Commit (connectPeer): the landing area of `p`, when this trainer has a part of it.
-Status TrainerContext::attachDeltaLanding(const PeerInfo& p, WriteTransport& transport) {
-  for (TrainerDeltaState::Pair& pair : delta_.pairs) {
+// Commit (connectPeer): the landing area of `p`, when `state` has a part of it.
+Status TrainerContext::attachDeltaLanding(const PeerInfo& p, WriteTransport& transport,
+                                          TrainerDeltaState& state) {
+  for (TrainerDeltaState::Pair& pair : state.pairs) {
     if (pair.rollout != p.rank) continue;
     WSYNC_ASSIGN_OR_RETURN(pair.landing, transport.attach(p.rank, p.delta_landing));
     WSYNC_ASSIGN_OR_RETURN(const uint64_t size, transport.attachedSize(pair.landing));
@@ -75,63 +83,77 @@ Status TrainerContext::attachDeltaLanding(const PeerInfo& p, WriteTransport& tra
 }
 
 // Write op `i`'s bytes for this version as they land (destination dtype), packed: its converted
-// staging (converting it now, host memory), its source run, or its strided source gathered.
-Result<const uint8_t*> TrainerContext::deltaBytesOf(size_t i) {
-  const WriteOp& op = plan_.writes[i];
+// staging `staged` (converting it now, host memory), its source run, or its strided source
+// gathered.
+Result<const uint8_t*> TrainerContext::deltaBytesOf(const RankPlan& plan, TrainerDeltaState& state,
+                                                    size_t i, uint8_t* staged) {
+  const WriteOp& op = plan.writes[i];
   if (op.converts()) {
-    uint8_t* staged = stagingAt(write_staging_offsets_[i]);
-    WSYNC_RETURN_IF_ERROR(convertHostStaging(plan_, op, staged));
-    delta_.ops[i].converted = true;
+    WSYNC_RETURN_IF_ERROR(convertHostStaging(plan, op, staged));
+    state.ops[i].converted = true;
     return staged;
   }
-  const Region r = plan_.region(op);
+  const Region r = plan.region(op);
   const size_t esz = dtypeSize(op.src_dtype);
   const uint8_t* src = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * esz;
   if (sourceContiguous(r)) return src;
   const size_t row_bytes = static_cast<size_t>(r.count[0]) * esz;
-  delta_.scratch.resize(static_cast<size_t>(plan_.numElements(op)) * esz);
+  state.scratch.resize(static_cast<size_t>(plan.numElements(op)) * esz);
   for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
     const int64_t plane = row / r.count[1];
     const int64_t at = plane * r.src_stride[1] + (row % r.count[1]) * r.src_stride[0];
-    std::memcpy(delta_.scratch.data() + static_cast<size_t>(row) * row_bytes,
+    std::memcpy(state.scratch.data() + static_cast<size_t>(row) * row_bytes,
                 src + static_cast<size_t>(at) * esz, row_bytes);
   }
-  return delta_.scratch.data();
+  return state.scratch.data();
 }
 
-// One send of `go` (before its dense writes): for every pair whose replica takes the Go, the ops
-// whose kept bytes are of the replica's base version become patches in the pair's area, written
-// into the rank's landing part; every op's kept bytes become this version's.
 Status TrainerContext::sendDeltas(const GoMsg& go) {
-  delta_.wire_bytes = 0;
-  delta_.full_bytes = 0;
-  for (TrainerDeltaState::Op& s : delta_.ops) {
+  WSYNC_RETURN_IF_ERROR(sendPartDeltas(
+      go, plan_, delta_, [this](size_t i) { return stagingAt(write_staging_offsets_[i]); }));
+  for (const auto& part : extensions_) {
+    if (!part->active) continue;
+    ExtensionPart* p = part.get();
+    WSYNC_RETURN_IF_ERROR(sendPartDeltas(
+        go, p->plan, p->delta, [p](size_t i) { return p->stagingAt(p->staging_offsets[i]); }));
+  }
+  return Status::ok();
+}
+
+// One send of `go` (before its dense writes): for every pair of `state` whose replica takes the
+// Go, the ops whose kept bytes are of the replica's base version become patches in the pair's
+// area, written into the rank's landing part; every op's kept bytes become this version's. The
+// areas' bytes count as this send's wire bytes (delta_).
+Status TrainerContext::sendPartDeltas(const GoMsg& go, const RankPlan& plan,
+                                      TrainerDeltaState& state, const StagingOf& staged) {
+  for (TrainerDeltaState::Op& s : state.ops) {
     s.patched = false;
     s.converted = false;
   }
-  for (TrainerDeltaState::Pair& pair : delta_.pairs) {
+  for (TrainerDeltaState::Pair& pair : state.pairs) {
     pair.last_patch_end = 0;
     if (slotFor(go, pair.rollout) < 0) continue;
     const uint64_t base = go.baseOf(replica_of_rollout_[static_cast<size_t>(pair.rollout)]);
-    uint8_t* area = delta_.staging.data() + pair.staging_offset;
+    uint8_t* area = state.staging.data() + pair.staging_offset;
     delta::PairAreaWriter writer(area, pair.capacity, static_cast<uint32_t>(rank()), go.version);
     uint64_t patch_end = delta::kPairHeaderBytes;
     for (size_t i : pair.ops) {
-      const WriteOp& op = plan_.writes[i];
-      TrainerDeltaState::Op& s = delta_.ops[i];
-      const int64_t n = plan_.numElements(op);
+      const WriteOp& op = plan.writes[i];
+      TrainerDeltaState::Op& s = state.ops[i];
+      const int64_t n = plan.numElements(op);
       const size_t dsz = dtypeSize(op.dst_dtype);
       const size_t bytes = static_cast<size_t>(n) * dsz;
       if (bytes == 0) continue;
-      WSYNC_ASSIGN_OR_RETURN(const uint8_t* next, deltaBytesOf(i));
-      uint8_t* kept = delta_.kept.data() + s.kept_offset;
+      WSYNC_ASSIGN_OR_RETURN(const uint8_t* next,
+                             deltaBytesOf(plan, state, i, op.converts() ? staged(i) : nullptr));
+      uint8_t* kept = state.kept.data() + s.kept_offset;
       if (base != 0 && s.kept_version == base) {
         WSYNC_RETURN_IF_ERROR(delta::encodePatch(delta::shapeFor(n, static_cast<int>(dsz)), kept,
-                                                 next, &delta_.patch));
-        const uint64_t patch_bytes = delta_.patch.size();
-        if (static_cast<double>(patch_bytes) <= delta_.max_share * static_cast<double>(bytes) &&
+                                                 next, &state.patch));
+        const uint64_t patch_bytes = state.patch.size();
+        if (static_cast<double>(patch_bytes) <= state.max_share * static_cast<double>(bytes) &&
             writer.fits(patch_bytes)) {
-          writer.add(s.ordinal, delta_.patch.data(), patch_bytes);
+          writer.add(s.ordinal, state.patch.data(), patch_bytes);
           patch_end += patch_bytes;
           s.patched = true;
         }

@@ -140,12 +140,13 @@ Status TrainerContext::applyExtension(PlanExtensionMsg extension) {
       return protocolError(what + ": a write targets rollout " + std::to_string(op.dst_rank));
     }
   }
-  for (const PeerInfo& p : extension.peers)
-    WSYNC_RETURN_IF_ERROR(connectPeer(p).withContext(what));
   auto part = std::make_unique<ExtensionPart>();
   part->replica = extension.replica;
   part->ranks = extension.ranks;
   part->plan = std::move(plan);
+  WSYNC_RETURN_IF_ERROR(setupDelta(part->plan, extension.peers, part->delta).withContext(what));
+  for (const PeerInfo& p : extension.peers)
+    WSYNC_RETURN_IF_ERROR(connectPeer(p, part->delta).withContext(what));
   WSYNC_RETURN_IF_ERROR(sizePartStaging(*part).withContext(what));
   for (int32_t r : part->ranks) {
     if (replica_of_rollout_.size() <= static_cast<size_t>(r))
@@ -173,6 +174,13 @@ Status TrainerContext::sizePartStaging(ExtensionPart& part) {
     }
     staging += static_cast<size_t>(part.plan.numElements(op)) * dtypeSize(op.dst_dtype);
   }
+  if (!part.delta.staging.empty()) {  // its patches' areas, written from here
+    for (const Backend& b : transports_) {
+      WSYNC_ASSIGN_OR_RETURN(auto reg, b.transport->registerSource(part.delta.staging.data(),
+                                                                   part.delta.staging.size()));
+      source_registrations_.push_back(std::move(reg));
+    }
+  }
   if (staging == 0) return Status::ok();
   if (onDevice()) {
     WSYNC_ASSIGN_OR_RETURN(part.device_staging,
@@ -194,8 +202,15 @@ Status TrainerContext::postExtensionWrites(const GoMsg& go) {
       const WriteOp& op = part->plan.writes[i];
       const int32_t slot = slotFor(go, op.dst_rank);
       if (slot < 0) continue;
+      const uint64_t bytes =
+          static_cast<uint64_t>(part->plan.numElements(op)) * dtypeSize(op.dst_dtype);
+      delta_.full_bytes += bytes;
+      const bool delta_op = i < part->delta.ops.size();
+      if (delta_op && part->delta.ops[i].patched) continue;  // sent as a patch (sendDeltas)
+      delta_.wire_bytes += bytes;
       uint8_t* staged = op.converts() ? part->stagingAt(part->staging_offsets[i]) : nullptr;
-      WSYNC_RETURN_IF_ERROR(postWrite(part->plan, op, staged, slot));
+      WSYNC_RETURN_IF_ERROR(
+          postWrite(part->plan, op, staged, slot, delta_op && part->delta.ops[i].converted));
     }
   }
   return Status::ok();

@@ -1,7 +1,7 @@
 // Block quantization kernels (kernels/block_quant_kernels.h). The arithmetic is
 // quant/block_quant_math.h, shared with the host code, so both give the same bits; the index
-// arithmetic is block_quant_geometry.h, which the tests also run on the host. Compiled by nvcc as
-// C++17 (block_quant.h and what it includes are C++17).
+// arithmetic is quant/block_quant_geometry.h, which the tests also run on the host. Compiled by
+// nvcc as C++17 (block_quant.h and what it includes are C++17).
 //
 // One kernel for every step: a group of G threads (4, 32 or 256) per cover block walks the part
 // of the block inside its piece, in 16-byte vectors where the block's rows are aligned
@@ -17,8 +17,8 @@
 
 #include "common/cuda_check.h"
 #include "kernels/batched_tiles.cuh"
-#include "kernels/block_quant_geometry.h"
 #include "kernels/block_quant_kernels.h"
+#include "quant/block_quant_geometry.h"
 #include "quant/block_quant_math.h"
 
 namespace wsync {

@@ -14,14 +14,14 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/block_quant_geometry.h"
 #include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
 
 namespace wsync {
 
 // blockAmaxHost on the device: `amax` (float32, row-major over blockCover(piece.box, s)) gets,
 // per block, the NaN-propagating max |x| over the piece's elements in it. A group of threads per
-// block, 16-byte loads where the block's rows allow (block_quant_geometry.h: vectorizable).
+// block, 16-byte loads where the block's rows allow (quant/block_quant_geometry.h: vectorizable).
 Status launchBlockAmax(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                        float* amax, cudaStream_t stream);
 
@@ -47,7 +47,8 @@ Status launchScaleAndQuantize(const PieceView& piece, const Dims& shape, const B
 Status launchQuantizeFused(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                            const float* amax_in, void* scales, uint8_t* dst, cudaStream_t stream);
 
-// ---- batched: one launch for many pieces (block_quant_geometry.h: QuantTask) -------------------
+// ---- batched: one launch for many pieces (quant/block_quant_geometry.h: QuantTask)
+// -----------------
 
 // Runs `mode` over every cover block of the `num_tasks` tasks in device memory (numbered by
 // numberQuantTasks; total_blocks as it returned), `group` threads per block (groupSizeFor: 4, 32

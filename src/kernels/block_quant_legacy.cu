@@ -8,8 +8,8 @@
 #include <string>
 
 #include "common/cuda_check.h"
-#include "kernels/block_quant_geometry.h"
 #include "kernels/block_quant_kernels.h"
+#include "quant/block_quant_geometry.h"
 #include "quant/block_quant_math.h"
 
 namespace wsync {

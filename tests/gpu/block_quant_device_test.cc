@@ -17,9 +17,9 @@
 
 #include "common/cuda_check.h"
 #include "gpu/device_bytes.h"
-#include "kernels/block_quant_geometry.h"
 #include "kernels/block_quant_kernels.h"
 #include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
 #include "support/block_quant_testing.h"
 
 namespace wsync {

@@ -1,4 +1,4 @@
-// The block-parallel quantization kernels' host-side arithmetic (kernels/block_quant_geometry.h),
+// The block-parallel quantization kernels' host-side arithmetic (quant/block_quant_geometry.h),
 // without a GPU: block parts map every element of a piece to its source and output once; the
 // vector helpers equal the element-wise math; and the kernel's per-block walk (emulated here
 // lane by lane with the same functions: vectors where vectorizable() says so, else elements)
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/block_quant_geometry.h"
 #include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
 #include "quant/block_quant_math.h"
 #include "support/block_quant_layouts.h"
 

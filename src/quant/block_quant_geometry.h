@@ -1,7 +1,8 @@
-// Internal to the block quantization kernels (block_quant_kernels.cu): the index arithmetic of a
-// piece and its block cover, as host-and-device functions, so that
-// tests/gpu/block_quant_device_test.cc can run the kernels' per-thread work on the host (a GPU
-// is not needed to check which elements and scales each thread touches). C++17.
+// The block quantization kernels' (kernels/block_quant_kernels.cu, block_quant_legacy.cu) index
+// arithmetic and vector helpers, as host-and-device functions, so that the tests can run the
+// kernels' per-thread work on the host (tests/unit/block_quant_kernel_geometry_test.cc: a GPU is
+// not needed to check which elements and scales each thread touches), and the batched kernel's
+// task (QuantTask), which runtime/trainer_quantizer fills in plain C++. C++17, no CUDA headers.
 #pragma once
 
 #include <cstdint>

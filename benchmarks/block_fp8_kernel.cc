@@ -2,16 +2,24 @@
 // bf16 input arena (filled with one finite value; the kernels' speed does not depend on it), the
 // fp8 output, the maxima and the scales in others, and the copy's destination is a second bf16
 // arena, so neither side reads from cache. Each measurement: one untimed round, then the best of
-// `repeats` rounds, each round every weight in turn on one stream between two CUDA events.
+// `repeats` rounds, each round on one stream between two CUDA events. Measured in one run:
+//   copy: cudaMemcpyAsync per weight (the physical limit: 2 bytes read + 2 written per element);
+//   legacy: the first kernels, 3 launches per weight (amax, scales, quantize; 2 reads of bf16);
+//   per-piece fused: launchQuantizeFused per weight (1 read of bf16, 1 byte written);
+//   batched: one launch for every weight (launchBlockQuantBatch): amax only, quantize with given
+//   scales, and fused (amax + scale + bytes: what TrainerQuantizer runs per version).
+// GB/s are bf16 input bytes per second; "x copy" is the copy's time over the path's.
 #include <cuda_runtime_api.h>
 
 #include <cinttypes>
 #include <cstdio>
 #include <functional>
+#include <vector>
 
 #include "block_fp8_kernel.h"
 #include "block_fp8_model.h"
 #include "kernels/block_quant_kernels.h"
+#include "quant/block_quant_geometry.h"
 
 namespace wsync_fp8 {
 namespace {
@@ -108,29 +116,66 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
     if (!st.isOk()) std::fprintf(stderr, "[kernel] launch: %s\n", st.toString().c_str());
     return st.isOk();
   };
-  const auto amaxRound = [&] {
+  namespace bk = wsync::block_quant_kernels;
+  const auto scalesAt = [&](const Weight& w) {
+    return reinterpret_cast<uint8_t*>(scales) +
+           w.blocks * (s.format == wsync::ScaleFormat::kE8M0 ? 1 : 4);
+  };
+  std::vector<bk::QuantTask> tasks;
+  for (const Weight& w : ws) {
+    bk::QuantTask t = bk::quantTaskOf(view(w), s);
+    t.amax_out = amax + w.blocks;
+    t.scales = scalesAt(w);
+    t.dst = fp8 + w.output;
+    tasks.push_back(t);
+  }
+  const uint64_t total_blocks = bk::numberQuantTasks(tasks);
+  const int group = bk::groupSizeFor(s.block_rows, s.block_cols, 1);
+  bk::QuantTask* device_tasks = nullptr;
+  if (rc == 0 && (!ok(cudaMalloc(reinterpret_cast<void**>(&device_tasks),
+                                 tasks.size() * sizeof(bk::QuantTask)),
+                      "cudaMalloc tasks") ||
+                  !ok(cudaMemcpy(device_tasks, tasks.data(), tasks.size() * sizeof(bk::QuantTask),
+                                 cudaMemcpyHostToDevice),
+                      "cudaMemcpy tasks")))
+    rc = 1;
+  const auto legacyAmaxRound = [&] {
     for (const Weight& w : ws)
-      if (!launched(wsync::launchBlockAmax(view(w), w.shape, s, amax + w.blocks, stream)))
+      if (!launched(wsync::launchBlockAmaxLegacy(view(w), w.shape, s, amax + w.blocks, stream)))
         return false;
     return true;
   };
-  const auto quantizeRound = [&] {
+  const auto legacyQuantizeRound = [&] {
     for (const Weight& w : ws)
-      if (!launched(wsync::launchQuantizeBlocks(view(w), w.shape, s, scales + w.blocks,
-                                                fp8 + w.output, stream)))
+      if (!launched(wsync::launchQuantizeBlocksLegacy(view(w), w.shape, s, scalesAt(w),
+                                                      fp8 + w.output, stream)))
         return false;
     return true;
   };
-  const auto allRound = [&] {
+  const auto legacyRound = [&] {
     for (const Weight& w : ws) {
-      if (!launched(wsync::launchBlockAmax(view(w), w.shape, s, amax + w.blocks, stream)) ||
+      if (!launched(wsync::launchBlockAmaxLegacy(view(w), w.shape, s, amax + w.blocks, stream)) ||
           !launched(wsync::launchScalesFromAmax(amax + w.blocks, w.num_blocks, s.format,
-                                                scales + w.blocks, stream)) ||
-          !launched(wsync::launchQuantizeBlocks(view(w), w.shape, s, scales + w.blocks,
-                                                fp8 + w.output, stream)))
+                                                scalesAt(w), stream)) ||
+          !launched(wsync::launchQuantizeBlocksLegacy(view(w), w.shape, s, scalesAt(w),
+                                                      fp8 + w.output, stream)))
         return false;
     }
     return true;
+  };
+  const auto pieceFusedRound = [&] {
+    for (const Weight& w : ws)
+      if (!launched(wsync::launchQuantizeFused(view(w), w.shape, s, nullptr, scalesAt(w),
+                                               fp8 + w.output, stream)))
+        return false;
+    return true;
+  };
+  const auto batch = [&](bk::QuantMode mode) {
+    return [&, mode] {
+      return launched(wsync::launchBlockQuantBatch(device_tasks, static_cast<int64_t>(tasks.size()),
+                                                   total_blocks, group, mode, nullptr, 0, nullptr,
+                                                   stream));
+    };
   };
   const auto copyRound = [&] {
     for (const Weight& w : ws)
@@ -141,35 +186,55 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
         return false;
     return true;
   };
-  double t_copy = -1, t_amax = -1, t_quant = -1, t_all = -1;
+  double t_copy = -1, t_legacy_amax = -1, t_legacy_quant = -1, t_legacy = -1, t_piece = -1,
+         t_amax = -1, t_quant = -1, t_fused = -1;
   if (rc == 0) {
     t_copy = bestRound(repeats, stream, copyRound);
-    t_all = bestRound(repeats, stream, allRound);  // first, so that quantize reads real scales
-    t_amax = bestRound(repeats, stream, amaxRound);
-    t_quant = bestRound(repeats, stream, quantizeRound);
-    if (t_copy <= 0 || t_amax <= 0 || t_quant <= 0 || t_all <= 0) rc = 1;
+    t_legacy = bestRound(repeats, stream, legacyRound);  // first: quantize reads real scales
+    t_legacy_amax = bestRound(repeats, stream, legacyAmaxRound);
+    t_legacy_quant = bestRound(repeats, stream, legacyQuantizeRound);
+    t_piece = bestRound(repeats, stream, pieceFusedRound);
+    t_amax = bestRound(repeats, stream, batch(bk::QuantMode::kAmax));
+    t_quant = bestRound(repeats, stream, batch(bk::QuantMode::kQuantizeWithScales));
+    t_fused = bestRound(repeats, stream, batch(bk::QuantMode::kFused));
+    for (double t :
+         {t_copy, t_legacy, t_legacy_amax, t_legacy_quant, t_piece, t_amax, t_quant, t_fused})
+      if (t <= 0) rc = 1;
   }
   if (rc == 0) {
     const double gb = 2.0 * static_cast<double>(elements) / 1e9;
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device);
     std::printf("[kernel] %s on %s: %zu weights, %.3f GB bf16 in, %s blocks %" PRId64 "x%" PRId64
-                "\n",
+                ", %" PRIu64 " blocks, group %d\n",
                 model.c_str(), prop.name, ws.size(), gb, mxfp8 ? "MXFP8" : "fp8", s.block_rows,
-                s.block_cols);
-    std::printf(
-        "[kernel] copy d2d %.4f s %.1f GB/s | amax %.4f s %.1f GB/s | quantize %.4f s "
-        "%.1f GB/s | amax+scales+quantize %.4f s %.1f GB/s = %.2f x copy\n",
-        t_copy, gb / t_copy, t_amax, gb / t_amax, t_quant, gb / t_quant, t_all, gb / t_all,
-        (gb / t_all) / (gb / t_copy));
+                s.block_cols, total_blocks, group);
+    const auto line = [&](const char* what, double t, size_t launches) {
+      std::printf("[kernel] %-34s %.5f s %7.1f GB/s = %.3f x copy (%zu launches)\n", what, t,
+                  gb / t, t_copy / t, launches);
+    };
+    line("copy d2d", t_copy, ws.size());
+    line("legacy amax", t_legacy_amax, ws.size());
+    line("legacy quantize", t_legacy_quant, ws.size());
+    line("legacy amax+scales+quantize", t_legacy, 3 * ws.size());
+    line("per-piece fused", t_piece, ws.size());
+    line("batched amax", t_amax, 1);
+    line("batched quantize (given scales)", t_quant, 1);
+    line("batched fused amax+scale+quantize", t_fused, 1);
+    std::printf("[kernel] fused batched vs legacy: %.2fx faster\n", t_legacy / t_fused);
     std::printf(
         "{\"bench\":\"wsync-block-fp8-bench\",\"mode\":\"kernel\",\"model\":\"%s\","
         "\"gpu\":\"%s\",\"format\":\"%s\",\"weights\":%zu,\"input_bytes\":%zu,"
         "\"copy_s\":%.6f,\"amax_s\":%.6f,\"quantize_s\":%.6f,\"total_s\":%.6f,"
-        "\"copy_gbps\":%.2f,\"total_gbps\":%.2f,\"total_vs_copy\":%.3f}\n",
+        "\"copy_gbps\":%.2f,\"total_gbps\":%.2f,\"total_vs_copy\":%.3f,"
+        "\"per_piece_fused_s\":%.6f,\"legacy_amax_s\":%.6f,\"legacy_quantize_s\":%.6f,"
+        "\"legacy_total_s\":%.6f,\"legacy_total_vs_copy\":%.3f,\"launches_legacy\":%zu,"
+        "\"launches_total\":1}\n",
         model.c_str(), prop.name, mxfp8 ? "mxfp8" : "fp8", ws.size(), 2 * elements, t_copy, t_amax,
-        t_quant, t_all, gb / t_copy, gb / t_all, t_copy / t_all);
+        t_quant, t_fused, gb / t_copy, gb / t_fused, t_copy / t_fused, t_piece, t_legacy_amax,
+        t_legacy_quant, t_legacy, t_copy / t_legacy, 3 * ws.size());
   }
+  if (device_tasks) cudaFree(device_tasks);
   if (stream) cudaStreamDestroy(stream);
   for (void* p : {static_cast<void*>(input), static_cast<void*>(copy), static_cast<void*>(fp8),
                   static_cast<void*>(amax), static_cast<void*>(scales)})

@@ -1,5 +1,5 @@
 // wsync-block-fp8-bench --kernel: the device block quantizer's throughput (kernels/
-// block_quant_kernels.h: launchBlockAmax, launchScalesFromAmax, launchQuantizeBlocks) over every
+// block_quant_kernels.h: the legacy kernels, the fused one per weight and batched) over every
 // quantized weight of the model in bf16, against cudaMemcpyAsync device to device of the same
 // bf16 input (the physical limit), both timed with CUDA events. One process, one GPU.
 // block_fp8_kernel.cc in a CUDA build; block_fp8_kernel_none.cc otherwise (says so, skips).

@@ -15,11 +15,13 @@
 
 #include "common/status.h"
 #include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
 
 namespace wsync {
 
 // blockAmaxHost on the device: `amax` (float32, row-major over blockCover(piece.box, s)) gets,
-// per block, the NaN-propagating max |x| over the piece's elements in it. One warp per block.
+// per block, the NaN-propagating max |x| over the piece's elements in it. A group of threads per
+// block, 16-byte loads where the block's rows allow (quant/block_quant_geometry.h: vectorizable).
 Status launchBlockAmax(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                        float* amax, cudaStream_t stream);
 
@@ -31,5 +33,43 @@ Status launchScalesFromAmax(const float* amax, int64_t n, ScaleFormat format, vo
 // element with its block's scale from `scales` (row-major over blockCover(piece.box, s)).
 Status launchQuantizeBlocks(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                             const void* scales, uint8_t* dst, cudaStream_t stream);
+
+// launchScalesFromAmax then launchQuantizeBlocks in one kernel: `amax` holds the complete maxima
+// of the piece's cover (row-major over blockCover), `scales` gets their scales.
+Status launchScaleAndQuantize(const PieceView& piece, const Dims& shape, const BlockScaling& s,
+                              const float* amax, void* scales, uint8_t* dst, cudaStream_t stream);
+
+// launchBlockAmax, launchScalesFromAmax and launchQuantizeBlocks in one pass over the data: per
+// cover block the max |x| of the piece's elements, merged (mergeAmax) with amax_in[b] where
+// amax_in is not null (the other trainers' maxima of a shared block; 0 for none), its scale into
+// `scales`, the bytes into `dst`. Without amax_in the piece must hold every element of its cover
+// blocks for the scales to be the tensor's.
+Status launchQuantizeFused(const PieceView& piece, const Dims& shape, const BlockScaling& s,
+                           const float* amax_in, void* scales, uint8_t* dst, cudaStream_t stream);
+
+// ---- batched: one launch for many pieces (quant/block_quant_geometry.h: QuantTask)
+// -----------------
+
+// Runs `mode` over every cover block of the `num_tasks` tasks in device memory (numbered by
+// numberQuantTasks; total_blocks as it returned), `group` threads per block (groupSizeFor: 4, 32
+// or 256; the tasks' blocks may be of any size, the group only tunes the speed). With `units`
+// (device, `num_units` sorted global block numbers) only those blocks, and (kAmax only) block
+// units[i]'s maximum goes to list_amax[i] instead of its task's amax_out. The tasks' pieces must
+// pass checkPiece (the caller checks: no check on the device).
+Status launchBlockQuantBatch(const block_quant_kernels::QuantTask* device_tasks, int64_t num_tasks,
+                             uint64_t total_blocks, int group, block_quant_kernels::QuantMode mode,
+                             const uint64_t* units, uint64_t num_units, float* list_amax,
+                             cudaStream_t stream);
+
+// grid[index[i]] = values[i] for i < n (device arrays).
+Status launchScatterAmax(const uint64_t* index, const float* values, int64_t n, float* grid,
+                         cudaStream_t stream);
+
+// ---- the first kernels (block_quant_legacy.cu), for the bench and tests: same contracts --------
+
+Status launchBlockAmaxLegacy(const PieceView& piece, const Dims& shape, const BlockScaling& s,
+                             float* amax, cudaStream_t stream);
+Status launchQuantizeBlocksLegacy(const PieceView& piece, const Dims& shape, const BlockScaling& s,
+                                  const void* scales, uint8_t* dst, cudaStream_t stream);
 
 }  // namespace wsync

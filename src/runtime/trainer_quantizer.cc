@@ -2,8 +2,6 @@
 
 #include <cstring>
 
-#include "runtime/device_quant_ops.h"
-
 namespace wsync {
 namespace {
 
@@ -61,6 +59,7 @@ Result<TrainerQuantizer> TrainerQuantizer::create(const Registration& own,
   if (memory == MemoryKind::kDevice) {
     WSYNC_ASSIGN_OR_RETURN(z.device_arena_, DeviceBuffer::allocate(z.arena_bytes_, cuda_device));
     WSYNC_ASSIGN_OR_RETURN(z.device_amax_, DeviceBuffer::allocate(grid * 4, cuda_device));
+    WSYNC_RETURN_IF_ERROR(z.setUpDevice());
   } else {
     z.host_arena_.assign(z.arena_bytes_, 0);
   }
@@ -85,23 +84,12 @@ PieceView TrainerQuantizer::viewOf(const Source& s, const SourceOf& source) cons
 
 Result<std::vector<uint8_t>> TrainerQuantizer::computeMaxima(const SourceOf& source,
                                                              CudaStreamHandle stream) {
+  if (memory_ == MemoryKind::kDevice) return computeMaximaOnDevice(source, stream);
   for (const Source& s : sources_) {
-    const PieceView v = viewOf(s, source);
-    if (memory_ == MemoryKind::kDevice) {
-      WSYNC_RETURN_IF_ERROR(
-          blockAmaxAsync(v, s.q.shape, s.scaling,
-                         reinterpret_cast<float*>(device_amax_.data()) + s.amax_at, stream));
-    } else {
-      WSYNC_RETURN_IF_ERROR(blockAmaxHost(v, s.q.shape, s.scaling, amax_.data() + s.amax_at));
-    }
+    WSYNC_RETURN_IF_ERROR(
+        blockAmaxHost(viewOf(s, source), s.q.shape, s.scaling, amax_.data() + s.amax_at));
   }
-  std::vector<uint8_t> partial;
-  if (exchanged_.empty()) return partial;
-  if (memory_ == MemoryKind::kDevice) {  // the grid to the host (exchanged blocks are read there)
-    WSYNC_RETURN_IF_ERROR(copyAsync(amax_.data(), device_amax_.data(), amax_.size() * 4, stream));
-    WSYNC_RETURN_IF_ERROR(streamSync(stream, timeout_));
-  }
-  partial.resize(exchanged_.size() * 4);
+  std::vector<uint8_t> partial(exchanged_.size() * 4);
   for (size_t i = 0; i < exchanged_.size(); ++i)
     std::memcpy(partial.data() + 4 * i, &amax_[exchanged_[i]], 4);
   return partial;
@@ -109,36 +97,19 @@ Result<std::vector<uint8_t>> TrainerQuantizer::computeMaxima(const SourceOf& sou
 
 Status TrainerQuantizer::quantize(const std::vector<uint8_t>& merged, const SourceOf& source,
                                   CudaStreamHandle stream) {
-  if (!exchanged_.empty()) {
-    if (merged.size() != exchanged_.size() * 4) {
-      return protocolError("BlockMaxima: " + std::to_string(merged.size()) + " bytes, expected " +
-                           std::to_string(exchanged_.size() * 4));
-    }
-    for (size_t i = 0; i < exchanged_.size(); ++i)
-      std::memcpy(&amax_[exchanged_[i]], merged.data() + 4 * i, 4);
-    if (memory_ == MemoryKind::kDevice) {
-      WSYNC_RETURN_IF_ERROR(copyAsync(device_amax_.data(), amax_.data(), amax_.size() * 4, stream));
-    }
+  if (!exchanged_.empty() && merged.size() != exchanged_.size() * 4) {
+    return protocolError("BlockMaxima: " + std::to_string(merged.size()) + " bytes, expected " +
+                         std::to_string(exchanged_.size() * 4));
   }
-  uint8_t* base = const_cast<uint8_t*>(memory());
+  if (memory_ == MemoryKind::kDevice) return quantizeOnDevice(merged, source, stream);
+  for (size_t i = 0; i < exchanged_.size(); ++i)
+    std::memcpy(&amax_[exchanged_[i]], merged.data() + 4 * i, 4);
+  uint8_t* base = host_arena_.data();
   for (const Source& s : sources_) {
-    const PieceView v = viewOf(s, source);
-    const int64_t blocks = s.q.cover.volume();
-    if (memory_ == MemoryKind::kDevice) {
-      const float* amax = reinterpret_cast<const float*>(device_amax_.data()) + s.amax_at;
-      WSYNC_RETURN_IF_ERROR(
-          scalesFromAmaxAsync(amax, blocks, s.scaling.format, base + s.scales_at, stream));
-      WSYNC_RETURN_IF_ERROR(quantizeBlocksAsync(v, s.q.shape, s.scaling, base + s.scales_at,
-                                                base + s.values_at, stream));
-    } else {
-      scalesFromAmax(amax_.data() + s.amax_at, blocks, s.scaling.format, base + s.scales_at);
-      WSYNC_RETURN_IF_ERROR(
-          quantizeBlocksHost(v, s.q.shape, s.scaling, base + s.scales_at, base + s.values_at));
-    }
-  }
-  if (memory_ == MemoryKind::kDevice && !exchanged_.empty()) {
-    // amax_ is read by the host-to-device copy above; keep it until the copy ran.
-    WSYNC_RETURN_IF_ERROR(streamSync(stream, timeout_));
+    scalesFromAmax(amax_.data() + s.amax_at, s.q.cover.volume(), s.scaling.format,
+                   base + s.scales_at);
+    WSYNC_RETURN_IF_ERROR(quantizeBlocksHost(viewOf(s, source), s.q.shape, s.scaling,
+                                             base + s.scales_at, base + s.values_at));
   }
   return Status::ok();
 }

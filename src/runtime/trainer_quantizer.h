@@ -5,6 +5,13 @@
 //      maxima of the exchanged blocks (the PartialMaxima payload; empty when none);
 //   2. quantize(merged): the exchanged blocks take the job-wide maxima (BlockMaxima), then scales
 //      and float8 values are computed.
+// Device memory: every source is one task of a batched kernel (kernels/block_quant_kernels.h),
+// one launch per group size (in practice one): computeMaxima computes only the exchanged blocks'
+// partial maxima (nothing when none are exchanged) and copies just those to the host; quantize
+// scatters the merged maxima into the device grid, then one fused pass per source reads its data
+// once and writes the scales and float8 values (the max |x| of a block it holds alone, merged
+// with the job-wide maximum of an exchanged block). Host memory: blockAmaxHost, scalesFromAmax,
+// quantizeBlocksHost per source.
 // Memory cost: one byte per quantized element plus the scales, per scheme. Publisher thread only.
 #pragma once
 
@@ -18,6 +25,7 @@
 #include "layout/registration.h"
 #include "plan/block_scaling_plan.h"
 #include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
 #include "runtime/device_ops.h"
 
 namespace wsync {
@@ -62,6 +70,24 @@ class TrainerQuantizer {
   };
   PieceView viewOf(const Source& s, const SourceOf& source) const;
 
+  // Device memory (trainer_quantizer_device.cc). Tasks of one group size, contiguous in tasks_,
+  // numbered from 0 (first_tile); their exchanged blocks are units_[first_unit, +num_units).
+  struct Batch {
+    int group = 256;
+    size_t first_task = 0;
+    size_t num_tasks = 0;
+    uint64_t blocks = 0;
+    size_t first_unit = 0;
+    size_t num_units = 0;
+  };
+  Status setUpDevice();
+  // tasks_' data pointers for this version's sources, uploaded when they changed.
+  Status refreshTasks(const SourceOf& source, CudaStreamHandle stream);
+  Result<std::vector<uint8_t>> computeMaximaOnDevice(const SourceOf& source,
+                                                     CudaStreamHandle stream);
+  Status quantizeOnDevice(const std::vector<uint8_t>& merged, const SourceOf& source,
+                          CudaStreamHandle stream);
+
   std::vector<Source> sources_;
   std::vector<uint64_t> exchanged_;
   int32_t first_buffer_ = 0;
@@ -73,7 +99,20 @@ class TrainerQuantizer {
   std::vector<uint8_t> host_arena_;
   DeviceBuffer device_arena_;
   std::vector<float> amax_;   // every source's block maxima, concatenated (host copy)
-  DeviceBuffer device_amax_;  // device memory: the same grid on the device
+  DeviceBuffer device_amax_;  // device memory: the merged maxima of exchanged blocks, else 0
+
+  std::vector<block_quant_kernels::QuantTask> tasks_;  // device memory: one per source
+  std::vector<size_t> task_source_;                    // the source of each task
+  std::vector<Batch> batches_;
+  bool tasks_uploaded_ = false;
+  DeviceBuffer device_tasks_;
+  std::vector<size_t> unit_exchanged_;  // per exchanged unit (batch order): its exchanged_ index
+  std::vector<float> partial_host_;     // the units' partial maxima, batch order
+  std::vector<float> merged_host_;      // BlockMaxima, exchanged_ order (kept until copied)
+  DeviceBuffer device_units_;           // uint64 unit numbers, sorted per batch
+  DeviceBuffer device_partial_;         // float per unit
+  DeviceBuffer device_exchanged_;       // uint64 grid index per exchanged_ entry
+  DeviceBuffer device_merged_;          // float per exchanged_ entry
 };
 
 }  // namespace wsync

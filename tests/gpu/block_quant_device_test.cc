@@ -17,9 +17,9 @@
 
 #include "common/cuda_check.h"
 #include "gpu/device_bytes.h"
-#include "kernels/block_quant_geometry.h"
 #include "kernels/block_quant_kernels.h"
 #include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
 #include "support/block_quant_testing.h"
 
 namespace wsync {
@@ -50,6 +50,28 @@ TEST(BlockQuantDevice, BadArgumentsAreRefusedWithoutTouchingTheDevice) {
             WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(launchScalesFromAmax(&x, 1, static_cast<ScaleFormat>(9), &x, nullptr).code(),
             WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(launchScaleAndQuantize(p, {4, 4}, s, &x, &x, nullptr, nullptr).code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(launchQuantizeFused(p, {4, 4}, s, nullptr, &x, nullptr, nullptr).code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
+  p.strides = {4, 1};
+  EXPECT_EQ(launchQuantizeFused(p, {4, 4}, s, nullptr, nullptr, nullptr, nullptr).code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
+  namespace bk = block_quant_kernels;
+  EXPECT_EQ(
+      launchBlockQuantBatch(nullptr, 1, 4, 256, bk::QuantMode::kFused, nullptr, 0, nullptr, nullptr)
+          .code(),
+      WSYNC_ERR_INVALID_ARGUMENT);
+  const auto* table = reinterpret_cast<const bk::QuantTask*>(&x);
+  const uint64_t unit = 0;
+  EXPECT_EQ(
+      launchBlockQuantBatch(table, 1, 4, 256, bk::QuantMode::kFused, &unit, 1, &x, nullptr).code(),
+      WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      launchBlockQuantBatch(table, 1, 4, 7, bk::QuantMode::kAmax, nullptr, 0, nullptr, nullptr)
+          .code(),
+      WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(launchScatterAmax(nullptr, &x, 1, &x, nullptr).code(), WSYNC_ERR_INVALID_ARGUMENT);
 }
 
 struct Case {
@@ -86,7 +108,9 @@ Case randomCase(std::mt19937_64& rng, int it) {
   return c;
 }
 
-// What each kernel thread computes, run on the host: blockAmaxKernel's 32 lanes of every cover
+// What each thread of the legacy kernels (block_quant_legacy.cu) computes, run on the host (the
+// block-parallel kernel's walk: tests/unit/block_quant_kernel_geometry_test.cc):
+// blockAmaxKernel's 32 lanes of every cover
 // block (then the warp max and NaN vote), quantizeKernel's (row, col) of every element, with the
 // 32- and 64-bit block column; equal to blockAmaxHost and quantizeBlocksHost for random layouts.
 TEST(BlockQuantDevice, KernelIndexArithmeticRunOnTheHostEqualsTheHost) {

@@ -1,0 +1,295 @@
+// The block quantization kernels' (kernels/block_quant_kernels.cu, block_quant_legacy.cu) index
+// arithmetic and vector helpers, as host-and-device functions, so that the tests can run the
+// kernels' per-thread work on the host (tests/unit/block_quant_kernel_geometry_test.cc: a GPU is
+// not needed to check which elements and scales each thread touches), and the batched kernel's
+// task (QuantTask), which runtime/trainer_quantizer fills in plain C++. C++17, no CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/block_quant.h"
+#include "quant/block_quant_math.h"
+
+namespace wsync::block_quant_kernels {
+
+// A piece and its block cover, by value into the kernels.
+struct Geometry {
+  int rank = 0;
+  int dtype = 0;  // 0 float32, 1 bfloat16, 2 float16
+  const void* data = nullptr;
+  int64_t offset[kMaxRank] = {};
+  int64_t extent[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+  int64_t cover_offset[kMaxRank] = {};
+  int64_t cover_extent[kMaxRank] = {};
+  int64_t block_rows = 1;
+  int64_t block_cols = 1;
+  int64_t volume = 0;        // elements of the piece
+  int64_t cover_volume = 0;  // blocks of the cover
+};
+
+inline Geometry geometryOf(const PieceView& piece, const BlockScaling& s) {
+  Geometry g;
+  g.rank = piece.box.rank();
+  g.dtype = piece.dtype == DType::kFloat32 ? 0 : piece.dtype == DType::kBFloat16 ? 1 : 2;
+  g.data = piece.data;
+  const Box cover = blockCover(piece.box, s);
+  for (int d = 0; d < g.rank; ++d) {
+    g.offset[d] = piece.box.offset[d];
+    g.extent[d] = piece.box.extent[d];
+    g.stride[d] = piece.strides[d];
+    g.cover_offset[d] = cover.offset[d];
+    g.cover_extent[d] = cover.extent[d];
+  }
+  g.block_rows = s.block_rows;
+  g.block_cols = s.block_cols;
+  g.volume = piece.box.volume();
+  g.cover_volume = cover.volume();
+  return g;
+}
+
+WSYNC_QUANT_HD int64_t larger(int64_t a, int64_t b) {
+  return a < b ? b : a;
+}
+WSYNC_QUANT_HD int64_t smaller(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+// Element `element` (in elements from g.data) as float32.
+WSYNC_QUANT_HD float loadElement(const Geometry& g, int64_t element) {
+  switch (g.dtype) {
+    case 1:
+      return quant_math::floatOfBFloat16(static_cast<const uint16_t*>(g.data)[element]);
+    case 2:
+      return quant_math::floatOfFloat16(static_cast<const uint16_t*>(g.data)[element]);
+    default:
+      return static_cast<const float*>(g.data)[element];
+  }
+}
+
+// The part of cover block `b` (row-major over the cover) inside the piece: global rows
+// [row_lo, row_hi) and columns [col_lo, col_hi); element (row, col) is at
+// base + row * row_stride + col from g.data, and at dst_base + row * width + col in the piece's
+// row-major output (width = g.extent[rank - 1]).
+struct BlockPart {
+  int64_t base = 0;
+  int64_t row_stride = 0;
+  int64_t dst_base = 0;
+  int64_t row_lo = 0, row_hi = 0, col_lo = 0, col_hi = 0;
+};
+
+WSYNC_QUANT_HD BlockPart blockPart(const Geometry& g, int64_t b) {
+  const int r = g.rank;
+  BlockPart p;
+  int64_t rest = b;
+  const int64_t bcol = rest % g.cover_extent[r - 1] + g.cover_offset[r - 1];
+  rest /= g.cover_extent[r - 1];
+  const int64_t brow = rest % g.cover_extent[r - 2] + g.cover_offset[r - 2];
+  rest /= g.cover_extent[r - 2];
+  int64_t lead = 0;  // row-major index over the leading dims of the piece
+  int64_t lead_step = 1;
+  for (int d = r - 3; d >= 0; --d) {  // leading dims: block 1, cover coordinate = piece index
+    const int64_t coord = rest % g.cover_extent[d];
+    rest /= g.cover_extent[d];
+    p.base += coord * g.stride[d];
+    lead += coord * lead_step;
+    lead_step *= g.extent[d];
+  }
+  p.row_lo = larger(brow * g.block_rows, g.offset[r - 2]);
+  p.row_hi = smaller((brow + 1) * g.block_rows, g.offset[r - 2] + g.extent[r - 2]);
+  p.col_lo = larger(bcol * g.block_cols, g.offset[r - 1]);
+  p.col_hi = smaller((bcol + 1) * g.block_cols, g.offset[r - 1] + g.extent[r - 1]);
+  p.row_stride = g.stride[r - 2];
+  p.base -= g.offset[r - 2] * g.stride[r - 2] + g.offset[r - 1];
+  p.dst_base = (lead * g.extent[r - 2] - g.offset[r - 2]) * g.extent[r - 1] - g.offset[r - 1];
+  return p;
+}
+
+// A row of the piece (row-major index over every dim but the last): its first element's offset
+// from g.data and the index of its first cover block.
+struct RowPlace {
+  int64_t src = 0;
+  int64_t cover = 0;
+};
+
+WSYNC_QUANT_HD RowPlace rowPlace(const Geometry& g, int64_t row) {
+  const int r = g.rank;
+  RowPlace p;
+  int64_t rest = row;
+  int64_t scale_stride = g.cover_extent[r - 1];
+  for (int d = r - 2; d >= 0; --d) {  // innermost row dim first
+    const int64_t idx = rest % g.extent[d];
+    rest /= g.extent[d];
+    p.src += idx * g.stride[d];
+    const int64_t c = d == r - 2 ? (g.offset[d] + idx) / g.block_rows - g.cover_offset[d] : idx;
+    p.cover += c * scale_stride;
+    scale_stride *= g.cover_extent[d];
+  }
+  return p;
+}
+
+// The cover index of column `col` (piece-relative) of a row; `narrow`: the weight's columns and
+// the block width fit 32 bits (a 32-bit division).
+WSYNC_QUANT_HD int64_t scaleIndex(const Geometry& g, const RowPlace& row, int64_t col,
+                                  bool narrow) {
+  const int64_t global_col = g.offset[g.rank - 1] + col;
+  const int64_t block_col = narrow ? static_cast<int64_t>(static_cast<uint32_t>(global_col) /
+                                                          static_cast<uint32_t>(g.block_cols))
+                                   : global_col / g.block_cols;
+  return row.cover + block_col - g.cover_offset[g.rank - 1];
+}
+
+// The multiplier of cover block `k` from the scales.
+WSYNC_QUANT_HD float multiplierAt(const void* scales, bool e8m0, int64_t k) {
+  return e8m0 ? quant_math::multiplierOfE8m0(static_cast<const uint8_t*>(scales)[k])
+              : quant_math::multiplierOfFloatScale(static_cast<const float*>(scales)[k]);
+}
+
+// ---- the block-parallel kernels (block_quant_kernels.cu): one group of threads per cover block
+
+// Bytes of a vector access: 16-byte loads (8 bf16 / fp16 or 4 fp32 elements), stores of their
+// 8 or 4 float8 bytes.
+inline constexpr int kVectorBytes = 16;
+
+WSYNC_QUANT_HD int elementBytes(const Geometry& g) {
+  return g.dtype == 0 ? 4 : 2;
+}
+// Elements per vector: 4 (float32) or 8 (16-bit).
+WSYNC_QUANT_HD int vectorElements(const Geometry& g) {
+  return kVectorBytes / elementBytes(g);
+}
+
+// True when part `p` of a cover block can be walked in whole vectors: its rows' first elements
+// are 16-byte aligned in the source (`data`: g.data as an address) and vector-aligned in the
+// output (`dst`: the piece's output), and its width is a whole number of vectors. Else the
+// kernels take the scalar path for that block.
+WSYNC_QUANT_HD bool vectorizable(const Geometry& g, const BlockPart& p, uint64_t data,
+                                 uint64_t dst) {
+  const int64_t v = vectorElements(g);
+  const int64_t esize = elementBytes(g);
+  const int64_t cols = p.col_hi - p.col_lo;
+  const int64_t width = g.extent[g.rank - 1];
+  if (cols <= 0 || cols % v != 0) return false;
+  const uint64_t first =
+      data + static_cast<uint64_t>((p.base + p.row_lo * p.row_stride + p.col_lo) * esize);
+  const uint64_t out = dst + static_cast<uint64_t>(p.dst_base + p.row_lo * width + p.col_lo);
+  if (first % kVectorBytes != 0 || out % static_cast<uint64_t>(v) != 0) return false;
+  if (p.row_hi - p.row_lo > 1 && ((p.row_stride * esize) % kVectorBytes != 0 || width % v != 0))
+    return false;
+  return true;
+}
+
+// The unsigned max of two words per 16-bit half.
+WSYNC_QUANT_HD uint32_t maxPerHalf(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  const uint32_t lo = (a & 0xffffu) > (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
+  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+  return hi << 16 | lo;
+#endif
+}
+
+// The max of `acc` and the |x| bits of a vector's elements (`w`: its 16 bytes as little-endian
+// words) in the dtype's own encoding: float32 per word, 16-bit elements per half. Non-negative
+// floats order as their bits do, and NaN bits lie above infinity's, so a NaN wins.
+WSYNC_QUANT_HD uint32_t absMaxOfVector(const uint32_t (&w)[4], int dtype, uint32_t acc) {
+  for (int i = 0; i < 4; ++i) {
+    if (dtype == 0) {
+      const uint32_t a = w[i] & 0x7fffffffu;
+      acc = a > acc ? a : acc;
+    } else {
+      acc = maxPerHalf(acc, w[i] & 0x7fff7fffu);
+    }
+  }
+  return acc;
+}
+
+// The float32 bits of the largest |x| an absMaxOfVector accumulator holds (exact, monotone).
+WSYNC_QUANT_HD uint32_t floatBitsOfAccumulator(uint32_t acc, int dtype) {
+  if (dtype == 0) return acc;
+  const uint32_t lo = acc & 0xffffu;
+  const uint32_t h = lo > (acc >> 16) ? lo : acc >> 16;
+  return dtype == 1 ? h << 16
+                    : quant_math::bitsOf(quant_math::floatOfFloat16(static_cast<uint16_t>(h)));
+}
+
+// The block maximum of the largest |x| bits: NaN (quant_math::nanValue) above infinity's bits.
+WSYNC_QUANT_HD float amaxOfBits(uint32_t bits) {
+  return bits > 0x7f800000u ? quant_math::nanValue() : quant_math::floatOf(bits);
+}
+
+// The float8 bytes of a vector's elements with multiplier m, little-endian: out[0] for the four
+// float32 elements, out[0..1] for eight 16-bit elements.
+WSYNC_QUANT_HD void quantizeVector(const uint32_t (&w)[4], int dtype, float m, uint32_t (&out)[2]) {
+  namespace qm = quant_math;
+  out[0] = 0;
+  out[1] = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (dtype == 0) {
+      out[0] |= static_cast<uint32_t>(qm::quantizeElement(qm::floatOf(w[i]), m)) << (8 * i);
+    } else {
+      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu);
+      const uint16_t hi = static_cast<uint16_t>(w[i] >> 16);
+      const float x_lo = dtype == 1 ? qm::floatOfBFloat16(lo) : qm::floatOfFloat16(lo);
+      const float x_hi = dtype == 1 ? qm::floatOfBFloat16(hi) : qm::floatOfFloat16(hi);
+      const uint32_t pair = static_cast<uint32_t>(qm::quantizeElement(x_lo, m)) |
+                            static_cast<uint32_t>(qm::quantizeElement(x_hi, m)) << 8;
+      out[i / 2] |= pair << (16 * (i % 2));
+    }
+  }
+}
+
+// Threads per cover block in the block-parallel kernels (4, 32 or 256): the fewest of these that
+// hold a whole block of `s` in kCachedVectors vectors each, else 256 (the block is read twice).
+inline constexpr int kCachedVectors = 8;
+WSYNC_QUANT_HD int groupSizeFor(int64_t block_rows, int64_t block_cols, int dtype) {
+  const int64_t per_vector = dtype == 0 ? 4 : 8;
+  const int64_t vectors = (block_rows * block_cols + per_vector - 1) / per_vector;
+  if (vectors <= 4 * kCachedVectors) return 4;
+  if (vectors <= 32 * kCachedVectors) return 32;
+  return 256;
+}
+
+// What a block-parallel launch does per cover block.
+enum class QuantMode : int {
+  kAmax = 0,                // the block's partial max |x| into amax_out (or the unit list's output)
+  kQuantizeWithScales = 1,  // float8 bytes with the scale read from `scales`
+  kScaleAndQuantize = 2,    // scale from the complete amax_in, written to `scales`, then the bytes
+  kFused = 3,  // max |x| of the data (merged with amax_in where given), its scale, the bytes
+};
+
+// One piece in a batched launch: its geometry (g.data: the piece's first element) and, per cover
+// block b (row-major over the cover), amax_in[b] / amax_out[b] / scales[b] as the mode uses them;
+// dst: the piece's float8 bytes, row-major over its extent. first_tile: the running sum of the
+// cover volumes of the tasks before it in the table (numberQuantTasks).
+struct QuantTask {
+  Geometry g;
+  const float* amax_in = nullptr;
+  float* amax_out = nullptr;
+  void* scales = nullptr;
+  uint8_t* dst = nullptr;
+  int format = 1;  // ScaleFormat value
+  uint64_t first_tile = 0;
+};
+
+// A task for `piece` under `s` (pointers as the mode needs them; null otherwise).
+inline QuantTask quantTaskOf(const PieceView& piece, const BlockScaling& s) {
+  QuantTask t;
+  t.g = geometryOf(piece, s);
+  t.format = static_cast<int>(s.format);
+  return t;
+}
+
+// Sets first_tile of every task (in order); returns the total number of cover blocks.
+template <typename Tasks>
+uint64_t numberQuantTasks(Tasks& tasks) {
+  uint64_t total = 0;
+  for (QuantTask& t : tasks) {
+    t.first_tile = total;
+    total += static_cast<uint64_t>(t.g.cover_volume);
+  }
+  return total;
+}
+
+}  // namespace wsync::block_quant_kernels

@@ -1,0 +1,307 @@
+// The block-parallel quantization kernels' host-side arithmetic (quant/block_quant_geometry.h),
+// without a GPU: block parts map every element of a piece to its source and output once; the
+// vector helpers equal the element-wise math; and the kernel's per-block walk (emulated here
+// lane by lane with the same functions: vectors where vectorizable() says so, else elements)
+// gives blockAmaxHost's maxima and quantizeBlocksHost's scales and bytes in every mode, layout,
+// dtype and scale format. The kernels themselves: tests/gpu/block_quant_device_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/block_quant.h"
+#include "quant/block_quant_geometry.h"
+#include "quant/block_quant_math.h"
+#include "support/block_quant_layouts.h"
+
+namespace wsync {
+namespace {
+
+namespace bk = block_quant_kernels;
+namespace bqt = block_quant_testing;
+namespace qm = quant_math;
+
+const ScaleFormat kFormats[] = {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32,
+                                ScaleFormat::kE8M0, ScaleFormat::kFloat32Gpu};
+const DType kDTypes[] = {DType::kBFloat16, DType::kFloat32, DType::kFloat16};
+
+// blockQuantKernel's work on block `b` of `t` (block_quant_kernels.cu: processUnit), lane by lane
+// for a group of `group` threads. Counts the vectors and elements it walked.
+struct Walked {
+  int64_t vectors = 0;
+  int64_t scalars = 0;
+};
+
+void emulateBlock(const bk::QuantTask& t, int64_t b, bk::QuantMode mode, int group, Walked* w) {
+  const bk::Geometry& g = t.g;
+  const bk::BlockPart p = bk::blockPart(g, b);
+  const int64_t rows = p.row_hi - p.row_lo;
+  const int64_t cols = p.col_hi - p.col_lo;
+  const int64_t width = g.extent[g.rank - 1];
+  const int per = bk::vectorElements(g);
+  const int esize = bk::elementBytes(g);
+  const bool vec =
+      rows * cols < (int64_t{1} << 31) &&
+      bk::vectorizable(g, p, reinterpret_cast<uint64_t>(g.data), reinterpret_cast<uint64_t>(t.dst));
+  const int64_t per_row = vec ? cols / per : 1;
+  const int64_t vectors = vec ? rows * per_row : 0;
+  const int64_t scalars = vec ? 0 : rows * cols;
+  w->vectors += vectors;
+  w->scalars += scalars;
+  const auto* src = static_cast<const uint8_t*>(g.data);
+  const auto srcAt = [&](int64_t r, int64_t c) {
+    return p.base + (p.row_lo + r) * p.row_stride + p.col_lo + c;
+  };
+  const auto dstAt = [&](int64_t r, int64_t c) {
+    return p.dst_base + (p.row_lo + r) * width + p.col_lo + c;
+  };
+  const auto loadVector = [&](int64_t v, uint32_t(&words)[4]) {
+    const uint8_t* at = src + srcAt(v / per_row, v % per_row * per) * esize;
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(at) % 16, 0u);
+    std::memcpy(words, at, 16);
+  };
+  float amax = 0.0f;
+  if (mode == bk::QuantMode::kAmax || mode == bk::QuantMode::kFused) {
+    uint32_t group_bits = 0;
+    for (int lane = 0; lane < group; ++lane) {
+      uint32_t acc = 0;
+      uint32_t bits = 0;
+      for (int64_t v = lane; v < vectors; v += group) {
+        uint32_t words[4];
+        loadVector(v, words);
+        acc = bk::absMaxOfVector(words, g.dtype, acc);
+      }
+      for (int64_t e = lane; e < scalars; e += group) {
+        const float x = bk::loadElement(g, srcAt(e / cols, e % cols));
+        bits = std::max(bits, qm::bitsOf(qm::absOf(x)));
+      }
+      group_bits = std::max(group_bits, std::max(bits, bk::floatBitsOfAccumulator(acc, g.dtype)));
+    }
+    amax = bk::amaxOfBits(group_bits);
+  }
+  if (mode == bk::QuantMode::kAmax) {
+    t.amax_out[b] = amax;
+    return;
+  }
+  const bool e8m0 = t.format == static_cast<int>(ScaleFormat::kE8M0);
+  float m;
+  if (mode == bk::QuantMode::kQuantizeWithScales) {
+    m = bk::multiplierAt(t.scales, e8m0, b);
+  } else {
+    float a = mode == bk::QuantMode::kScaleAndQuantize ? t.amax_in[b] : amax;
+    if (mode == bk::QuantMode::kFused && t.amax_in != nullptr) a = qm::mergeAmax(a, t.amax_in[b]);
+    if (e8m0) {
+      static_cast<uint8_t*>(t.scales)[b] = qm::e8m0Scale(a);
+    } else {
+      static_cast<float*>(t.scales)[b] = qm::floatScale(t.format, a);
+    }
+    m = bk::multiplierAt(t.scales, e8m0, b);
+  }
+  for (int64_t v = 0; v < vectors; ++v) {
+    uint32_t words[4];
+    loadVector(v, words);
+    uint32_t q[2];
+    bk::quantizeVector(words, g.dtype, m, q);
+    uint8_t* out = t.dst + dstAt(v / per_row, v % per_row * per);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(out) % static_cast<uintptr_t>(per), 0u);
+    std::memcpy(out, q, static_cast<size_t>(per));
+  }
+  for (int64_t e = 0; e < scalars; ++e) {
+    const int64_t r = e / cols;
+    const int64_t c = e % cols;
+    t.dst[dstAt(r, c)] = qm::quantizeElement(bk::loadElement(g, srcAt(r, c)), m);
+  }
+}
+
+void emulate(const bk::QuantTask& t, bk::QuantMode mode, Walked* w) {
+  const int group = bk::groupSizeFor(t.g.block_rows, t.g.block_cols, t.g.dtype);
+  for (int64_t b = 0; b < t.g.cover_volume; ++b)
+    emulateBlock(t, b, mode, group, w);
+}
+
+TEST(BlockQuantKernelGeometry, BlockPartsMapEveryElementOnce) {
+  std::mt19937_64 rng(31);
+  for (int it = 0; it < 120; ++it) {
+    const bqt::LayoutCase c = bqt::layoutCase(rng, static_cast<bqt::Layout>(it % 4),
+                                              kFormats[it % 4], kDTypes[(it / 4) % 3], 0);
+    for (const bqt::LaidPiece& piece : c.pieces) {
+      const bk::Geometry g = bk::geometryOf(piece.view(), c.s);
+      const int r = g.rank;
+      const int64_t width = g.extent[r - 1];
+      std::vector<int> seen(static_cast<size_t>(g.volume), 0);
+      for (int64_t b = 0; b < g.cover_volume; ++b) {
+        const bk::BlockPart p = bk::blockPart(g, b);
+        ASSERT_LT(p.row_lo, p.row_hi) << c.where;
+        ASSERT_LT(p.col_lo, p.col_hi) << c.where;
+        for (int64_t row = p.row_lo; row < p.row_hi; ++row) {
+          for (int64_t col = p.col_lo; col < p.col_hi; ++col) {
+            const int64_t out = p.dst_base + row * width + col;
+            ASSERT_GE(out, 0) << c.where;
+            ASSERT_LT(out, g.volume) << c.where;
+            ++seen[static_cast<size_t>(out)];
+            int64_t rest = out;  // the element's index in the piece, from its output position
+            int64_t src = 0;
+            for (int d = r - 1; d >= 0; --d) {
+              src += rest % g.extent[d] * g.stride[d];
+              rest /= g.extent[d];
+            }
+            ASSERT_EQ(p.base + row * p.row_stride + col, src) << c.where << " block " << b;
+          }
+        }
+      }
+      for (int n : seen)
+        ASSERT_EQ(n, 1) << c.where;
+    }
+  }
+}
+
+TEST(BlockQuantKernelGeometry, VectorHelpersEqualTheElementMath) {
+  std::mt19937_64 rng(5);
+  for (int dtype = 0; dtype < 3; ++dtype) {
+    const DType dt = dtype == 0 ? DType::kFloat32 : dtype == 1 ? DType::kBFloat16 : DType::kFloat16;
+    for (int it = 0; it < 20000; ++it) {
+      uint32_t words[4];
+      for (uint32_t& w : words) {
+        const int pick = static_cast<int>(rng() % 16);
+        const int bias = dt == DType::kFloat16 ? 15 : 127;
+        if (dt == DType::kFloat32) {
+          w = pick == 0
+                  ? bqt::specialBits(dt, static_cast<int>(rng() % 4))
+                  : bqt::randomFiniteBits(rng, dt, bias + static_cast<int>(rng() % 40) - 20, 30);
+        } else {
+          const auto half = [&] {
+            return pick == 0 ? bqt::specialBits(dt, static_cast<int>(rng() % 4))
+                             : bqt::randomFiniteBits(rng, dt,
+                                                     bias + static_cast<int>(rng() % 20) - 10, 12);
+          };
+          w = (half() & 0xffffu) | half() << 16;
+        }
+      }
+      const int n = dt == DType::kFloat32 ? 4 : 8;
+      float x[8];
+      for (int i = 0; i < n; ++i) {
+        if (dt == DType::kFloat32) {
+          x[i] = qm::floatOf(words[i]);
+        } else {
+          const auto h =
+              static_cast<uint16_t>(i % 2 == 0 ? words[i / 2] & 0xffffu : words[i / 2] >> 16);
+          x[i] = dt == DType::kBFloat16 ? qm::floatOfBFloat16(h) : qm::floatOfFloat16(h);
+        }
+      }
+      float best = 0.0f;
+      bool nan = false;
+      for (int i = 0; i < n; ++i) {
+        const float a = qm::absOf(x[i]);
+        nan |= qm::isNaN(a);
+        best = a > best ? a : best;
+      }
+      const float expected = nan ? qm::nanValue() : best;
+      const float got =
+          bk::amaxOfBits(bk::floatBitsOfAccumulator(bk::absMaxOfVector(words, dtype, 0), dtype));
+      ASSERT_EQ(qm::bitsOf(got), qm::bitsOf(expected)) << dtypeName(dt) << " " << it;
+      const float m = qm::multiplierOfFloatScale(qm::float32Scale(expected));
+      uint32_t q[2];
+      bk::quantizeVector(words, dtype, m, q);
+      uint8_t bytes[8];
+      std::memcpy(bytes, q, 8);
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(bytes[i], qm::quantizeElement(x[i], m)) << dtypeName(dt) << " " << it;
+    }
+  }
+}
+
+TEST(BlockQuantKernelGeometry, GroupSizesAndTaskNumbering) {
+  EXPECT_EQ(bk::groupSizeFor(128, 128, 1), 256);
+  EXPECT_EQ(bk::groupSizeFor(128, 128, 0), 256);
+  EXPECT_EQ(bk::groupSizeFor(1, 32, 1), 4);
+  EXPECT_EQ(bk::groupSizeFor(1, 32, 0), 4);
+  EXPECT_EQ(bk::groupSizeFor(32, 32, 2), 32);
+  EXPECT_EQ(bk::groupSizeFor(1, 1, 0), 4);
+  std::vector<bk::QuantTask> tasks(3);
+  tasks[0].g.cover_volume = 5;
+  tasks[1].g.cover_volume = 0;
+  tasks[2].g.cover_volume = 7;
+  EXPECT_EQ(bk::numberQuantTasks(tasks), 12u);
+  EXPECT_EQ(tasks[0].first_tile, 0u);
+  EXPECT_EQ(tasks[1].first_tile, 5u);
+  EXPECT_EQ(tasks[2].first_tile, 5u);
+}
+
+// Every mode of the kernel, emulated, against the host functions; the aligned layouts take the
+// vector path for most blocks, the shifted and odd ones the element path.
+TEST(BlockQuantKernelGeometry, EmulatedKernelEqualsTheHostInEveryMode) {
+  std::mt19937_64 rng(2026);
+  Walked walked[4];
+  for (int it = 0; it < 96; ++it) {
+    const auto layout = static_cast<bqt::Layout>(it % 4);
+    const ScaleFormat f = kFormats[(it / 4) % 4];
+    const DType dtype = kDTypes[(it / 16) % 3];
+    const bqt::LayoutCase c = bqt::layoutCase(rng, layout, f, dtype, it % 3 == 0 ? 3000 : 0);
+    const Dims grid = scaleShape(c.shape, c.s);
+    const std::vector<float> merged = bqt::mergedAmax(c);
+    ASSERT_FALSE(merged.empty()) << c.where;
+    const size_t ssize = bqt::scaleSize(f);
+    std::vector<uint8_t> all_scales(merged.size() * ssize);
+    scalesFromAmax(merged.data(), static_cast<int64_t>(merged.size()), f, all_scales.data());
+    Walked& w = walked[it % 4];
+    for (const bqt::LaidPiece& piece : c.pieces) {
+      const Box cover = blockCover(piece.box, c.s);
+      const auto blocks = static_cast<size_t>(cover.volume());
+      const auto volume = static_cast<size_t>(piece.box.volume());
+      // the maxima
+      std::vector<float> expected_amax(blocks), amax(blocks);
+      ASSERT_TRUE(blockAmaxHost(piece.view(), c.shape, c.s, expected_amax.data()).isOk());
+      bk::QuantTask t = bk::quantTaskOf(piece.view(), c.s);
+      t.amax_out = amax.data();
+      emulate(t, bk::QuantMode::kAmax, &w);
+      ASSERT_EQ(std::memcmp(amax.data(), expected_amax.data(), blocks * 4), 0) << c.where;
+      // the bytes and scales, from the merged maxima in each way the kernel takes them
+      const std::vector<float> cover_amax = bqt::gatherAmax(merged, grid, cover);
+      const std::vector<uint8_t> expected_scales = bqt::gather(all_scales, grid, cover, ssize);
+      std::vector<uint8_t> expected(volume);
+      ASSERT_TRUE(
+          quantizeBlocksHost(piece.view(), c.shape, c.s, expected_scales.data(), expected.data())
+              .isOk());
+      std::vector<uint8_t> out_storage(volume + 16);
+      uint8_t* out = out_storage.data() + (8 - reinterpret_cast<uintptr_t>(out_storage.data()) % 8);
+      for (bk::QuantMode mode : {bk::QuantMode::kQuantizeWithScales,
+                                 bk::QuantMode::kScaleAndQuantize, bk::QuantMode::kFused}) {
+        std::vector<uint8_t> scales = mode == bk::QuantMode::kQuantizeWithScales
+                                          ? expected_scales
+                                          : std::vector<uint8_t>(blocks * ssize, 0);
+        std::memset(out, 0, volume);
+        t.amax_in = cover_amax.data();
+        t.scales = scales.data();
+        t.dst = out;
+        emulate(t, mode, &w);
+        ASSERT_EQ(scales, expected_scales) << c.where << " mode " << static_cast<int>(mode);
+        ASSERT_EQ(std::memcmp(out, expected.data(), volume), 0)
+            << c.where << " mode " << static_cast<int>(mode);
+      }
+    }
+    // a whole weight in one piece, fused without maxima from elsewhere: the reference
+    const bqt::LaidPiece whole = bqt::layPiece(c.t, Box::whole(c.shape), 0, 0);
+    const bqt::Quantized reference = bqt::referenceQuantize(c.t, c.s);
+    std::vector<uint8_t> scales(reference.scales.size()), values(reference.values.size());
+    bk::QuantTask t = bk::quantTaskOf(whole.view(), c.s);
+    t.scales = scales.data();
+    t.dst = values.data();
+    Walked whole_walk;
+    emulate(t, bk::QuantMode::kFused, &whole_walk);
+    ASSERT_EQ(scales, reference.scales) << c.where;
+    ASSERT_EQ(values, reference.values) << c.where;
+  }
+  // both paths taken where expected
+  EXPECT_GT(walked[static_cast<int>(bqt::Layout::kAligned)].vectors, 0);
+  EXPECT_GT(walked[static_cast<int>(bqt::Layout::kStrided)].vectors, 0);
+  EXPECT_EQ(walked[static_cast<int>(bqt::Layout::kShifted)].vectors, 0);
+  EXPECT_GT(walked[static_cast<int>(bqt::Layout::kShifted)].scalars, 0);
+  EXPECT_GT(walked[static_cast<int>(bqt::Layout::kOddWidths)].scalars, 0);
+}
+
+}  // namespace
+}  // namespace wsync

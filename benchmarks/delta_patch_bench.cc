@@ -3,10 +3,11 @@
 // patch -> out, validation included), in GB/s of dense bytes, per element size and changed share.
 //
 //   wsync-delta-patch-bench [--mib 32] [--repeats 7] [--elem-bytes 2,1,4]
-//                           [--shares 0.003,0.01,0.03,0.1,0.5]
+//                           [--shares 0.003,0.01,0.03,0.1,0.5] [--kernels all|fastest]
 //
-// Per row (element size, share) the best of --repeats runs of each, memcpy of the same bytes timed
-// in the same row; encode writes into the same vector every run (as the trainer does).
+// Per row (element size, share, kernel: scalar / avx2 / avx512, each the CPU has; --kernels
+// fastest: only the one the library picks) the best of --repeats runs of each, memcpy of the same
+// bytes timed in the same row; encode writes into the same vector every run (as the trainer does).
 // Changed elements are drawn at random (a distinct element flips one byte), so chunk kinds mix as
 // real versions do. The applied version is checked against next.
 #include <algorithm>
@@ -60,8 +61,9 @@ int main(int argc, char** argv) {
       "repeats", "timed repeats (best kept)", cxxopts::value<int>()->default_value("7"))(
       "elem-bytes", "element sizes", cxxopts::value<std::string>()->default_value("2,1,4"))(
       "shares", "changed shares of the elements",
-      cxxopts::value<std::string>()->default_value("0.003,0.01,0.03,0.1,0.5"))("h,help",
-                                                                               "this help");
+      cxxopts::value<std::string>()->default_value("0.003,0.01,0.03,0.1,0.5"))(
+      "kernels", "all (each the CPU has) or fastest",
+      cxxopts::value<std::string>()->default_value("all"))("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", options.help().c_str());
@@ -73,8 +75,16 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> base(bytes), next(bytes), out(bytes), copy(bytes), patch;
   for (auto& b : base)
     b = static_cast<uint8_t>(rng());
-  std::printf("%-5s %-7s %-8s %9s %9s %9s %9s %9s   (GB/s of dense bytes; x memcpy)\n", "elem",
-              "share%", "patch%", "memcpy", "encode", "x", "apply", "x");
+  using wsync::delta::DeltaKernel;
+  std::vector<DeltaKernel> kernels = {wsync::delta::deltaKernel()};
+  if (args["kernels"].as<std::string>() == "all") {
+    kernels = {DeltaKernel::kScalar};
+    if (wsync::delta::deltaKernel() != DeltaKernel::kScalar) kernels.push_back(DeltaKernel::kAvx2);
+    if (wsync::delta::deltaKernel() == DeltaKernel::kAvx512)
+      kernels.push_back(DeltaKernel::kAvx512);
+  }
+  std::printf("%-5s %-7s %-8s %-7s %9s %9s %9s %9s %9s   (GB/s of dense bytes; x memcpy)\n", "elem",
+              "share%", "patch%", "kernel", "memcpy", "encode", "x", "apply", "x");
   for (int e : parseList<int>(args["elem-bytes"].as<std::string>())) {
     const int64_t n = static_cast<int64_t>(bytes) / e;
     const wsync::delta::PatchShape shape = wsync::delta::shapeFor(n, e);
@@ -89,26 +99,31 @@ int main(int argc, char** argv) {
         next[i * e + rng() % e] ^= static_cast<uint8_t>(1 + rng() % 255);
         ++k;
       }
-      const double mcp =
-          bestSeconds(repeats, [&] { std::memcpy(copy.data(), next.data(), bytes); });
-      wsync::Status s;
-      const double enc = bestSeconds(repeats, [&] {
-        s = wsync::delta::encodePatch(shape, base.data(), next.data(), &patch);
-        if (!s.isOk()) fail("encode", s);
-      });
-      const double app = bestSeconds(repeats, [&] {
-        s = wsync::delta::applyPatch(shape, patch.data(), patch.size(), base.data(), out.data());
-        if (!s.isOk()) fail("apply", s);
-      });
-      if (out != next) {
-        std::fprintf(stderr, "delta-patch-bench: applied version differs from next\n");
-        return 1;
+      for (DeltaKernel kernel : kernels) {
+        const double mcp =
+            bestSeconds(repeats, [&] { std::memcpy(copy.data(), next.data(), bytes); });
+        wsync::Status s;
+        const double enc = bestSeconds(repeats, [&] {
+          s = wsync::delta::encodePatch(shape, base.data(), next.data(), &patch, nullptr, kernel);
+          if (!s.isOk()) fail("encode", s);
+        });
+        std::fill(out.begin(), out.end(), 0);
+        const double app = bestSeconds(repeats, [&] {
+          s = wsync::delta::applyPatch(shape, patch.data(), patch.size(), base.data(), out.data(),
+                                       kernel);
+          if (!s.isOk()) fail("apply", s);
+        });
+        if (out != next) {
+          std::fprintf(stderr, "delta-patch-bench: applied version differs from next\n");
+          return 1;
+        }
+        const double gb = static_cast<double>(bytes) / 1e9;
+        std::printf("%-5d %-7.3f %7.2f%% %-7s %9.2f %9.2f %9.3f %9.2f %9.3f\n", e, 100 * share,
+                    100.0 * static_cast<double>(patch.size()) / static_cast<double>(bytes),
+                    wsync::delta::deltaKernelName(kernel), gb / mcp, gb / enc, mcp / enc, gb / app,
+                    mcp / app);
+        std::fflush(stdout);
       }
-      const double gb = static_cast<double>(bytes) / 1e9;
-      std::printf("%-5d %-7.3f %7.2f%% %9.2f %9.2f %9.3f %9.2f %9.3f\n", e, 100 * share,
-                  100.0 * static_cast<double>(patch.size()) / static_cast<double>(bytes), gb / mcp,
-                  gb / enc, mcp / enc, gb / app, mcp / app);
-      std::fflush(stdout);
     }
   }
   return 0;

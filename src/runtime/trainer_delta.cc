@@ -126,8 +126,10 @@ Status TrainerContext::sendDeltas(const GoMsg& go) {
       WSYNC_ASSIGN_OR_RETURN(const uint8_t* next, deltaBytesOf(i));
       uint8_t* kept = delta_.kept.data() + s.kept_offset;
       if (base != 0 && s.kept_version == base) {
-        WSYNC_RETURN_IF_ERROR(delta::encodePatch(delta::shapeFor(n, static_cast<int>(dsz)), kept,
-                                                 next, &delta_.patch));
+        // The kept bytes become this version's as the patch is encoded (only changed elements
+        // are written), whether the patch is sent or not.
+        WSYNC_RETURN_IF_ERROR(delta::encodePatchAndAdvance(
+            delta::shapeFor(n, static_cast<int>(dsz)), kept, next, &delta_.patch));
         const uint64_t patch_bytes = delta_.patch.size();
         if (static_cast<double>(patch_bytes) <= delta_.max_share * static_cast<double>(bytes) &&
             writer.fits(patch_bytes)) {
@@ -135,8 +137,9 @@ Status TrainerContext::sendDeltas(const GoMsg& go) {
           patch_end += patch_bytes;
           s.patched = true;
         }
+      } else {
+        std::memcpy(kept, next, bytes);
       }
-      std::memcpy(kept, next, bytes);
       s.kept_version = go.version;
     }
     if (writer.entries() == 0) continue;  // every op dense: the rank finds no area for go.version

@@ -92,19 +92,6 @@ WSYNC_AVX512 int64_t diff(const uint8_t* base, const uint8_t* next, int64_t len,
   return count;
 }
 
-// The 16-bit indices i0 + lane of the set lanes of `m` (at most 32 lanes) at `index`.
-WSYNC_AVX512 inline uint8_t* putIndices(uint8_t* index, uint32_t m, int64_t i0) {
-  alignas(64) static constexpr uint16_t kIota[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
-                                                     11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-                                                     22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-  const __m512i lanes =
-      _mm512_add_epi16(_mm512_load_si512(kIota), _mm512_set1_epi16(static_cast<int16_t>(i0)));
-  const unsigned n = static_cast<unsigned>(_mm_popcnt_u32(m));
-  _mm512_mask_storeu_epi16(index, static_cast<__mmask32>(lowBits(n)),
-                           _mm512_maskz_compress_epi16(m, lanes));
-  return index + 2 * n;
-}
-
 template <int E>
 struct BlockMovers {
   static constexpr int kLanes = 64 / E;
@@ -126,25 +113,19 @@ struct BlockMovers {
       }
     }
   }
+  // Index chunks are sparse (an index list wins below about one change in 2 + E elements): one
+  // element per set bit beats a block compress here.
   WSYNC_AVX512 static void gatherIndexed(const uint64_t* bits, int64_t words, const uint8_t* x,
                                          uint8_t* index, uint8_t* values) {
-    for (int64_t w = 0; w < words; ++w) {
-      if (bits[w] == 0) continue;
-      for (int k = 0; k < E; ++k) {
-        const uint64_t m = blockMask(bits[w], k);
-        if (m == 0) continue;
-        const int64_t i0 = w * 64 + k * kLanes;
-        if constexpr (E == 1) {
-          index = putIndices(index, static_cast<uint32_t>(m), i0);
-          index = putIndices(index, static_cast<uint32_t>(m >> 32), i0 + 32);
-        } else {
-          index = putIndices(index, static_cast<uint32_t>(m), i0);
-        }
-        const uint64_t n = _mm_popcnt_u64(m);
-        store<E>(values, lowBits(n), compress<E>(m, load<E>(m, x + i0 * E)));
-        values += n * E;
+    for (int64_t w = 0; w < words; ++w)
+      for (uint64_t m = bits[w]; m != 0; m = _blsr_u64(m)) {
+        const int64_t i = w * 64 + static_cast<int64_t>(_tzcnt_u64(m));
+        index[0] = static_cast<uint8_t>(i);
+        index[1] = static_cast<uint8_t>(i >> 8);
+        index += 2;
+        std::memcpy(values, x + i * E, E);
+        values += E;
       }
-    }
   }
   WSYNC_AVX512 static void copyChanged(const uint64_t* bits, int64_t words, const uint8_t* x,
                                        uint8_t* o) {

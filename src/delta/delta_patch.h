@@ -17,6 +17,10 @@
 // The decoder checks every field against the region it is applied to and the patch's length
 // (kBitmap: popcount == count; kIndex: indices strictly increasing and < len) and returns
 // WSYNC_ERR_PROTOCOL naming the chunk, before it writes anything.
+// Speed: a chunk's changed elements are found 64 bytes at a time (AVX-512BW or AVX2 compares,
+// picked at run time; the scalar kind compares 8-byte words) into a bitmap, and every form is built
+// from that bitmap's set bits; applying copies each chunk and then writes only the changed
+// elements. Every kind gives the same patch bytes (tests/unit/delta_patch_kernels_test.cc).
 // Thread-safety: pure functions; `out` is written only by applyPatch, only after validation.
 #pragma once
 
@@ -57,21 +61,41 @@ struct PatchStats {
   int64_t chunks[4] = {0, 0, 0, 0};  // per ChunkKind
 };
 
+// How the host scans for changed elements (the patch is the same for every kind).
+enum class DeltaKernel : uint8_t {
+  kScalar,  // 8-byte words
+  kAvx2,    // 32-byte compares + movemask
+  kAvx512,  // 64-byte compares into mask registers (AVX-512BW)
+};
+// The fastest kind this CPU has; a kind passed below that the CPU lacks falls back to it.
+DeltaKernel deltaKernel();
+const char* deltaKernelName(DeltaKernel kernel);
+
 // The largest patch any pair of versions of `shape` can produce (every chunk dense): the size of a
 // receive area that always fits.
 int64_t maxPatchBytes(const PatchShape& shape);
 
-// Encodes `next` against `base` (each shape.num_elements elements) into `out` (replaced).
-// INVALID_ARGUMENT for a bad shape (elem_bytes not 1/2/4/8, chunk_elements out of range).
+// Encodes `next` against `base` (each shape.num_elements elements) into `out` (replaced; pass the
+// same vector every version to reuse its storage). INVALID_ARGUMENT for a bad shape (elem_bytes
+// not 1/2/4/8, chunk_elements out of range).
 Status encodePatch(const PatchShape& shape, const void* base, const void* next,
-                   std::vector<uint8_t>* out, PatchStats* stats = nullptr);
+                   std::vector<uint8_t>* out, PatchStats* stats = nullptr,
+                   DeltaKernel kernel = deltaKernel());
+
+// encodePatch, and `base` becomes `next` as it goes (only the changed elements are written): a
+// sender's kept copy of the version it encodes against. `base` and `next` must not overlap. On
+// INVALID_ARGUMENT (bad shape) nothing is written.
+Status encodePatchAndAdvance(const PatchShape& shape, void* base, const void* next,
+                             std::vector<uint8_t>* out, PatchStats* stats = nullptr,
+                             DeltaKernel kernel = deltaKernel());
 
 // Checks `patch` against `shape` without applying it (PROTOCOL naming the chunk or field).
-Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch_bytes);
+Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch_bytes,
+                     DeltaKernel kernel = deltaKernel());
 
 // out = base with `patch` applied (shape.num_elements elements each). `out` may equal `base` (in
 // place) but must not otherwise overlap it. Validates first: on error nothing is written.
 Status applyPatch(const PatchShape& shape, const uint8_t* patch, size_t patch_bytes,
-                  const void* base, void* out);
+                  const void* base, void* out, DeltaKernel kernel = deltaKernel());
 
 }  // namespace wsync::delta

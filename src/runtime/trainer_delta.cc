@@ -148,8 +148,10 @@ Status TrainerContext::sendPartDeltas(const GoMsg& go, const RankPlan& plan,
                              deltaBytesOf(plan, state, i, op.converts() ? staged(i) : nullptr));
       uint8_t* kept = state.kept.data() + s.kept_offset;
       if (base != 0 && s.kept_version == base) {
-        WSYNC_RETURN_IF_ERROR(delta::encodePatch(delta::shapeFor(n, static_cast<int>(dsz)), kept,
-                                                 next, &state.patch));
+        // The kept bytes become this version's as the patch is encoded (only changed elements
+        // are written), whether the patch is sent or not.
+        WSYNC_RETURN_IF_ERROR(delta::encodePatchAndAdvance(
+            delta::shapeFor(n, static_cast<int>(dsz)), kept, next, &state.patch));
         const uint64_t patch_bytes = state.patch.size();
         if (static_cast<double>(patch_bytes) <= state.max_share * static_cast<double>(bytes) &&
             writer.fits(patch_bytes)) {
@@ -157,8 +159,9 @@ Status TrainerContext::sendPartDeltas(const GoMsg& go, const RankPlan& plan,
           patch_end += patch_bytes;
           s.patched = true;
         }
+      } else {
+        std::memcpy(kept, next, bytes);
       }
-      std::memcpy(kept, next, bytes);
       s.kept_version = go.version;
     }
     if (writer.entries() == 0) continue;  // every op dense: the rank finds no area for go.version

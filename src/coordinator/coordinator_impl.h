@@ -248,9 +248,10 @@ class Coordinator::Impl {
   // A version was delivered: joins that waited for it (needsCatchUp) go on.
   void resumeJoinsAfterDelivery();
   static constexpr int kMaxCatchUps = 2;
-  // Ends a join that cannot complete: its ranks get `status` and are dropped; trainers that may
-  // have applied its extension are told to forget it.
-  void abortJoin(int32_t replica, const Status& status);
+  // Ends a join that cannot complete: its ranks are dropped and get `status` (unless
+  // `left_cleanly`: a rank of it said Leave, which Left answers); trainers that may have applied
+  // its extension are told to forget it.
+  void abortJoin(int32_t replica, const Status& status, bool left_cleanly = false);
   void checkJoinDeadlines(Clock::time_point now);
   bool replicaInUse(int32_t replica) const;
   // The joined replica enters the version sequencer (holding `ready_version` in `ready_slot` after

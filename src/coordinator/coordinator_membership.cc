@@ -39,7 +39,7 @@ bool Coordinator::Impl::replicaInUse(int32_t replica) const {
 
 void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason, bool crashed) {
   const int32_t id = p.hello.replica;
-  if (joining_.count(id) != 0) return abortJoin(id, remoteError(reason));
+  if (joining_.count(id) != 0) return abortJoin(id, remoteError(reason), /*left_cleanly=*/!crashed);
   if (crashed && opt_.mpi_world_size > 0 && !p.joiner) {
     // A rank of the mpirun job: it may be in broadcasts that cannot complete without it, and the
     // launcher ends the job when a process dies. Fail at once rather than leave anyone waiting.
@@ -387,12 +387,20 @@ void Coordinator::Impl::completeJoin(int32_t replica, uint64_t ready_version, in
   }
 }
 
-void Coordinator::Impl::abortJoin(int32_t replica, const Status& status) {
+void Coordinator::Impl::abortJoin(int32_t replica, const Status& status, bool left_cleanly) {
   auto it = joining_.find(replica);
   if (it == joining_.end()) return;
   JoiningReplica g = std::move(it->second);
   joining_.erase(it);
   cold_starts_.forget(replica);
+  if (left_cleanly) {  // its ranks are dropped quietly, as a running replica that leaves
+    log(replicaName(replica) + " left before its join completed: " + status.message());
+    for (int32_t member : g.members) {
+      if (member >= 0) participants_[static_cast<size_t>(member)].dropped = true;
+    }
+    if (g.extended) sendToTrainers(MessageType::kReplicaDropped, encode(ReplicaMsg{g.id, g.ranks}));
+    return;
+  }
   log(replicaName(replica) + " could not join: " + status.toString());
   // Only this replica's join ended (not the job): REMOTE, which its ranks do not read as the
   // job failing.

@@ -475,6 +475,7 @@ TEST(Membership, JoinerAsTheTrainersFinishEndsWithTheirLastVersion) {
   LoggedJob job;
   startLogged(job);
   std::atomic<bool> first_done{false}, joiner_done{false}, joiner_has_first{false};
+  std::atomic<bool> join_logged{false};
   wsync_version_stats_t joined = WSYNC_VERSION_STATS_INITIALIZER;
   std::thread first(readVersions, config(job, WSYNC_ROLE_ROLLOUT, 0, 1, 0), WSYNC_DTYPE_BFLOAT16,
                     kLast, End::kDestroy, nullptr, &first_done, nullptr, nullptr, &joiner_done);
@@ -487,12 +488,17 @@ TEST(Membership, JoinerAsTheTrainersFinishEndsWithTheirLastVersion) {
         wsync_config_t cfg = config(job, WSYNC_ROLE_ROLLOUT, -1, 0, 1);
         cfg.replica_size = 1;
         cfg.replica_rank = 0;
+        // It stays until its join completed (it may read version 6 from its cold start first).
         joiner = std::thread(readVersions, cfg, WSYNC_DTYPE_BFLOAT16, kLast, End::kDestroy, nullptr,
-                             &joiner_done, &joined, &joiner_has_first, nullptr);
+                             &joiner_done, &joined, &joiner_has_first, &join_logged);
       }
       EXPECT_EQ(trainer.publish(v).ready, std::vector<int>{0}) << "version " << v;
     }
   }  // the trainer says goodbye, most likely before the joiner committed
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!job.logged("replica 1 joined") && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  join_logged = true;
   joiner.join();
   first.join();
   EXPECT_TRUE(joiner_done.load()) << "the joiner did not read version " << kLast;

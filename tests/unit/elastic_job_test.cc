@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
 #include "models/demo_policy.h"
 #include "support/explicit_job.h"
 #include "wsync/wsync.h"
@@ -35,6 +36,8 @@ constexpr char kSecret[] = "elastic-job-test-secret";
 struct ElasticJob {
   std::unique_ptr<wsync::Coordinator> coordinator;
   std::string address;
+  std::shared_ptr<wsync::CoordinatorMetrics> metrics =
+      std::make_shared<wsync::CoordinatorMetrics>();
   std::mutex log_mu;
   std::vector<std::string> log;
 
@@ -45,6 +48,7 @@ struct ElasticJob {
     opt.control.secret = kSecret;
     opt.timeout = std::chrono::milliseconds(20000);
     opt.max_staleness = 0;  // every replica in the job takes every version (no skips)
+    opt.metrics = metrics;
     opt.log = [this](const std::string& line) {
       std::lock_guard lock(log_mu);
       log.push_back(line);
@@ -252,6 +256,17 @@ TEST(ElasticJob, TrainersPublishWithNobodyListening) {
   }
   EXPECT_TRUE(job.coordinator->wait(std::chrono::seconds(20)).isOk());
   EXPECT_TRUE(job.logged("(1 trainers, 0 rollouts)"));
+  // The metrics count the versions, delivered to nobody.
+  const wsync::MetricsSnapshot snap = job.metrics->snapshot();
+  EXPECT_EQ(snap.versions_delivered, 10u);
+  EXPECT_EQ(snap.newest_delivered, 10u);
+  EXPECT_EQ(snap.bytes, 0u);
+  EXPECT_EQ(snap.lost + snap.skipped + snap.dropped, 0u);
+  EXPECT_TRUE(snap.replicas.empty());
+  EXPECT_NE(wsync::prometheusText(snap).find("wsync_versions_delivered_total 10\n"),
+            std::string::npos)
+      << wsync::prometheusText(snap);
+  EXPECT_FALSE(wsync::summaryLine(snap).empty());
 }
 
 // (2)-(4) Replica 1 joins after version 3: nobody holds a version, so its first one is the
@@ -437,6 +452,12 @@ TEST(ElasticJob, FixedRolloutIsToldToJoin) {
   const std::string error = wsync_last_error(nullptr);
   EXPECT_NE(error.find("no fixed rollout rank"), std::string::npos) << error;
   EXPECT_NE(error.find("replica_size > 0"), std::string::npos) << error;
+  // One that says the job has no fixed rollout rank is told so before it connects.
+  cfg.num_rollouts = 0;
+  EXPECT_EQ(wsync_context_create(&cfg, &ctx), WSYNC_ERR_INVALID_ARGUMENT);
+  const std::string local = wsync_last_error(nullptr);
+  EXPECT_NE(local.find("num_rollouts is 0"), std::string::npos) << local;
+  EXPECT_NE(local.find("replica_size > 0"), std::string::npos) << local;
   job.coordinator->stop();
 }
 

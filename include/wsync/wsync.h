@@ -165,7 +165,8 @@ typedef struct {
   /* WSYNC_BOOTSTRAP_EXPLICIT only: */
   int rank;                        /**< index among the ranks of this role */
   int num_trainers;                /**< trainer ranks in the job */
-  int num_rollouts;                /**< rollout ranks in the job */
+  int num_rollouts;                /**< fixed rollout ranks in the job; 0: an elastic job (every
+                                        replica joins at run time with replica_size > 0) */
   const char* coordinator_address; /**< "host:port" of the wsync-coordinator */
   const char* secret;              /**< shared secret (MPI bootstrap: generated when NULL) */
   /* Device memory: */

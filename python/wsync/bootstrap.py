@@ -51,7 +51,8 @@ class Bootstrap:
     def explicit(rank: int, num_trainers: int, num_rollouts: int, coordinator_address: str,
                  secret: str) -> "Bootstrap":
         """Rank among the ranks of its role, the job's counts, and the coordinator's
-        ``"host:port"`` and secret."""
+        ``"host:port"`` and secret. A trainer of an elastic job (no fixed rollout rank, every
+        replica joins with :meth:`join`) passes `num_rollouts` 0."""
         return Bootstrap(BootstrapKind.EXPLICIT, rank, num_trainers, num_rollouts,
                          coordinator_address, secret)
 
@@ -77,13 +78,14 @@ class Bootstrap:
         """A trainer's bootstrap under torchrun: rank and trainer count from torch.distributed
         (the default process group when initialized, else torchrun's RANK / WORLD_SIZE), the
         coordinator from the arguments or $WSYNC_COORDINATOR_ADDRESS, $WSYNC_NUM_ROLLOUTS and
-        $WSYNC_SECRET."""
+        $WSYNC_SECRET. `num_rollouts` 0 (given, or $WSYNC_NUM_ROLLOUTS=0): an elastic job whose
+        replicas all join at run time."""
         rank, world = _torch_rank_world()
         address = coordinator_address or os.environ.get("WSYNC_COORDINATOR_ADDRESS")
         rollouts = num_rollouts if num_rollouts is not None else \
-            int(os.environ.get("WSYNC_NUM_ROLLOUTS", "0"))
+            int(os.environ.get("WSYNC_NUM_ROLLOUTS", "-1"))
         key = secret or os.environ.get("WSYNC_SECRET")
-        if not address or rollouts <= 0 or not key:
+        if not address or rollouts < 0 or not key:
             raise ValueError("from_torch_distributed needs the coordinator address, the number "
                              "of rollout ranks and the secret (arguments or WSYNC_COORDINATOR_"
                              "ADDRESS, WSYNC_NUM_ROLLOUTS, WSYNC_SECRET)")
@@ -135,12 +137,18 @@ class Coordinator:
     """A standalone ``wsync-coordinator`` process (for explicit bootstrap), started on this host.
 
     ``with Coordinator(trainers=2, rollouts=2) as c: ... c.address, c.secret ...``. The process
-    exits on its own once every rank said goodbye; :meth:`stop` ends it earlier."""
+    exits on its own once every rank said goodbye; :meth:`stop` ends it earlier. `rollouts` 0
+    starts an elastic job: the trainers commit and publish alone (each version completes at once
+    until a replica joined) and every replica joins at run time (:meth:`Bootstrap.join`).
+    `trainers` must be positive and `rollouts` >= 0 (ValueError otherwise)."""
 
     def __init__(self, trainers: int, rollouts: int, *, secret: Optional[str] = None,
                  bind: str = "127.0.0.1", port: int = 0, timeout_ms: int = 60000,
                  max_staleness: int = -1, quiet: bool = True, program: Optional[str] = None,
                  extra_args: Optional[List[str]] = None) -> None:
+        if trainers <= 0 or rollouts < 0:
+            raise ValueError(f"Coordinator: trainers must be positive and rollouts >= 0 (0: an "
+                             f"elastic job), got trainers={trainers}, rollouts={rollouts}")
         self.secret = secret or secrets.token_hex(16)
         self.program = program or _lib.find_coordinator()
         args = [self.program, "--trainers", str(trainers), "--rollouts", str(rollouts),

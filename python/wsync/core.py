@@ -86,7 +86,8 @@ class ContextConfig:
         max_staleness: versions a replica may lag before publish waits for it (-1: unbounded).
         snapshot: trainers: publish copies the buffers into staging before returning.
         rank, num_trainers, num_rollouts: explicit bootstrap, fixed membership: this rank's index
-            among the ranks of its role and the job's counts (unused when joining).
+            among the ranks of its role and the job's counts (unused when joining);
+            `num_rollouts` 0: an elastic job, whose replicas all join at run time (trainers).
         coordinator_address, secret: explicit bootstrap: the coordinator and its shared secret.
         cuda_device: the CUDA device of device-memory buffers (-1: none).
         device_transport: :class:`~wsync.types.DeviceTransport` of device-memory versions.

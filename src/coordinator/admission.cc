@@ -66,6 +66,11 @@ Status checkHello(const JobShape& job, const HelloMsg& hello,
   if (hello.role == Role::kRollout && hello.replica < 0) {
     return invalidArgument("rollout Hello without a replica index (set config.replica >= 0)");
   }
+  if (hello.role == Role::kRollout && job.mpi_world_size <= 0 && job.num_rollouts == 0) {
+    return invalidArgument(
+        "the job has no fixed rollout rank (an elastic job: wsync-coordinator --rollouts 0); a "
+        "rollout joins it with config.replica_size > 0 and config.replica_rank");
+  }
   // Every replica has at least one rank: a replica index sizes per-replica tables, so it is bounded
   // by the number of ranks that can join before anything is sized by it.
   if (hello.role == Role::kRollout && hello.replica >= expectedParticipants(job)) {

@@ -27,7 +27,8 @@ std::string rankName(Role role, int32_t rank);  // "trainer 3"
 int expectedParticipants(const JobShape& job);
 
 // INVALID_ARGUMENT when `hello` cannot be one of the job's ranks: a rollout without a replica
-// index, a world rank or role rank out of the job's range, or the identity of a rank in `joined`.
+// index, a fixed rollout of an elastic job (explicit bootstrap, num_rollouts 0), a world rank or
+// role rank out of the job's range, or the identity of a rank in `joined`.
 Status checkHello(const JobShape& job, const HelloMsg& hello,
                   const std::vector<const HelloMsg*>& joined);
 

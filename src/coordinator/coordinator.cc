@@ -336,7 +336,13 @@ void Coordinator::Impl::admitAll() {
   }
   if (Status s = checkRanksJobSettings(); !s.isOk()) return fail(s);
   if (trainer_index_.empty()) return fail(invalidUsage("the job has no trainer rank"));
-  if (rollout_index_.empty()) return fail(invalidUsage("the job has no rollout rank"));
+  // An explicit-bootstrap job may have no fixed rollout rank (num_rollouts 0): every replica joins
+  // at run time, and until one does, each version completes at once, ready on no replica.
+  if (rollout_index_.empty() && opt_.mpi_world_size > 0) {
+    return fail(invalidUsage(
+        "the MPI job has no rollout rank (a job whose replicas all join at run time is "
+        "bootstrapped explicitly: wsync-coordinator --trainers N --rollouts 0)"));
+  }
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
@@ -395,6 +401,13 @@ void Coordinator::Impl::checkTimers() {
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {
+  if (options.mpi_world_size <= 0 && (options.num_trainers <= 0 || options.num_rollouts < 0)) {
+    return invalidArgument(
+        "coordinator: explicit bootstrap needs num_trainers > 0 and num_rollouts >= 0 (0: every "
+        "replica joins at run time), got num_trainers " +
+        std::to_string(options.num_trainers) + ", num_rollouts " +
+        std::to_string(options.num_rollouts));
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   WSYNC_RETURN_IF_ERROR(impl->start());
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));

@@ -40,7 +40,9 @@ struct CoordinatorOptions {
   ControlOptions control;
   // Who must join. MPI bootstrap: `mpi_world_size` > 0 and every rank says its world rank in Hello
   // (world ranks [first_participant_world_rank, mpi_world_size) join). Explicit bootstrap:
-  // num_trainers and num_rollouts.
+  // num_trainers (> 0) and num_rollouts (>= 0; 0: an elastic job, no fixed rollout rank: the
+  // trainers commit alone, their versions complete at once until a replica joined; start() refuses
+  // other counts).
   int mpi_world_size = 0;
   int first_participant_world_rank = 0;
   int num_trainers = 0;

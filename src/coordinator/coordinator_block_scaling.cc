@@ -50,7 +50,10 @@ Status Coordinator::Impl::checkJoinerScalings(const Participant& p) const {
                         " holds '" + r.tensor + "' with " + describe(r.scaling) + " (scales '" +
                         r.scaling.scale_tensor +
                         "'), which no replica held at commit: the trainers quantize the "
-                        "schemes planned at commit only");
+                        "schemes planned at commit only" +
+                        (elastic() ? " (this job had no fixed rollout rank at commit, "
+                                     "so none was planned)"
+                                   : ""));
     }
   }
   return Status::ok();

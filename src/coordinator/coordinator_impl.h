@@ -178,6 +178,9 @@ class Coordinator::Impl {
     return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
             opt_.num_rollouts};
   }
+  // An elastic job: explicit bootstrap with no fixed rollout rank (every replica joins at run time;
+  // until one did, each version completes at once, ready on no replica).
+  bool elastic() const { return opt_.mpi_world_size <= 0 && opt_.num_rollouts == 0; }
   std::vector<const HelloMsg*> joinedHellos() const;
   void onHello(ConnectionId conn, const std::vector<uint8_t>& payload);
   void admitAll();

@@ -76,7 +76,13 @@ Status Coordinator::Impl::planAll() {
     fail(s.withContext("block-scaled tensors"));
     return Status::ok();
   }
-  BroadcastChoice broadcast = chooseBroadcastBackend(broadcastFacts(), opt_.mpi_world_size > 0);
+  // No fixed rollout rank (an elastic job): nothing to broadcast to; replicas that join receive
+  // by one-sided writes only.
+  BroadcastChoice broadcast =
+      rollouts.empty()
+          ? BroadcastChoice{std::nullopt,
+                            "the job has no fixed rollout rank; joining replicas receive writes"}
+          : chooseBroadcastBackend(broadcastFacts(), opt_.mpi_world_size > 0);
   log("broadcast groups: " + describeBroadcastChoice(broadcast));
   broadcast_backend_ = std::move(broadcast.backend);
   PlannerOptions planner_options;

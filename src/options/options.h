@@ -182,8 +182,8 @@ enum class OptionKind : uint8_t {
     "the Python package: `host:port` of the coordinator for `Bootstrap.from_torch_distributed` "   \
     "when no argument gives it")                                                                   \
   X(python, num_rollouts, std::string, "", "WSYNC_NUM_ROLLOUTS", kPythonSide, "",                  \
-    "the Python package: the number of rollout ranks (a whole number) for "                       \
-    "`Bootstrap.from_torch_distributed` when no argument gives it")
+    "the Python package: the number of fixed rollout ranks (a whole number; 0: an elastic job) "  \
+    "for `Bootstrap.from_torch_distributed` when no argument gives it")
 
 // Debug switches (kind kDebug, scope rank: fields of Options itself): measurements, A/B runs and
 // tests only; never needed for correct operation, some slow down or corrupt transfers on purpose.

@@ -29,6 +29,11 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
   }
   if (options.role == Role::kRollout) {
     if (options.replica < 0) return invalidArgument("a rollout context needs replica >= 0");
+    if (!options.use_mpi && options.replica_size == 0 && options.num_rollouts == 0) {
+      return invalidArgument(
+          "explicit bootstrap: num_rollouts is 0 (a job of no fixed rollout rank): a rollout "
+          "joins it with replica_size > 0 and replica_rank");
+    }
     // A replica has at least one rank, so its index is below the number of rollout ranks.
     const int32_t replica_bound =
         options.use_mpi || options.replica_size > 0 ? kMaxJobRanks : options.num_rollouts;

@@ -3,6 +3,7 @@
 // Under mpirun, as world rank 0 of the job (mpirun -np 1 wsync-coordinator --mpi : -np T trainer :
 // -np R rollout): it tells every rank its address. Standalone (explicit bootstrap, ranks started by
 // other launchers): --trainers, --rollouts, --port and a secret (--secret or WSYNC_SECRET);
+// --rollouts 0 runs an elastic job (every replica joins at run time; docs/engines.md);
 // --trainer-restart lets the job outlive its trainers (coordinator/coordinator.h).
 // Progress: at most one line per second on stderr for the newest delivered version, and a summary
 // at exit. --metrics-port N serves the metrics at http://<metrics-bind>:N/metrics (Prometheus
@@ -100,7 +101,9 @@ int run(int argc, char** argv) {
   cxxopts::Options options("wsync-coordinator", "The coordinator of a wsync job");
   options.add_options()("mpi", "run as world rank 0 of an mpirun job")(
       "trainers", "trainer ranks (standalone)", cxxopts::value<int>()->default_value("0"))(
-      "rollouts", "rollout ranks (standalone)", cxxopts::value<int>()->default_value("0"))(
+      "rollouts",
+      "fixed rollout ranks (standalone; 0: an elastic job, every replica joins at run time)",
+      cxxopts::value<int>()->default_value("0"))(
       "bind", "address to listen on (standalone)",
       cxxopts::value<std::string>()->default_value("127.0.0.1"))(
       "port", "port to listen on (standalone; 0: any, printed)",
@@ -207,8 +210,18 @@ int run(int argc, char** argv) {
     opt.trainer_restart = args.count("trainer-restart") > 0;
     opt.trainer_restart_timeout =
         std::chrono::milliseconds(args["trainer-restart-timeout-ms"].as<int>());
-    if (opt.num_trainers <= 0 || opt.num_rollouts <= 0) {
-      std::fprintf(stderr, "wsync-coordinator: --trainers and --rollouts must be positive\n");
+    if (args.count("rollouts") == 0) {  // 0 must be asked for: it makes the job elastic
+      std::fprintf(stderr,
+                   "wsync-coordinator: --rollouts is required (the fixed rollout ranks; 0: an "
+                   "elastic job whose replicas all join at run time)\n");
+      return 2;
+    }
+    if (opt.num_trainers <= 0 || opt.num_rollouts < 0) {
+      std::fprintf(stderr,
+                   "wsync-coordinator: --trainers must be positive and --rollouts >= 0 (0: an "
+                   "elastic job whose replicas all join at run time), got --trainers %d "
+                   "--rollouts %d\n",
+                   opt.num_trainers, opt.num_rollouts);
       return 2;
     }
     coordinator = wsync::Coordinator::start(std::move(opt));

@@ -141,3 +141,42 @@ def test_replica_joins_is_cold_filled_killed_and_rejoins(job, tmp_path, device):
     # The rejoined replica read only versions at or after its first, in increasing order.
     seen = _read_json(out / "joiner_again.progress")
     assert seen[0] == again["newest_at_first"] and seen == sorted(set(seen)) and seen[-1] == stop
+
+
+def test_elastic_job_without_fixed_rollouts():
+    """A job of no fixed rollout rank (``Coordinator(rollouts=0)``, the trainer's num_rollouts 0):
+    the trainer commits and publishes alone (each version ready on no replica, at once); a
+    replica that joins then gets its first version from the trainer's next publish (no peer holds
+    one). Negative counts raise ValueError before any process starts."""
+    with pytest.raises(ValueError, match="rollouts >= 0"):
+        wsync.Coordinator(trainers=1, rollouts=-1)
+    with wsync.Coordinator(trainers=1, rollouts=0, timeout_ms=60000, quiet=False) as c:
+        w = torch.zeros(4, 3)
+        trainer = wsync.Trainer(wsync.Bootstrap.explicit(0, 1, 0, c.address, c.secret),
+                                timeout_ms=60000)
+        trainer.register_tensors({"w": w})
+        trainer.commit()
+        for v in (1, 2, 3):
+            w.fill_(v)
+            t0 = time.time()
+            assert trainer.publish(v, wait=True).replicas(wsync.Replicas.READY) == []
+            assert time.time() - t0 < 5
+        rollout = wsync.Rollout(wsync.Bootstrap.join(c.address, c.secret), replica=5,
+                                timeout_ms=60000)
+        rollout.register_slots({"w": ((4, 3), torch.float32)})
+        rollout.commit()
+        deadline = time.time() + 30
+        while "replica 5 joined" not in c.stderr and time.time() < deadline:
+            time.sleep(0.01)
+        assert "replica 5 joined" in c.stderr, c.stderr[-3000:]
+        w.fill_(4)
+        assert trainer.publish(4, wait=True).replicas(wsync.Replicas.READY) == [5]
+        assert rollout.wait_for_version(after=0, timeout_ms=30000) == 4
+        stats = rollout.version_stats()
+        assert stats is not None and stats.first_version == 4
+        assert not stats.first_version_from_peer
+        with rollout.lease(4) as lease:
+            assert torch.equal(rollout.lease_tensors(lease)["w"], torch.full((4, 3), 4.0))
+        rollout.close()
+        trainer.close()
+        assert c.wait(30) == 0, c.stderr[-3000:]

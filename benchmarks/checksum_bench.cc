@@ -12,24 +12,10 @@
 #include <cxxopts.hpp>
 #include <vector>
 
+#include "best_seconds.h"
 #include "checksum/checksum.h"
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double bestSeconds(int repeats, F&& body) {
-  double best = 1e30;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = Clock::now();
-    body();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
-}  // namespace
+using wsync_bench::bestSeconds;
 
 int main(int argc, char** argv) {
   cxxopts::Options options("wsync-checksum-bench", "Host throughput of wsync's shard checksum");

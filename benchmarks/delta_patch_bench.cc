@@ -21,22 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "best_seconds.h"
 #include "delta/delta_patch.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double bestSeconds(int repeats, F&& body) {
-  double best = 1e30;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = Clock::now();
-    body();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
+using wsync_bench::bestSeconds;
 
 template <typename T>
 std::vector<T> parseList(const std::string& s) {

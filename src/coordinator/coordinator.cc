@@ -235,17 +235,24 @@ void Coordinator::Impl::tellTrainersDone() {
   const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
   trainers_finished_ = last;
   log("the trainers finished at version " + std::to_string(last));
-  const auto payload = encode(VersionMsg{last});
-  for (const Participant& p : participants_) {
-    if (p.hello.role == Role::kRollout && p.connected && p.committed && !p.dropped &&
-        !(p.joiner && joining_.count(p.hello.replica) != 0))  // completeJoin tells them
-      sendTo(p, MessageType::kTrainersDone, payload);
-  }
+  sendTrainersDone(std::nullopt);
   std::vector<int32_t> ids;  // joins that waited for the trainers' extension need it no more
   for (const auto& [id, g] : joining_)
     ids.push_back(id);
   for (int32_t id : ids)
     maybeCompleteJoin(id);
+}
+
+// TrainersDone(trainers_finished_) to the running rollouts of `replica` (none: of every replica
+// not joining; completeJoin tells a joining one).
+void Coordinator::Impl::sendTrainersDone(std::optional<int32_t> replica) {
+  const auto payload = encode(VersionMsg{*trainers_finished_});
+  for (const Participant& p : participants_) {
+    if (p.hello.role != Role::kRollout || !p.connected || !p.committed || p.dropped) continue;
+    const bool joining = p.joiner && joining_.count(p.hello.replica) != 0;
+    if (replica ? p.hello.replica == *replica : !joining)
+      sendTo(p, MessageType::kTrainersDone, payload);
+  }
 }
 
 // The job ends once every rank said goodbye or disconnected; well when each of them said goodbye

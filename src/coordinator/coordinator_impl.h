@@ -172,6 +172,7 @@ class Coordinator::Impl {
   // TrainersDone(last started version), so their waits for newer versions end; a joining replica
   // gets it once its join completed (holding that version when a peer could fill it).
   void tellTrainersDone();
+  void sendTrainersDone(std::optional<int32_t> replica);
 
   // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
   JobShape jobShape() const {

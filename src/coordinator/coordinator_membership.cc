@@ -376,15 +376,8 @@ void Coordinator::Impl::completeJoin(int32_t replica, uint64_t ready_version, in
       " ms, joined in " + std::to_string(msSince(g.started)) + " ms" +
       (ready_version == 0 ? "; its first version comes from the trainers"
                           : "; it holds version " + std::to_string(ready_version)));
-  const std::vector<int32_t> ranks = g.ranks;
   joining_.erase(it);
-  if (trainers_finished_) {  // held back until now (tellTrainersDone)
-    const auto payload = encode(VersionMsg{*trainers_finished_});
-    for (int32_t r : ranks) {
-      const Participant& p = rollout(r);
-      if (p.connected && !p.dropped) sendTo(rollout(r), MessageType::kTrainersDone, payload);
-    }
-  }
+  if (trainers_finished_) sendTrainersDone(replica);  // held back until now (tellTrainersDone)
 }
 
 void Coordinator::Impl::abortJoin(int32_t replica, const Status& status, bool left_cleanly) {
@@ -393,17 +386,11 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status, bool le
   JoiningReplica g = std::move(it->second);
   joining_.erase(it);
   cold_starts_.forget(replica);
-  if (left_cleanly) {  // its ranks are dropped quietly, as a running replica that leaves
-    log(replicaName(replica) + " left before its join completed: " + status.message());
-    for (int32_t member : g.members) {
-      if (member >= 0) participants_[static_cast<size_t>(member)].dropped = true;
-    }
-    if (g.extended) sendToTrainers(MessageType::kReplicaDropped, encode(ReplicaMsg{g.id, g.ranks}));
-    return;
-  }
-  log(replicaName(replica) + " could not join: " + status.toString());
   // Only this replica's join ended (not the job): REMOTE, which its ranks do not read as the
-  // job failing.
+  // job failing. A rank that said Leave is dropped quietly (Left answers it), as a running
+  // replica that leaves.
+  log(replicaName(replica) + (left_cleanly ? " left before its join completed: " + status.message()
+                                           : " could not join: " + status.toString()));
   const auto payload = encode(
       ErrorMsg{status.code() == WSYNC_ERR_TIMEOUT ? WSYNC_ERR_REMOTE : status.code(),
                status.message() + " (the job goes on without " + replicaName(replica) + ")"});
@@ -411,7 +398,7 @@ void Coordinator::Impl::abortJoin(int32_t replica, const Status& status, bool le
     if (member < 0) continue;
     Participant& p = participants_[static_cast<size_t>(member)];
     p.dropped = true;
-    if (p.connected) {
+    if (p.connected && !left_cleanly) {
       sendTo(p, MessageType::kError, payload);
       server_->close(p.conn);
     }

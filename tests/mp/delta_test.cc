@@ -14,11 +14,11 @@
 // (WSYNC_DEBUG_CORRUPT_EVERY: the checksum catches it and the version is re-sent dense).
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "mp/mpi_gtest_main.h"
+#include "support/delta_values.h"
 #include "wsync/wsync.h"
 
 namespace {
@@ -38,27 +38,9 @@ int replicaOf() {
   return rolloutRank() < 2 ? 0 : 1;
 }
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Element `i` (row-major in the whole tensor) at `version`: a small whole number (exact in
-// bfloat16) that grows by one each version the element is touched (about 1 % of them).
+// Element `i` (row-major in the whole tensor) at `version` (tests/support/delta_values.h).
 float valueOf(int64_t i, uint64_t version) {
-  int touches = 0;
-  for (uint64_t k = 1; k <= version; ++k)
-    touches += k == kEveryElementChanges || mix(static_cast<uint64_t>(i) * 1000003u + k) % 100 == 0;
-  return static_cast<float>(i % 97 + touches);
-}
-
-float fromBf16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f = 0;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+  return wsync_test::deltaValueOf(i, version, kEveryElementChanges);
 }
 
 // This rank's box of the tensor: [row0, row0 + rows) x [col0, col0 + cols).
@@ -138,7 +120,7 @@ int64_t mismatches(const Job& job, wsync_lease_t lease, uint64_t version) {
     for (int64_t c = 0; c < box.cols; ++c) {
       const size_t at = static_cast<size_t>(r * box.cols + c);
       const float got = job.dtype == WSYNC_DTYPE_BFLOAT16
-                            ? fromBf16(static_cast<const uint16_t*>(data)[at])
+                            ? wsync_test::floatOfBf16(static_cast<const uint16_t*>(data)[at])
                             : static_cast<const float*>(data)[at];
       bad += got != valueOf((box.row0 + r) * kCols + box.col0 + c, version);
     }

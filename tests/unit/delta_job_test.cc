@@ -13,13 +13,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "support/delta_values.h"
 #include "support/explicit_job.h"
 #include "wsync/wsync.h"
 
@@ -31,28 +31,7 @@ constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 256;
 constexpr int64_t kElements = kRows * kCols;
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Element i at `version`: a small whole number (exact in bfloat16) that grows by one in each
-// version that touches it (about 1 % of the elements per version).
-float valueOf(int64_t i, uint64_t version) {
-  int touches = 0;
-  for (uint64_t k = 1; k <= version; ++k)
-    touches += mix(static_cast<uint64_t>(i) * 1000003u + k) % 100 == 0;
-  return static_cast<float>(i % 97 + touches);
-}
-
-float fromBf16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f = 0;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+using wsync_test::deltaValueOf;
 
 struct Job {
   std::unique_ptr<wsync::Coordinator> coordinator;
@@ -118,7 +97,7 @@ class Trainer {
   // Publishes v and waits for it: its stats.
   wsync_version_stats_t publish(uint64_t v) {
     for (int64_t i = 0; i < kElements; ++i)
-      params_[static_cast<size_t>(i)] = valueOf(i, v);
+      params_[static_cast<size_t>(i)] = deltaValueOf(i, v);
     wsync_request_t req = nullptr;
     EXPECT_EQ(wsync_publish(ctx_, v, &req), WSYNC_SUCCESS) << wsync_last_error(ctx_);
     EXPECT_EQ(wsync_request_wait(req, -1), WSYNC_SUCCESS) << wsync_request_error(req);
@@ -172,7 +151,7 @@ void readVersions(wsync_config_t cfg, uint64_t last, uint64_t abort_at, Reader* 
     ASSERT_EQ(wsync_lease_buffer(lease, buffer, &data), WSYNC_SUCCESS);
     const auto* bf16 = static_cast<const uint16_t*>(data);
     for (int64_t i = 0; i < kElements; ++i)
-      r->wrong += fromBf16(bf16[i]) != valueOf(i, v);
+      r->wrong += wsync_test::floatOfBf16(bf16[i]) != deltaValueOf(i, v);
     wsync_lease_release(lease);
     if (r->from_peer < 0) {
       wsync_version_stats_t stats = WSYNC_VERSION_STATS_INITIALIZER;

@@ -3,6 +3,9 @@
 // arithmetic is quant/block_quant_geometry.h, which the tests also run on the host. Compiled by
 // nvcc as C++17 (block_quant.h and what it includes are C++17).
 //
+// On sm_89 and later the float8 conversion is the hardware's (cvt.rn.satfinite.e4m3x2.f32,
+// block_quant_geometry.h: quantizePairHardware), bit-equal to the shared software one.
+//
 // One kernel for every step: a group of G threads (4, 32 or 256) per cover block walks the part
 // of the block inside its piece, in 16-byte vectors where the block's rows are aligned
 // (bk::vectorizable), else element by element. Per block it computes the max |x| (an unsigned

@@ -219,10 +219,47 @@ WSYNC_QUANT_HD float amaxOfBits(uint32_t bits) {
   return bits > 0x7f800000u ? quant_math::nanValue() : quant_math::floatOf(bits);
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// e4m3(lo * m) | e4m3(hi * m) << 8 by the hardware's conversion (sm_89 and later), bit-equal to
+// quant_math::e4m3FromFloat: round to nearest even, finite values and infinities beyond 448
+// saturate to +-448 (.satfinite), and a NaN product becomes 0x7f whatever its sign.
+__device__ __forceinline__ uint32_t quantizePairHardware(float lo, float hi, float m) {
+  const float a = __fmul_rn(lo, m);
+  const float b = __fmul_rn(hi, m);
+  unsigned short pair;
+  // The first source lands in the upper byte, the second in the lower one.
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(b), "f"(a));
+  uint32_t r = pair;
+  if (a != a) r = (r & 0xff00u) | quant_math::kE4m3NaN;
+  if (b != b) r = (r & 0x00ffu) | static_cast<uint32_t>(quant_math::kE4m3NaN) << 8;
+  return r;
+}
+#endif
+
 // The float8 bytes of a vector's elements with multiplier m, little-endian: out[0] for the four
 // float32 elements, out[0..1] for eight 16-bit elements.
 WSYNC_QUANT_HD void quantizeVector(const uint32_t (&w)[4], int dtype, float m, uint32_t (&out)[2]) {
   namespace qm = quant_math;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (dtype == 0) {
+    out[0] = quantizePairHardware(qm::floatOf(w[0]), qm::floatOf(w[1]), m) |
+             quantizePairHardware(qm::floatOf(w[2]), qm::floatOf(w[3]), m) << 16;
+    out[1] = 0;
+  } else {
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu);
+      const uint16_t hi = static_cast<uint16_t>(w[i] >> 16);
+      const float x_lo = dtype == 1 ? qm::floatOfBFloat16(lo) : qm::floatOfFloat16(lo);
+      const float x_hi = dtype == 1 ? qm::floatOfBFloat16(hi) : qm::floatOfFloat16(hi);
+      const uint32_t pair = quantizePairHardware(x_lo, x_hi, m);
+      if (i % 2 == 0) {
+        out[i / 2] = pair;
+      } else {
+        out[i / 2] |= pair << 16;
+      }
+    }
+  }
+#else
   out[0] = 0;
   out[1] = 0;
   for (int i = 0; i < 4; ++i) {
@@ -238,6 +275,7 @@ WSYNC_QUANT_HD void quantizeVector(const uint32_t (&w)[4], int dtype, float m, u
       out[i / 2] |= pair << (16 * (i % 2));
     }
   }
+#endif
 }
 
 // Threads per cover block in the block-parallel kernels (4, 32 or 256): the fewest of these that

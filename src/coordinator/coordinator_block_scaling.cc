@@ -49,11 +49,12 @@ Status Coordinator::Impl::checkJoinerScalings(const Participant& p) const {
                     nameOf(p) + " of joining replica " + std::to_string(p.hello.replica) +
                         " holds '" + r.tensor + "' with " + describe(r.scaling) + " (scales '" +
                         r.scaling.scale_tensor +
-                        "'), which no replica held at commit: the trainers quantize the "
-                        "schemes planned at commit only" +
-                        (elastic() ? " (this job had no fixed rollout rank at commit, "
-                                     "so none was planned)"
-                                   : ""));
+                        "'), which no replica held at commit: a block-scaled joiner needs a "
+                        "rollout with that scheme at commit (the trainers quantize only the "
+                        "schemes planned then" +
+                        (elastic() ? "; this job had no fixed rollout rank at commit, so none "
+                                     "was planned)"
+                                   : ")"));
     }
   }
   return Status::ok();

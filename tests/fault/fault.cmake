@@ -8,7 +8,8 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
   function(wsync_add_fault_test name scenario iterations)
     add_test(NAME ${name}
       COMMAND ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/run_fault.sh ${scenario} ${iterations}
-              $<TARGET_FILE:wsync-coordinator> $<TARGET_FILE:wsync-fault-rank>)
+              $<TARGET_FILE:wsync-coordinator> $<TARGET_FILE:wsync-fault-rank>
+              ${MPIEXEC_EXECUTABLE})
     set_tests_properties(${name} PROPERTIES LABELS "fault;mp" TIMEOUT 600 PROCESSORS 2)
   endfunction()
   # kill -9 of a rollout rank during transfers, 10 times: the others stay bit-exact; the killed
@@ -32,4 +33,9 @@ if(TARGET wsync-coordinator AND TARGET wsync_demo_policy)
   # age growing), a repeated version and a changed registration are refused, then restarted
   # trainers publish higher versions and every rollout reads them bit-exact.
   wsync_add_fault_test(wsync_fault_trainer_restart restart 3)
+  # An elastic job (--rollouts 0), trainers under mpirun: replica 1 joins, replica 2 joins
+  # (cold-filled from replica 1) and gets kill -9 mid-transfer, then rejoins by peer cold start;
+  # every publish completes, replica 1 misses no version, every read is bit-exact, the summary
+  # counts the lost replica.
+  wsync_add_fault_test(wsync_fault_elastic_kill elastic 3)
 endif()

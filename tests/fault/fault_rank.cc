@@ -18,12 +18,15 @@
 // whenever no new version came for 500 ms (the trainers are down), it reads the newest ready one
 // again (bit-exact) and checks its wsync_version_stats: the same version's age never decreases;
 // prints "rollout R serving version V age_ms A lag L".
+// --rank-from-launcher: the rank is the process's rank in its mpirun (trainers launched by mpirun
+// that join the coordinator by explicit bootstrap; wsync itself does not use MPI here).
 // Exit codes: 0 ok, 2 usage, 3 a wrong outcome, 4 a wrong byte, 5 a wsync error.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cxxopts.hpp>
 #include <set>
 #include <sstream>
@@ -103,6 +106,16 @@ std::vector<int> replicasOf(wsync_request_t req, wsync_replicas_kind_t kind) {
   std::vector<int> ids(static_cast<size_t>(count));
   wsync_request_replicas(req, kind, count, ids.data(), &count);
   return ids;
+}
+
+// This process's rank in its launcher's job (Open MPI, or any PMIx launcher); -1 when not launched
+// by one.
+int launcherRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return std::atoi(value);
+  }
+  return -1;
 }
 
 bool waitForFile(const std::string& path, int timeout_ms) {
@@ -349,6 +362,7 @@ int main(int argc, char** argv) {
       ("address", "the coordinator's host:port", cxxopts::value<std::string>())
       ("secret", "the job's secret", cxxopts::value<std::string>())
       ("rank", "role rank (fixed membership)", cxxopts::value<int>()->default_value("0"))
+      ("rank-from-launcher", "the role rank is this process's rank in its mpirun")
       ("trainers", "trainer ranks", cxxopts::value<int>()->default_value("1"))
       ("rollouts", "rollout ranks of the fixed membership", cxxopts::value<int>()->default_value("1"))
       ("replica", "rollouts: replica id", cxxopts::value<int>()->default_value("0"))
@@ -378,6 +392,15 @@ int main(int argc, char** argv) {
     a.address = parsed["address"].as<std::string>();
     a.secret = parsed["secret"].as<std::string>();
     a.rank = parsed["rank"].as<int>();
+    if (parsed.count("rank-from-launcher") != 0) {
+      a.rank = launcherRank();
+      if (a.rank < 0) {
+        std::fprintf(stderr,
+                     "wsync-fault-rank: --rank-from-launcher outside mpirun (no "
+                     "OMPI_COMM_WORLD_RANK or PMIX_RANK)\n");
+        return 2;
+      }
+    }
     a.trainers = parsed["trainers"].as<int>();
     a.rollouts = parsed["rollouts"].as<int>();
     a.replica = parsed["replica"].as<int>();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault injection with real processes: a standalone wsync-coordinator and explicit-bootstrap
 # trainer and rollout processes (wsync-fault-rank), while versions stream.
-#   run_fault.sh <scenario> <iterations> <wsync-coordinator> <wsync-fault-rank>
+#   run_fault.sh <scenario> <iterations> <wsync-coordinator> <wsync-fault-rank> [mpirun]
 # Scenarios (each iteration a fresh job; 2 trainers):
 #   kill  3 one-rank replicas; rollout 2 gets kill -9 after a random version (1..8): trainers go
 #         on, versions deliver to replicas 0 and 1 (bit-exact), the coordinator drops replica 2;
@@ -34,12 +34,21 @@
 #         that publish the last started version again are refused (INVALID_USAGE naming it), then
 #         a trainer 0 with a different registration is refused (MISMATCH naming the tensor), then
 #         2 good trainers publish the versions above it: every rollout reads them bit-exact.
+#   elastic  a job of no fixed rollout rank (coordinator --rollouts 0); the 2 trainers run under
+#         mpirun (explicit bootstrap, rank from the launcher) and publish every step, each send
+#         delayed 100 ms (WSYNC_DEBUG_SEND_DELAY_MS: a version is almost always in flight). Replica
+#         1 joins (first version from the trainers), replica 2 joins (cold-filled from replica 1)
+#         and gets kill -9 a few versions later, mid-transfer; a new process rejoins as replica 2,
+#         is cold-filled from replica 1 and reads to the end. Every publish completes, replica 1
+#         is ready in every version from its first one (never lost), every read is bit-exact, the
+#         coordinator's summary counts the replica lost in flight, every process exits 0.
 # Prints one line per iteration; exits non-zero (with the job's logs) on the first failure.
 set -u
 scenario=${1:?scenario}
 iterations=${2:?iterations}
 coordinator=${3:?wsync-coordinator}
 fault_rank=${4:?wsync-fault-rank}
+mpirun=${5:-mpirun}
 secret=fault-test-secret
 work=$(mktemp -d /tmp/wsync-fault.XXXXXX)
 pids=()
@@ -411,6 +420,99 @@ run_restart() {
   local aborted
   aborted=$(grep -oE "version [0-9]+ aborted.*" "$work/coordinator.log" | head -n 1)
   echo "restart iteration $iteration: trainer 0 killed after version $at (${aborted:-between versions}); versions above $floor; rollouts served their last version throughout (up to ${oldest} ms old), a repeated version and a changed registration were refused, then read versions $((floor + 1))..$versions bit-exact"
+}
+
+# start_mpirun_trainers <name> <args...>: trainers 0 and 1 under one mpirun (explicit bootstrap,
+# each rank from the launcher), their output in <name>.log; the mpirun's pid in last_pid.
+start_mpirun_trainers() {
+  local name=$1
+  shift
+  "$mpirun" --allow-run-as-root --oversubscribe --mca btl self,vader -n 2 \
+    -x WSYNC_DEBUG_SEND_DELAY_MS "$fault_rank" --address "$address" --secret "$secret" \
+    --trainers 2 --role trainer --rank-from-launcher "$@" >"$work/$name.log" 2>&1 &
+  last_pid=$!
+  pids+=("$last_pid")
+}
+
+# first_version <log>: the first version a joined rank reported, or nothing.
+first_version() { sed -n 's/^rollout [0-9]* first version \([0-9]*\) from .*/\1/p' "$1" | head -n 1; }
+
+# ready_on <replica>: the versions trainer 0 saw ready on that replica (trainers.log), one a line.
+ready_on() {
+  awk -v r="$1" '$1 == "trainer" && $2 == 0 && ("," substr($5, 7) ",") ~ ("," r ",") { print $4 }' \
+    "$work/trainers.log"
+}
+
+# wait_for_ready <replica> <version> <timeout ms>: 0 once trainer 0 saw that version or a later one
+# ready on the replica.
+wait_for_ready() {
+  local deadline=$(($(now_ms) + $3)) v
+  while [ "$(now_ms)" -lt "$deadline" ]; do
+    v=$(ready_on "$1" | tail -n 1)
+    [ -n "$v" ] && [ "$v" -ge "$2" ] && return 0
+    sleep 0.005
+  done
+  return 1
+}
+
+run_elastic() {
+  local versions=75 hold=60
+  local resume="$work/resume"
+  start_coordinator 0
+  # The trainers publish from the start (to nobody until replica 1 joined); they wait at version
+  # $hold for the rejoined replica, if it has not joined by then.
+  WSYNC_DEBUG_SEND_DELAY_MS=100 start_mpirun_trainers trainers --rollouts 0 --versions $versions \
+    --pause-ms 0 --may-lose 2 --final-ready 1,2 --hold-after $hold --resume-file "$resume"
+  local trainers=$last_pid
+  wait_for_line "$work/trainers.log" "^trainer 0 version 3 ready= " 20000 ||
+    fail "the trainers did not publish to nobody"
+  start_rank replica1 --role rollout --replica 1 --join --rollouts 0 --versions $versions
+  local r1=$last_pid
+  wait_for_line "$work/replica1.log" "first version [0-9]+ from trainers" 20000 ||
+    fail "replica 1 did not get its first version from the trainers"
+  start_rank replica2 --role rollout --replica 2 --join --expect-peer --rollouts 0 --versions $versions
+  local r2=$last_pid
+  wait_for_line "$work/replica2.log" "first version [0-9]+ from peer" 20000 ||
+    fail "replica 2 was not cold-filled from replica 1"
+  # The kill: 40 ms after trainer 0 saw a version ready on replica 2 (from its first one + 2..5),
+  # the next one has started (both trainers published it) and is in its send delay (100 ms),
+  # which replica 2 waits for.
+  local at=$(($(first_version "$work/replica2.log") + RANDOM % 4 + 2))
+  [ "$at" -lt "$hold" ] || fail "replica 2 joined too late (version $at, the trainers hold at $hold)"
+  wait_for_ready 2 $at 20000 || fail "no version from $at on was ready on replica 2"
+  local killed_after
+  killed_after=$(ready_on 2 | tail -n 1)
+  sleep 0.04
+  kill -9 "$r2"
+  wait "$r2" 2>/dev/null
+  wait_for_line "$work/coordinator.log" "replica 2 .*dropped" 5000 || fail "the coordinator never dropped replica 2"
+  start_rank rejoined2 --role rollout --replica 2 --join --expect-peer --rollouts 0 --versions $versions
+  local j=$last_pid
+  wait_for_line "$work/rejoined2.log" "first version [0-9]+ from peer" 30000 ||
+    fail "the restarted replica 2 was not cold-filled from replica 1"
+  touch "$resume"
+  for p in "$trainers:trainers (mpirun)" "$r1:replica 1" "$j:rejoined replica 2"; do
+    expect_exit "${p%%:*}" "${p#*:}" 60000
+  done
+  expect_exit "$coordinator_pid" coordinator 10000
+  for t in 0 1; do
+    [ "$(grep -c "^trainer $t version [0-9]* ready=" "$work/trainers.log")" -eq $versions ] ||
+      fail "trainer $t did not complete all $versions publishes"
+  done
+  [ "$(grep -cE "replica 2 cold-started from replica 1 with version" "$work/coordinator.log")" -eq 2 ] ||
+    fail "the coordinator did not log both cold starts of replica 2 from replica 1"
+  # Replica 1 misses no version: ready on it in every version from its first one on.
+  local first1
+  first1=$(ready_on 1 | head -n 1)
+  [ -n "$first1" ] || fail "no version was ready on replica 1"
+  [ "$(ready_on 1 | wc -l)" -eq $((versions - first1 + 1)) ] ||
+    fail "replica 1 missed versions: ready in $(ready_on 1 | wc -l) of versions $first1..$versions"
+  local lost_in
+  lost_in=$(sed -n 's/^trainer 0 version \([0-9]*\) ready=.* lost=2$/\1/p' "$work/trainers.log" | head -n 1)
+  [ -n "$lost_in" ] || fail "no version lost replica 2 in flight (the kill came between versions)"
+  grep -q "summary: .* 1 lost replicas (1 while a version was in flight)" "$work/coordinator.log" ||
+    fail "the coordinator's summary does not count replica 2 lost in flight"
+  echo "elastic iteration $iteration: replica 1 joined (first version $(first_version "$work/replica1.log") from the trainers), replica 2 cold-filled from it with version $(first_version "$work/replica2.log"), killed after version $killed_after was ready on it, lost in version $lost_in; rejoined, cold-filled with version $(first_version "$work/rejoined2.log"); replica 1 ready in versions $first1..$versions; $(grep -o '1 lost replicas ([^)]*)' "$work/coordinator.log")"
 }
 
 for iteration in $(seq 1 "$iterations"); do

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -181,6 +182,7 @@ inline std::vector<Buffer> trainerBuffers(int t) {
 struct Outcome {
   std::vector<wsync_status_t> commit;  // per rollout rank
   std::vector<std::string> errors;
+  std::vector<double> commit_ms;  // per rollout rank: how long its wsync_commit took
   int failures = 0;
   int patched_versions = 0;  // versions trainer 0 sent with fewer bytes on the wire than dense
 };
@@ -214,6 +216,7 @@ inline Outcome runJob(const JobSpec& spec, const Check& check) {
   Outcome out;
   out.commit.assign(static_cast<size_t>(all), WSYNC_SUCCESS);
   out.errors.resize(static_cast<size_t>(all));
+  out.commit_ms.resize(static_cast<size_t>(all));
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kTrainers; ++t) {
@@ -274,7 +277,11 @@ inline Outcome runJob(const JobSpec& spec, const Check& check) {
       std::vector<int> indices;
       for (const Buffer& b : me.buffers)
         indices.push_back(registerBuffer(ctx, b, nullptr));
+      const auto commit_started = std::chrono::steady_clock::now();
       out.commit[static_cast<size_t>(r)] = wsync_commit(ctx);
+      out.commit_ms[static_cast<size_t>(r)] = std::chrono::duration<double, std::milli>(
+                                                  std::chrono::steady_clock::now() - commit_started)
+                                                  .count();
       out.errors[static_cast<size_t>(r)] = wsync_last_error(ctx);
       if (out.commit[static_cast<size_t>(r)] == WSYNC_SUCCESS) {
         uint64_t seen = 0;

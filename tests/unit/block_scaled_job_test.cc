@@ -215,6 +215,55 @@ TEST(BlockScaledJobJoin, AJoinerGetsPlannedSchemesAndIsRefusedOthers) {
   EXPECT_NE(out.errors[2].find("no replica held at commit"), std::string::npos) << out.errors[2];
 }
 
+// An elastic job (no fixed rollout rank: every replica joins at run time) plans no block scaling
+// at commit, and the trainers quantize only the schemes planned then (their quantizer is built
+// from the commit's plan; a join's plan extension carries none). So a replica joining with block
+// fp8 w is refused at once, UNSUPPORTED naming the tensor and what it needs, instead of waiting
+// for bytes nobody quantizes; a bfloat16 replica joining beside it reads every version bit for bit
+// and the trainers' publishes all complete.
+TEST(BlockScaledJobJoin, ElasticJobRefusesBlockScaledJoinerNamingTheTensor) {
+  const auto fp32 = scaling(WSYNC_SCALE_FLOAT32, 128, 128, "w_scale");
+  RolloutRank fp8;
+  fp8.replica = 1;
+  fp8.join_after = 2;
+  fp8.scalings = {{"w", fp32}};
+  fp8.buffers = {{"w", WSYNC_DTYPE_FLOAT8_E4M3, {{"w", kW, {0, 0}, kW}}},
+                 {"w_scale", WSYNC_DTYPE_FLOAT32, {{"w_scale", {3, 2}, {0, 0}, {3, 2}}}}};
+  RolloutRank bf16;
+  bf16.replica = 2;
+  bf16.join_after = 4;
+  bf16.buffers = {{"w", WSYNC_DTYPE_BFLOAT16, {{"w", kW, {0, 0}, kW}}}};
+  JobSpec spec;
+  for (int t = 0; t < 3; ++t) {
+    std::vector<Buffer> only_w = trainerBuffers(t);
+    only_w.resize(1);
+    spec.trainers.push_back(only_w);
+  }
+  spec.rollouts = {fp8, bf16};  // both join: the coordinator has no fixed rollout rank
+  spec.versions = 40;
+  spec.publish_gap_ms = 20;
+  spec.weights = weightsOf;
+  std::atomic<int> fp8_read{0}, bf16_checked{0};
+  const Outcome out = runJob(spec, [&](int r, uint64_t v, const std::vector<const uint8_t*>& data) {
+    if (r == 0) return void(++fp8_read);
+    const std::vector<uint8_t> want = weightsOf("w", v).bytes;
+    ASSERT_EQ(std::vector<uint8_t>(data[0], data[0] + want.size()), want) << "version " << v;
+    ++bf16_checked;
+  });
+  EXPECT_EQ(out.failures, 0);
+  EXPECT_EQ(out.commit[0], WSYNC_ERR_UNSUPPORTED) << out.errors[0];
+  for (const char* needle :
+       {"joining replica 1 holds 'w' with block 128x128 float32 scales (scales 'w_scale')",
+        "a block-scaled joiner needs a rollout with that scheme at commit",
+        "this job had no fixed rollout rank at commit"}) {
+    EXPECT_NE(out.errors[0].find(needle), std::string::npos) << out.errors[0];
+  }
+  EXPECT_LT(out.commit_ms[0], 5000.0) << "the refusal waited for something (the job's timeout?)";
+  EXPECT_EQ(fp8_read.load(), 0);
+  EXPECT_EQ(out.commit[1], WSYNC_SUCCESS) << out.errors[1];
+  EXPECT_GT(bf16_checked.load(), 1);
+}
+
 // The C API over random layouts: a weight of random shape (2-D, or 3-D experts), a random scale
 // format and block shape, 1-3 trainers holding a random grid partition of it (bfloat16 or float32;
 // cuts anywhere, so blocks straddle trainers), one replica of 1-2 ranks sharding it along rows or

@@ -433,6 +433,8 @@ Status checkEncodeArguments(const PatchShape& shape, const void* base, const voi
   if (patch == nullptr || scratch == nullptr || patch_bytes == nullptr ||
       (shape.num_elements > 0 && (base == nullptr || next == nullptr)))
     return badArgument("a null base, next, patch, scratch or length");
+  if (reinterpret_cast<uintptr_t>(scratch) % kAlign != 0)
+    return badArgument("scratch not 256-byte aligned (as cudaMalloc gives it)");
   if (!alignedTo(base, shape.elem_bytes) || !alignedTo(next, shape.elem_bytes))
     return badArgument("base or next not aligned to its " + std::to_string(shape.elem_bytes) +
                        "-byte elements");
@@ -564,6 +566,8 @@ Status applyPatchOnDevice(const PatchShape& shape, const uint8_t* patch, size_t 
   if (patch == nullptr || scratch == nullptr ||
       (shape.num_elements > 0 && (base == nullptr || out == nullptr)))
     return badArgument("a null patch, base, out or scratch");
+  if (reinterpret_cast<uintptr_t>(scratch) % kAlign != 0)
+    return badArgument("scratch not 256-byte aligned (as cudaMalloc gives it)");
   if (!alignedTo(base, shape.elem_bytes) || !alignedTo(out, shape.elem_bytes))
     return badArgument("base or out not aligned to its " + std::to_string(shape.elem_bytes) +
                        "-byte elements");

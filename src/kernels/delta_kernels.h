@@ -15,10 +15,10 @@
 //
 // Memory: `base`, `next` and `out` are device memory (or any memory the device reads / writes
 // through unified addressing), each aligned to elem_bytes; the patch may be device memory or
-// mapped pinned host memory, any alignment. The scratch is device memory of the size the
-// *ScratchBytes functions give for the shape (allocate once per region, reuse every version); one
-// scratch per concurrent call. Encoding keeps the change bitmap in it: about num_elements / 8
-// bytes, plus 20 bytes per chunk.
+// mapped pinned host memory, any alignment. The scratch is device memory (256-byte aligned, as
+// cudaMalloc gives it) of the size the *ScratchBytes functions give for the shape (allocate once
+// per region, reuse every version); one scratch per concurrent call. Encoding keeps the change
+// bitmap in it: about num_elements / 8 bytes, plus 20 bytes per chunk.
 // Errors: INVALID_ARGUMENT for a bad shape, null or misaligned pointers, a short patch buffer or
 // scratch, checked before anything is launched; CUDA errors as cudaCheck gives them.
 // Thread-safety: calls on different scratch areas may run concurrently.

@@ -49,6 +49,13 @@ TEST(DeltaDeviceArguments, RefusedBeforeAnyLaunch) {
   EXPECT_EQ(encodeCode(shape, fake, nullptr, fake, capacity), WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(encodeCode(shape, fake, fake, nullptr, capacity), WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(encodeCode(shape, fake, fake, fake, capacity - 1), WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      encodePatchOnDevice(shape, fake, fake, fake, capacity, fake + 8, 1 << 20, nullptr, &length)
+          .code(),
+      WSYNC_ERR_INVALID_ARGUMENT);  // scratch not 256-byte aligned
+  EXPECT_EQ(
+      applyPatchOnDevice(shape, fake, capacity, fake, fake, fake + 8, 1 << 20, nullptr).code(),
+      WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(deviceEncodeScratchBytes(bad, &scratch).code(), WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(deviceApplyScratchBytes(bad, &scratch).code(), WSYNC_ERR_INVALID_ARGUMENT);
   auto applyCode = [&](const PatchShape& s, size_t patch_bytes, const void* base, void* out) {

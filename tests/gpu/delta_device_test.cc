@@ -5,7 +5,8 @@
 // counts sit on and beside the form-choice ties:
 //   - the device patch equals encodePatch's bytes (and stats), and passes validatePatch;
 //   - applying it on the device (out != base, and in place) gives `next` bit for bit;
-//   - encoding with advance leaves base == next and gives the same patch.
+//   - encoding with advance leaves base == next and gives the same patch;
+//   - the same with the patch at an odd address and the regions off 16-byte alignment.
 // Every case prints one "delta-device PASS|FAIL <case>: ..." line with the first difference.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -166,8 +167,10 @@ std::string regionDifference(const char* what, const Versions& v, const void* de
          std::to_string(first) + " (chunk " + std::to_string(first / v.shape.chunk_elements) + ")";
 }
 
-// Encodes on the host and the device, applies on the device three ways; "" when all agree.
-std::string runCase(const Versions& v) {
+// Encodes on the host and the device, applies on the device three ways; "" when all agree. The
+// patch sits `patch_shift` bytes into its allocation and base / next / out `region_shift` bytes
+// (a multiple of the element size) into theirs, so unaligned addresses take their paths too.
+std::string runCase(const Versions& v, size_t patch_shift, size_t region_shift) {
   const PatchShape& shape = v.shape;
   std::vector<uint8_t> host_patch;
   PatchStats host_stats;
@@ -180,23 +183,28 @@ std::string runCase(const Versions& v) {
   st = deviceEncodeScratchBytes(shape, &encode_scratch);
   if (st.isOk()) st = deviceApplyScratchBytes(shape, &apply_scratch);
   if (!st.isOk()) return "scratch size: " + st.message();
-  DeviceBytes base(std::max<size_t>(bytes, 1)), next(std::max<size_t>(bytes, 1));
-  DeviceBytes out(std::max<size_t>(bytes, 1)), patch(capacity);
+  DeviceBytes base_memory(bytes + region_shift + 1), next_memory(bytes + region_shift + 1);
+  DeviceBytes out_memory(bytes + region_shift + 1), patch_memory(capacity + patch_shift);
   DeviceBytes scratch(std::max(encode_scratch, apply_scratch));
-  if (!base.data || !next.data || !out.data || !patch.data || !scratch.data)
+  if (!base_memory.data || !next_memory.data || !out_memory.data || !patch_memory.data ||
+      !scratch.data)
     return "device allocation failed";
-  cudaMemcpy(base.data, v.base.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemcpy(next.data, v.next.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemset(patch.data, 0xEE, capacity);  // stale bytes must not leak into the patch
+  uint8_t* base = base_memory.bytes() + region_shift;
+  uint8_t* next = next_memory.bytes() + region_shift;
+  uint8_t* out = out_memory.bytes() + region_shift;
+  uint8_t* patch = patch_memory.bytes() + patch_shift;
+  cudaMemcpy(base, v.base.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(next, v.next.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemset(patch, 0xEE, capacity);  // stale bytes must not leak into the patch
 
   // Encode.
   size_t length = 0;
   PatchStats stats;
-  st = encodePatchOnDevice(shape, base.data, next.data, patch.bytes(), capacity, scratch.data,
-                           scratch.size, nullptr, &length, &stats);
+  st = encodePatchOnDevice(shape, base, next, patch, capacity, scratch.data, scratch.size, nullptr,
+                           &length, &stats);
   if (!st.isOk()) return "device encode: " + st.message();
   std::vector<uint8_t> device_patch(std::min(length, capacity));
-  cudaMemcpy(device_patch.data(), patch.data, device_patch.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(device_patch.data(), patch, device_patch.size(), cudaMemcpyDeviceToHost);
   std::string diff = patchDifference(shape, device_patch, host_patch);
   if (!diff.empty()) return diff;
   if (stats.patch_bytes != host_stats.patch_bytes || stats.dense_bytes != host_stats.dense_bytes ||
@@ -208,36 +216,35 @@ std::string runCase(const Versions& v) {
   if (!st.isOk()) return "the device patch fails validatePatch: " + st.message();
 
   // Apply into another buffer (pre-filled with garbage), then in place.
-  cudaMemset(out.data, 0xAB, out.size);
-  st = applyPatchOnDevice(shape, patch.bytes(), length, base.data, out.data, scratch.data,
-                          scratch.size, nullptr);
+  cudaMemset(out, 0xAB, bytes);
+  st = applyPatchOnDevice(shape, patch, length, base, out, scratch.data, scratch.size, nullptr);
   if (st.isOk()) st = cudaCheck(cudaDeviceSynchronize(), "apply");
   if (!st.isOk()) return "device apply: " + st.message();
-  diff = regionDifference("apply (out != base)", v, out.data, v.next);
+  diff = regionDifference("apply (out != base)", v, out, v.next);
   if (!diff.empty()) return diff;
-  cudaMemcpy(out.data, base.data, bytes, cudaMemcpyDeviceToDevice);
-  st = applyPatchOnDevice(shape, patch.bytes(), length, out.data, out.data, scratch.data,
-                          scratch.size, nullptr);
+  cudaMemcpy(out, base, bytes, cudaMemcpyDeviceToDevice);
+  st = applyPatchOnDevice(shape, patch, length, out, out, scratch.data, scratch.size, nullptr);
   if (st.isOk()) st = cudaCheck(cudaDeviceSynchronize(), "apply in place");
   if (!st.isOk()) return "device apply in place: " + st.message();
-  diff = regionDifference("apply in place", v, out.data, v.next);
+  diff = regionDifference("apply in place", v, out, v.next);
   if (!diff.empty()) return diff;
 
   // Encode with advance: the same patch, and the kept base becomes next.
-  cudaMemset(patch.data, 0xEE, capacity);
-  st = encodePatchAndAdvanceOnDevice(shape, base.data, next.data, patch.bytes(), capacity,
-                                     scratch.data, scratch.size, nullptr, &length);
+  cudaMemset(patch, 0xEE, capacity);
+  st = encodePatchAndAdvanceOnDevice(shape, base, next, patch, capacity, scratch.data, scratch.size,
+                                     nullptr, &length);
   if (!st.isOk()) return "device encode with advance: " + st.message();
   device_patch.assign(std::min(length, capacity), 0);
-  cudaMemcpy(device_patch.data(), patch.data, device_patch.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(device_patch.data(), patch, device_patch.size(), cudaMemcpyDeviceToHost);
   diff = patchDifference(shape, device_patch, host_patch);
   if (!diff.empty()) return "with advance: " + diff;
-  return regionDifference("advanced base", v, base.data, v.next);
+  return regionDifference("advanced base", v, base, v.next);
 }
 
 // Runs `v`, prints its PASS / FAIL line and fails the test on a difference.
-void expectCase(const std::string& name, const Versions& v) {
-  const std::string diff = runCase(v);
+void expectCase(const std::string& name, const Versions& v, size_t patch_shift = 0,
+                size_t region_shift = 0) {
+  const std::string diff = runCase(v, patch_shift, region_shift);
   std::vector<uint8_t> patch;
   PatchStats s;
   (void)encodePatch(v.shape, v.base.data(), v.next.data(), &patch, &s);
@@ -305,6 +312,19 @@ TEST(DeltaDevice, TiesPickTheHostsForm) {
       shape.num_elements = static_cast<int64_t>(counts.size()) * shape.chunk_elements;
       expectCase("ties e=" + std::to_string(e) + " chunk=" + std::to_string(chunk_elements),
                  countedVersions(shape, counts, rng));
+    }
+  }
+}
+
+TEST(DeltaDevice, UnalignedPatchAndRegions) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_TRUE(cudaUseDevice(0).isOk());
+  std::mt19937_64 rng(5);
+  for (int e : {1, 2, 4, 8}) {
+    for (double share : {0.01, 0.3, 1.0, -1.0}) {
+      const PatchShape shape = caseShape(e, 4096 / e);
+      expectCase("unaligned e=" + std::to_string(e) + " share=" + std::to_string(share),
+                 randomVersions(shape, share, rng), /*patch_shift=*/3, /*region_shift=*/e);
     }
   }
 }

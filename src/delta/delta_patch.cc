@@ -25,17 +25,6 @@ bool validElemBytes(int e) {
   return e == 1 || e == 2 || e == 4 || e == 8;
 }
 
-Status checkShape(const PatchShape& s) {
-  if (!validElemBytes(s.elem_bytes))
-    return invalidArgument("delta patch: element size " + std::to_string(s.elem_bytes) +
-                           " bytes (1, 2, 4 or 8)");
-  if (s.chunk_elements < 1 || s.chunk_elements > kMaxChunkElements)
-    return invalidArgument("delta patch: " + std::to_string(s.chunk_elements) +
-                           " elements per chunk (1 .. 65536)");
-  if (s.num_elements < 0) return invalidArgument("delta patch: a negative element count");
-  return Status::ok();
-}
-
 DeltaKernel usable(DeltaKernel wanted) {
   if (scan::cpuHas(wanted)) return wanted;
   if (wanted == DeltaKernel::kAvx512 && scan::cpuHas(DeltaKernel::kAvx2)) return DeltaKernel::kAvx2;
@@ -44,35 +33,6 @@ DeltaKernel usable(DeltaKernel wanted) {
 
 int64_t chunkLength(const PatchShape& s, int64_t chunk) {
   return std::min(s.chunk_elements, s.num_elements - chunk * s.chunk_elements);
-}
-
-int64_t payloadBytes(ChunkKind kind, int64_t count, int64_t len, int e) {
-  switch (kind) {
-    case ChunkKind::kSame:
-      return 0;
-    case ChunkKind::kDense:
-      return len * e;
-    case ChunkKind::kBitmap:
-      return (len + 7) / 8 + count * e;
-    case ChunkKind::kIndex:
-      return count * (2 + e);
-  }
-  return 0;
-}
-
-// The smallest form of a chunk with `count` of `len` elements changed (ties: dense, then index).
-ChunkKind smallestKind(int64_t count, int64_t len, int e) {
-  if (count == 0) return ChunkKind::kSame;
-  ChunkKind kind = ChunkKind::kDense;
-  int64_t best = payloadBytes(kind, count, len, e);
-  for (ChunkKind k : {ChunkKind::kIndex, ChunkKind::kBitmap}) {
-    const int64_t bytes = payloadBytes(k, count, len, e);
-    if (bytes < best) {
-      best = bytes;
-      kind = k;
-    }
-  }
-  return kind;
 }
 
 // A validated kIndex payload of `count` elements written into `o` (one element per index).
@@ -135,7 +95,7 @@ Status checkIndices(int64_t c, const uint8_t* p, int64_t count, int64_t len) {
 // encodePatch; with `advance` (base's writable address), base := next after each chunk.
 Status encode(DeltaKernel kernel, const PatchShape& shape, const uint8_t* base, uint8_t* advance,
               const uint8_t* next, std::vector<uint8_t>* out, PatchStats* stats) {
-  WSYNC_RETURN_IF_ERROR(checkShape(shape));
+  WSYNC_RETURN_IF_ERROR(checkPatchShape(shape));
   const int e = shape.elem_bytes;
   const int64_t chunks = shape.numChunks();
   if (chunks > UINT32_MAX) return invalidArgument("delta patch: more than 2^32 chunks");
@@ -197,6 +157,17 @@ Status encode(DeltaKernel kernel, const PatchShape& shape, const uint8_t* base, 
 
 }  // namespace
 
+Status checkPatchShape(const PatchShape& s) {
+  if (!validElemBytes(s.elem_bytes))
+    return invalidArgument("delta patch: element size " + std::to_string(s.elem_bytes) +
+                           " bytes (1, 2, 4 or 8)");
+  if (s.chunk_elements < 1 || s.chunk_elements > kMaxChunkElements)
+    return invalidArgument("delta patch: " + std::to_string(s.chunk_elements) +
+                           " elements per chunk (1 .. 65536)");
+  if (s.num_elements < 0) return invalidArgument("delta patch: a negative element count");
+  return Status::ok();
+}
+
 DeltaKernel deltaKernel() {
   static const DeltaKernel kernel = usable(DeltaKernel::kAvx512);
   return kernel;
@@ -242,7 +213,7 @@ Status encodePatchAndAdvance(const PatchShape& shape, void* base, const void* ne
 
 Status validatePatch(const PatchShape& shape, const uint8_t* patch, size_t patch_bytes,
                      DeltaKernel kernel) {
-  WSYNC_RETURN_IF_ERROR(checkShape(shape));
+  WSYNC_RETURN_IF_ERROR(checkPatchShape(shape));
   kernel = usable(kernel);
   if (patch_bytes < kPatchHeaderBytes)
     return protocolError("delta patch: " + std::to_string(patch_bytes) +

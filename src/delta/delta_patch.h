@@ -53,6 +53,40 @@ struct PatchShape {
 // The shape for `chunk_bytes` per chunk (clamped to 1 .. kMaxChunkElements elements).
 PatchShape shapeFor(int64_t num_elements, int elem_bytes, int64_t chunk_bytes = kDefaultChunkBytes);
 
+// OK, or INVALID_ARGUMENT naming the field: elem_bytes not 1/2/4/8, chunk_elements out of
+// 1 .. kMaxChunkElements, a negative num_elements.
+Status checkPatchShape(const PatchShape& shape);
+
+// The payload bytes of a chunk of `len` elements of `e` bytes, `count` of them changed, as `kind`.
+// constexpr so that the device encoder (kernels/delta_kernels.h) shares the rule.
+constexpr int64_t payloadBytes(ChunkKind kind, int64_t count, int64_t len, int e) {
+  switch (kind) {
+    case ChunkKind::kSame:
+      return 0;
+    case ChunkKind::kDense:
+      return len * e;
+    case ChunkKind::kBitmap:
+      return (len + 7) / 8 + count * e;
+    case ChunkKind::kIndex:
+      return count * (2 + e);
+  }
+  return 0;
+}
+
+// The smallest form of a chunk with `count` of `len` elements changed; ties: dense, then index,
+// then bitmap (a form replaces the best so far only when strictly smaller).
+constexpr ChunkKind smallestKind(int64_t count, int64_t len, int e) {
+  if (count == 0) return ChunkKind::kSame;
+  ChunkKind kind = ChunkKind::kDense;
+  int64_t best = payloadBytes(ChunkKind::kDense, count, len, e);
+  if (payloadBytes(ChunkKind::kIndex, count, len, e) < best) {
+    best = payloadBytes(ChunkKind::kIndex, count, len, e);
+    kind = ChunkKind::kIndex;
+  }
+  if (payloadBytes(ChunkKind::kBitmap, count, len, e) < best) kind = ChunkKind::kBitmap;
+  return kind;
+}
+
 // What one encode produced.
 struct PatchStats {
   int64_t dense_bytes = 0;  // num_elements * elem_bytes

@@ -32,8 +32,7 @@ ColdStartSources Coordinator::Impl::coldStartSources() const {
   };
   sources.live_ranks = [this](int32_t replica) { return liveRanksOf(replica); };
   sources.registration = [this](int32_t rank) {
-    return decodeRegistrationOf(
-        participants_[static_cast<size_t>(rollout_index_[static_cast<size_t>(rank)])]);
+    return decodeRegistrationOf(participants_.rollout(rank));
   };
   return sources;
 }

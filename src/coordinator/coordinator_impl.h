@@ -26,9 +26,12 @@
 #include "coordinator/broadcast_choice.h"
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_wire.h"
 #include "coordinator/delivery_gate.h"
 #include "coordinator/maxima_relay.h"
 #include "coordinator/metrics.h"
+#include "coordinator/participants.h"
+#include "coordinator/trainer_restart.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration.h"
 #include "plan/plan.h"
@@ -37,7 +40,7 @@
 namespace wsync {
 namespace coordinator_internal {
 
-using Clock = std::chrono::steady_clock;
+using Clock = CoordinatorClock;
 
 enum class Phase { kJoining, kRegistering, kCommitting, kRunning, kDone, kFailed };
 
@@ -50,28 +53,6 @@ struct Event {
   Frame frame;
   Status status;
   std::function<void()> task;
-};
-
-struct Participant {
-  ConnectionId conn = 0;
-  bool connected = true;
-  HelloMsg hello;
-  int32_t role_rank = -1;
-  bool registered = false;
-  RegisterMsg reg;
-  bool committed = false;
-  bool said_bye = false;
-  // Rollouts of the running job: out of it (died, silent, left, or a replica peer's fate); its
-  // later messages and its close are ignored.
-  bool dropped = false;
-  // Trainers may still write into this dropped rank while this version is in flight (0: none).
-  uint64_t written_until = 0;
-  bool awaiting_left = false;  // sent Leave; Left not sent yet
-  bool joiner = false;         // joined the running job (HelloMsg::replica_size > 0)
-  // A trainer registering again after the trainers were lost (trainer restart), until CommitOk.
-  bool restarting = false;
-  bool welcomed = false;  // restarting: sent Welcome
-  Clock::time_point last_heard;
 };
 
 // A replica joining the running job, from its first Hello until it is in the version sequencer:
@@ -103,17 +84,23 @@ struct JoiningReplica {
   bool catch_up_stuck = false;
 };
 
-// Trainer restart (coordinator_trainer_restart.cc): the trainers were lost; a new set registers.
-struct TrainerRestart {
-  std::string cause;             // why the trainers were lost
-  Clock::time_point deadline;    // the new trainers must have committed by then
-  std::vector<int32_t> members;  // participants_ index by trainer rank; -1: not arrived
-  bool assigned = false;         // every member registered and got its PlanAssignment
-  // After CommitOk: the joined replicas' plan extensions not applied yet, by (trainer rank,
-  // replica); Publishes are held (trainer rank, payload) until every one is.
-  bool extending = false;
-  std::set<std::pair<int32_t, int32_t>> extensions_due;
-  std::vector<std::pair<int32_t, std::vector<uint8_t>>> held_publishes;
+// The coordinator's wire (coordinator/coordinator_wire.h): frames through its FrameServer, log
+// lines to CoordinatorOptions::log.
+class ServerWire final : public CoordinatorWire {
+ public:
+  explicit ServerWire(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  void attach(FrameServer* server) { server_ = server; }
+  Status send(ConnectionId conn, MessageType type, const std::vector<uint8_t>& payload) override {
+    return server_->send(conn, static_cast<uint16_t>(type), payload);
+  }
+  void close(ConnectionId conn) override { server_->close(conn); }
+  void log(const std::string& line) override {
+    if (log_) log_("[wsync coordinator] " + line);
+  }
+
+ private:
+  std::function<void(const std::string&)> log_;
+  FrameServer* server_ = nullptr;
 };
 
 }  // namespace coordinator_internal
@@ -122,16 +109,13 @@ class Coordinator::Impl {
  public:
   using Clock = coordinator_internal::Clock;
   using Event = coordinator_internal::Event;
-  using Participant = coordinator_internal::Participant;
+  using ServerWire = coordinator_internal::ServerWire;
+  using Participant = wsync::Participant;
   using Phase = coordinator_internal::Phase;
   using JoiningReplica = coordinator_internal::JoiningReplica;
-  using TrainerRestart = coordinator_internal::TrainerRestart;
   using JoinerPlan = coordinator_internal::JoinerPlan;
 
-  explicit Impl(CoordinatorOptions options) : opt_(std::move(options)) {
-    if (!opt_.metrics) opt_.metrics = std::make_shared<CoordinatorMetrics>();
-    if (opt_.job.delta) opt_.job.checksums = true;  // delta versions are always verified
-  }
+  explicit Impl(CoordinatorOptions options) : opt_(withDefaults(std::move(options))) {}
   ~Impl() { stop(); }
 
   Status start();
@@ -146,22 +130,20 @@ class Coordinator::Impl {
   Clock::time_point nextWakeup() const;
   // A version is in flight (busy polling applies, see run()).
   bool versionMoving() const { return sequencer_ && sequencer_->inFlightVersion() != 0; }
-  void log(const std::string& line) {
-    if (opt_.log) opt_.log("[wsync coordinator] " + line);
-  }
+  void log(const std::string& line) { wire_.log(line); }
   void finish(const Status& status);
   void fail(const Status& status);
-  void sendTo(const Participant& p, MessageType type, const std::vector<uint8_t>& payload);
+  void sendTo(const Participant& p, MessageType type, const std::vector<uint8_t>& payload) {
+    wire_.sendTo(p, type, payload);
+  }
   void sendToTrainers(MessageType type, const std::vector<uint8_t>& payload);
-  void refuse(ConnectionId conn, const Status& status);
-  Participant& trainer(int32_t r) {
-    return participants_[static_cast<size_t>(trainer_index_[static_cast<size_t>(r)])];
-  }
-  Participant& rollout(int32_t r) {
-    return participants_[static_cast<size_t>(rollout_index_[static_cast<size_t>(r)])];
-  }
-  std::string nameOf(const Participant& p) const { return rankName(p.hello.role, p.role_rank); }
-  int32_t numTrainers() const { return static_cast<int32_t>(trainer_index_.size()); }
+  void refuse(ConnectionId conn, const Status& status) { wire_.refuse(conn, status); }
+  Participant& trainer(int32_t r) { return participants_.trainer(r); }
+  Participant& rollout(int32_t r) { return participants_.rollout(r); }
+  const Participant& trainer(int32_t r) const { return participants_.trainer(r); }
+  const Participant& rollout(int32_t r) const { return participants_.rollout(r); }
+  static std::string nameOf(const Participant& p) { return participantName(p); }
+  int32_t numTrainers() const { return participants_.numTrainers(); }
 
   // ---- events (coordinator.cc) ----
   void handle(Event& e);
@@ -278,25 +260,23 @@ class Coordinator::Impl {
   // The ranks of running replica `replica` that can serve as cold start sources, by rank.
   std::vector<int32_t> liveRanksOf(int32_t replica) const;
 
-  // ---- trainer restart (coordinator_trainer_restart.cc) ----
-  // Whether losing a trainer now starts a trainer restart rather than failing the job.
-  bool canRestartTrainers() const;
-  // The trainers were lost (`cause`): ends the version in flight (its replicas give their slots
-  // back), tells every trainer still connected to stop, aborts joins, and waits for new trainers.
+  // ---- trainer restart (coordinator/trainer_restart.h; the glue in coordinator.cc) ----
+  TrainerRestartOptions restartOptions() const;
+  TrainerRestartJob restartJob();
+  // The trainers were lost (`cause`): the restart begins (the trainers still connected are told
+  // to stop), the version in flight ends (its replicas give their slots back), joins are aborted.
   void beginTrainerRestart(const Status& cause);
-  void onRestartHello(ConnectionId conn, const HelloMsg& hello);
-  void maybeWelcomeRestarted();
-  Status onRestartRegister(Participant& p, const std::vector<uint8_t>& payload);
-  void sendRestartAssignments();
-  Status onRestartCommitDone(Participant& p);
-  // While the restarted trainers apply the joined replicas' extensions: holds a Publish (true).
-  bool holdPublish(const Participant& p, const std::vector<uint8_t>& payload);
-  Status onRestartExtensionDone(const Participant& p, int32_t replica);
-  void maybeFinishTrainerRestart();
-  void checkTrainerRestart(Clock::time_point now);
+  bool canRestartTrainers() const { return restart_.canBegin(phase_ == Phase::kRunning); }
+
+  static CoordinatorOptions withDefaults(CoordinatorOptions options) {
+    if (!options.metrics) options.metrics = std::make_shared<CoordinatorMetrics>();
+    if (options.job.delta) options.job.checksums = true;  // delta versions are always verified
+    return options;
+  }
 
   CoordinatorOptions opt_;
   std::unique_ptr<FrameServer> server_;
+  ServerWire wire_{opt_.log};  // over server_ once started
   std::thread thread_;
 
   std::mutex queue_mu_;
@@ -316,12 +296,7 @@ class Coordinator::Impl {
   // Event-thread state.
   Phase phase_ = Phase::kJoining;
   Clock::time_point phase_deadline_;
-  std::vector<Participant> participants_;
-  std::unordered_map<ConnectionId, size_t> by_conn_;
-  std::vector<ConnectionId> pending_;   // connected, no Hello yet
-  std::vector<int32_t> trainer_index_;  // role rank -> participants_ index
-  std::vector<int32_t> rollout_index_;
-  std::vector<int32_t> replica_of_rollout_;
+  ParticipantTable participants_;
   std::optional<BroadcastOffer> broadcast_backend_;  // chosen at planning; none: writes only
   DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
   uint64_t delta_first_go_ = 0;  // delta versions: the newest version whose first Go was sent
@@ -333,11 +308,7 @@ class Coordinator::Impl {
   std::map<int32_t, JoiningReplica> joining_;            // by replica id
   std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)
   ColdStartTracker cold_starts_{ColdStartOptions{opt_.timeout}};  // of joining_ replicas
-  // Trainer restart: the plan (kept when opt_.trainer_restart), each joined replica's plan
-  // extension per trainer rank (encoded PlanExtensionMsg), and the restart under way.
-  std::optional<Plan> plan_;
-  std::map<int32_t, std::vector<std::vector<uint8_t>>> extensions_;
-  std::optional<TrainerRestart> restart_;
+  TrainerRestart restart_{restartOptions(), participants_, wire_, restartJob()};
   uint64_t last_plan_token_ = 0;
   // Planner threads of joining replicas (they read trainer_registrations_, which is not changed
   // once the job runs); finished ones are reaped when the next starts, the rest waited for by

@@ -125,17 +125,15 @@ void Coordinator::Impl::finishPlanJoiner(int32_t replica, uint64_t token, const 
       assignDeltaLanding(opt_.job, plan->dense, t, trainer(t).reg.device_id.empty(),
                          q.reg.delta_landing, ext.peers.back());
     }
-    sendTo(trainer(t), MessageType::kPlanExtension, encode(ext));
-    if (opt_.trainer_restart) {  // restarted trainers get it again
-      extensions_[g.id].resize(static_cast<size_t>(numTrainers()));
-      extensions_[g.id][static_cast<size_t>(t)] = encode(ext);
-    }
+    std::vector<uint8_t> encoded = encode(ext);
+    sendTo(trainer(t), MessageType::kPlanExtension, encoded);
+    restart_.keepExtension(g.id, t, std::move(encoded));  // restarted trainers get it again
   }
   g.extended = true;
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     PlanAssignmentMsg msg;
     msg.rank_plan = plan->rollout_views[i];
-    msg.replica_of_rollout = replica_of_rollout_;
+    msg.replica_of_rollout = participants_.replicaOfRollout();
     sendTo(rollout(g.ranks[i]), MessageType::kPlanAssignment, encode(msg));
   }
 }

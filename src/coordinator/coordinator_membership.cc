@@ -155,8 +155,9 @@ void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::
     }
   }
   for (int32_t r : delivery_gate_.overdueRanks(now, replicaBound())) {
-    if (static_cast<size_t>(r) >= replica_of_rollout_.size()) continue;
-    drops.emplace_back(replica_of_rollout_[static_cast<size_t>(r)],
+    const std::vector<int32_t>& replica_of = participants_.replicaOfRollout();
+    if (static_cast<size_t>(r) >= replica_of.size()) continue;
+    drops.emplace_back(replica_of[static_cast<size_t>(r)],
                        "rollout " + std::to_string(r) + " did not confirm a ready version within " +
                            bound + " (stalled)");
   }
@@ -215,7 +216,7 @@ Status Coordinator::Impl::checkJoinHello(const HelloMsg& h) const {
 // then rollouts, by rank).
 Status Coordinator::Impl::checkRanksJobSettings() const {
   std::vector<std::pair<std::string, const HelloMsg*>> named;
-  for (const auto* index : {&trainer_index_, &rollout_index_}) {
+  for (const auto* index : {&participants_.trainerIndices(), &participants_.rolloutIndices()}) {
     for (int32_t i : *index) {
       if (i >= 0)
         named.emplace_back(nameOf(participants_[static_cast<size_t>(i)]),
@@ -237,7 +238,6 @@ void Coordinator::Impl::onJoinHello(ConnectionId conn, const HelloMsg& hello) {
     log("refused a joining rank: " + s.toString());
     return refuse(conn, s);
   }
-  pending_.erase(std::remove(pending_.begin(), pending_.end(), conn), pending_.end());
   JoiningReplica& g = joining_[hello.replica];
   if (g.members.empty()) {
     g.id = hello.replica;
@@ -250,9 +250,8 @@ void Coordinator::Impl::onJoinHello(ConnectionId conn, const HelloMsg& hello) {
   p.hello = hello;
   p.joiner = true;
   p.last_heard = Clock::now();
-  g.members[static_cast<size_t>(hello.replica_rank)] = static_cast<int32_t>(participants_.size());
-  by_conn_[conn] = participants_.size();
-  participants_.push_back(std::move(p));
+  g.members[static_cast<size_t>(hello.replica_rank)] =
+      static_cast<int32_t>(participants_.admit(std::move(p)));
   const bool complete = std::count(g.members.begin(), g.members.end(), -1) == 0;
   if (complete && phase_ == Phase::kRunning) welcomeJoiners(g);
 }
@@ -262,15 +261,12 @@ void Coordinator::Impl::welcomeJoiners(JoiningReplica& g) {
   g.welcomed = true;
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
-  welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size()) + g.size;
+  welcome.num_rollouts = participants_.numRollouts() + g.size;
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   describeJobSettings(opt_.job, welcome);  // checksums and delta versions, as for the others
   for (int32_t member : g.members) {
     Participant& p = participants_[static_cast<size_t>(member)];
-    p.role_rank = static_cast<int32_t>(rollout_index_.size());
-    rollout_index_.push_back(member);
-    replica_of_rollout_.push_back(g.id);
-    g.ranks.push_back(p.role_rank);
+    g.ranks.push_back(participants_.addRollout(member, g.id));
     welcome.role_rank = p.role_rank;
     sendTo(p, MessageType::kWelcome, encode(welcome));
   }
@@ -298,7 +294,7 @@ Status Coordinator::Impl::onExtensionDone(const Participant& p,
   if (p.hello.role != Role::kTrainer) return protocolError("ExtensionDone from a rollout");
   ReplicaMsg m;
   WSYNC_RETURN_IF_ERROR(decode(payload, m));
-  if (restart_ && restart_->extending) return onRestartExtensionDone(p, m.replica);
+  if (restart_.extending()) return restart_.onExtensionDone(p, m.replica);
   auto it = joining_.find(m.replica);
   if (it == joining_.end()) return Status::ok();  // the join was aborted meanwhile
   if (!it->second.extended || !it->second.trainers_done.insert(p.role_rank).second) {

@@ -58,7 +58,7 @@ void Coordinator::Impl::stop() {
   stop_requested_.store(true);
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  planners_.clear();  // waits for planner threads (their events are not handled any more)
+  joins_.stopPlanners();  // their results are not handled any more
   // The last frames (a failed job's Error) reach the ranks before the connections close.
   if (server_) server_->stop(kFinalFlushTimeout);
 }
@@ -117,7 +117,7 @@ void Coordinator::Impl::handle(Event& e) {
   if (p.dropped && type != MessageType::kLeave && type != MessageType::kBye) return;
   Status s = dispatch(p, type, e.frame.payload);
   if (!s.isOk()) {
-    if (p.joiner && !p.committed) return abortJoin(p.hello.replica, s.withContext(nameOf(p)));
+    if (p.joiner && !p.committed) return joins_.abort(p.hello.replica, s.withContext(nameOf(p)));
     if (p.hello.role == Role::kTrainer && canRestartTrainers())
       return beginTrainerRestart(s.withContext(nameOf(p)));
     fail(s.withContext(nameOf(p)));
@@ -134,7 +134,7 @@ void Coordinator::Impl::onClose(size_t index, const Status& status) {
     const std::string why = nameOf(p) + " (" + p.hello.host + ") disconnected without saying " +
                             "goodbye" + (status.isOk() ? "" : ": " + status.toString());
     if (p.hello.role == Role::kRollout && p.joiner && !p.committed) {
-      abortJoin(p.hello.replica, remoteError(why));
+      joins_.abort(p.hello.replica, remoteError(why));
     } else if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning) {
       dropReplicaOf(p, why, /*crashed=*/true);
     } else if (p.hello.role == Role::kTrainer && canRestartTrainers()) {
@@ -157,7 +157,7 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
   switch (type) {
     case MessageType::kRegister:
       if (p.restarting) return restart_.onRegister(p, payload);
-      return p.joiner ? onJoinerRegister(p, payload) : onRegister(p, payload);
+      return p.joiner ? joins_.onRegister(p, payload) : onRegister(p, payload);
     case MessageType::kCommitDone:
       if (p.restarting) return restart_.onCommitDone(p, Clock::now());
       return onCommitDone(p);
@@ -170,18 +170,18 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kSentChecksums:
     case MessageType::kVerified:
     case MessageType::kChecksumFailed:
-      if (inColdStart(p)) return onColdStartMessage(p, type, payload);
+      if (joins_.inColdStart(p)) return joins_.onColdStartMessage(p, type, payload);
       return onVersionMessage(p, type, payload);
     case MessageType::kPartialMaxima:
       return onPartialMaxima(p, payload);
     case MessageType::kSlotBusy:  // advisory; a joiner's cold start waits for Prepared alone
-      if (inColdStart(p)) return Status::ok();
+      if (joins_.inColdStart(p)) return Status::ok();
       return onVersionMessage(p, type, payload);
     case MessageType::kReadied:
-      if (inColdStart(p)) return onColdStartMessage(p, type, payload);
+      if (joins_.inColdStart(p)) return joins_.onColdStartMessage(p, type, payload);
       return onReadied(p, payload);
     case MessageType::kColdFillDone:
-      return onColdFillDone(p, payload);
+      return joins_.onColdFillDone(p, payload);
     case MessageType::kHeartbeat:
       return Status::ok();  // last_heard is all it changes
     case MessageType::kLeave:
@@ -217,22 +217,17 @@ void Coordinator::Impl::tellTrainersDone() {
   const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
   trainers_finished_ = last;
   log("the trainers finished at version " + std::to_string(last));
-  sendTrainersDone(std::nullopt);
-  std::vector<int32_t> ids;  // joins that waited for the trainers' extension need it no more
-  for (const auto& [id, g] : joining_)
-    ids.push_back(id);
-  for (int32_t id : ids)
-    maybeCompleteJoin(id);
+  sendTrainersDone();
+  joins_.onTrainersFinished();  // a joining replica gets TrainersDone once its join completed
 }
 
-// TrainersDone(trainers_finished_) to the running rollouts of `replica` (none: of every replica
-// not joining; completeJoin tells a joining one).
-void Coordinator::Impl::sendTrainersDone(std::optional<int32_t> replica) {
+// TrainersDone(trainers_finished_) to the running rollouts of every replica not joining (a
+// joining one gets it once its join completed: ReplicaJoins).
+void Coordinator::Impl::sendTrainersDone() {
   const auto payload = encode(VersionMsg{*trainers_finished_});
   for (const Participant& p : participants_) {
     if (p.hello.role != Role::kRollout || !p.connected || !p.committed || p.dropped) continue;
-    const bool joining = p.joiner && joining_.count(p.hello.replica) != 0;
-    if (replica ? p.hello.replica == *replica : !joining)
+    if (!(p.joiner && joins_.joining(p.hello.replica)))
       sendTo(p, MessageType::kTrainersDone, payload);
   }
 }
@@ -272,7 +267,7 @@ void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& p
     s = remoteError("the trainers are restarting (" + restart_.cause() + "); join again later");
   }
   if (s.isOk() && hello.role == Role::kRollout && hello.replica_size > 0) {
-    return onJoinHello(conn, hello);
+    return joins_.onHello(conn, hello);
   }
   if (s.isOk() && phase_ != Phase::kJoining && hello.role == Role::kTrainer) {
     s = invalidUsage(rankName(Role::kTrainer, hello.role_rank) +
@@ -386,7 +381,7 @@ void Coordinator::Impl::checkTimers() {
     sendDueLefts();
     if (Status s = restart_.tick(now); !s.isOk()) return fail(s);
   }
-  if (phase_ != Phase::kDone && phase_ != Phase::kFailed) checkJoinDeadlines(now);
+  if (phase_ != Phase::kDone && phase_ != Phase::kFailed) joins_.tick(now);
 }
 
 // ---- trainer restart (coordinator/trainer_restart.h) ----------------------------------------
@@ -420,17 +415,53 @@ TrainerRestartJob Coordinator::Impl::restartJob() {
 
 void Coordinator::Impl::beginTrainerRestart(const Status& cause) {
   restart_.begin(cause, Clock::now());
-  std::vector<int32_t> joins;
-  for (const auto& [id, g] : joining_)
-    joins.push_back(id);
-  for (int32_t id : joins) {  // their plan extensions went to the lost trainers
-    abortJoin(id, remoteError("the trainers were lost while replica " + std::to_string(id) +
-                              " joined: " + cause.message()));
-  }
+  joins_.abortAll([&](int32_t id) {  // their plan extensions went to the lost trainers
+    return remoteError("the trainers were lost while replica " + std::to_string(id) +
+                       " joined: " + cause.message());
+  });
   Status s = apply(sequencer_->abortVersions());
   if (!s.isOk()) return fail(s);
   delivery_gate_.abandonAll();
   if (maxima_) maxima_->reset();
+}
+
+// ---- replicas joining the running job (coordinator/replica_joins.h) --------------------------
+ReplicaJoinsOptions Coordinator::Impl::joinOptions() const {
+  ReplicaJoinsOptions options;
+  options.timeout = opt_.timeout;
+  options.job = opt_.job;
+  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  options.mpi_job = opt_.mpi_world_size > 0;
+  options.debug_plan_delay = opt_.debug_join_plan_delay;
+  return options;
+}
+
+ReplicaJoinsJob Coordinator::Impl::joinJob() {
+  ReplicaJoinsJob job;
+  job.running = [this] { return phase_ == Phase::kRunning; };
+  job.ended = [this] { return phase_ == Phase::kDone || phase_ == Phase::kFailed; };
+  job.has_replica = [this](int32_t id) { return sequencer_ && sequencer_->hasReplica(id); };
+  job.ready_version = [this](int32_t id) { return sequencer_->readyVersion(id); };
+  job.in_flight_version = [this] { return sequencer_ ? sequencer_->inFlightVersion() : 0; };
+  job.add_replica = [this](const ReplicaSpec& spec) { return sequencer_->addReplica(spec); };
+  job.trainers_finished = [this] { return trainers_finished_; };
+  job.trainer_registrations = [this] { return &trainer_registrations_; };
+  job.registration = [this](const Participant& p) { return decodeRegistrationOf(p); };
+  job.check_scalings = [this](const Participant& p) { return checkJoinerScalings(p); };
+  job.extension_sent = [this](int32_t replica, int32_t t, const std::vector<uint8_t>& encoded) {
+    restart_.keepExtension(replica, t, encoded);
+  };
+  job.drop_replica = [this](Participant& p, const std::string& reason) {
+    dropReplicaOf(p, reason, /*crashed=*/true);
+  };
+  job.post = [this](std::function<void()> task) {  // from a planner thread
+    Event e;
+    e.kind = Event::kTask;
+    e.task = std::move(task);
+    push(std::move(e));
+  };
+  job.now = [] { return Clock::now(); };
+  return job;
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {

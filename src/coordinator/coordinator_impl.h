@@ -1,6 +1,6 @@
-// The coordinator's private state and event handlers (coordinator/coordinator.h), shared by
-// coordinator.cc (events, the fixed membership's joining and planning, versions) and
-// coordinator_membership.cc (drops, leaves, heartbeats, replicas joining the running job).
+// The coordinator's event loop (coordinator/coordinator.h): its queue, the job's phase, the fixed
+// membership's joining and planning, versions and drops; it forwards events to its components
+// (ParticipantTable, ReplicaJoins, TrainerRestart, VersionSequencer; docs/architecture.md).
 // Everything here runs on the coordinator's event thread unless said otherwise.
 #pragma once
 
@@ -31,6 +31,7 @@
 #include "coordinator/maxima_relay.h"
 #include "coordinator/metrics.h"
 #include "coordinator/participants.h"
+#include "coordinator/replica_joins.h"
 #include "coordinator/trainer_restart.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration.h"
@@ -44,8 +45,6 @@ using Clock = CoordinatorClock;
 
 enum class Phase { kJoining, kRegistering, kCommitting, kRunning, kDone, kFailed };
 
-struct JoinerPlan;  // a joining replica's plan, as its planner thread made it
-
 struct Event {
   // kTask: work a helper thread finished, continued on the event thread (`task`).
   enum Kind { kConnect, kFrame, kClose, kTask } kind = kFrame;
@@ -53,35 +52,6 @@ struct Event {
   Frame frame;
   Status status;
   std::function<void()> task;
-};
-
-// A replica joining the running job, from its first Hello until it is in the version sequencer:
-// CommitOk once its ranks committed, then its peer cold start (if any, ColdStartTracker) while the
-// trainers apply its plan extension.
-struct JoiningReplica {
-  int32_t id = -1;
-  int32_t size = 0;
-  Clock::time_point started;
-  std::vector<int32_t> members;  // participants_ index by replica rank; -1: not arrived
-  std::vector<int32_t> ranks;    // rollout ranks once welcomed
-  bool welcomed = false;
-  bool extended = false;  // the trainers got its PlanExtension
-  std::set<int32_t> trainers_done;
-  int32_t num_slots = 0;
-  double plan_ms = 0;
-  size_t write_ops = 0;
-  // Its plan is computed on a planner thread (coordinator_join_plan.cc); the result applies only
-  // while this token is the one it was started with (an aborted join's plan is dropped).
-  uint64_t plan_token = 0;
-  std::vector<Registration> registrations;  // of its ranks, by replica rank (for its cold start)
-  bool committed_ok = false;                // CommitOk sent: its ranks run (and send heartbeats)
-  bool cold_done = false;                   // the cold start ended (or none was possible)
-  uint64_t ready_version = 0;               // what it ended with (0 / -1: no version)
-  int32_t ready_slot = -1;
-  // Catch-ups (cold starts again, from a version newer than ready_version) done, and whether the
-  // last one found nothing newer to fill (no more are tried).
-  int catch_ups = 0;
-  bool catch_up_stuck = false;
 };
 
 // The coordinator's wire (coordinator/coordinator_wire.h): frames through its FrameServer, log
@@ -112,8 +82,6 @@ class Coordinator::Impl {
   using ServerWire = coordinator_internal::ServerWire;
   using Participant = wsync::Participant;
   using Phase = coordinator_internal::Phase;
-  using JoiningReplica = coordinator_internal::JoiningReplica;
-  using JoinerPlan = coordinator_internal::JoinerPlan;
 
   explicit Impl(CoordinatorOptions options) : opt_(withDefaults(std::move(options))) {}
   ~Impl() { stop(); }
@@ -154,7 +122,7 @@ class Coordinator::Impl {
   // TrainersDone(last started version), so their waits for newer versions end; a joining replica
   // gets it once its join completed (holding that version when a peer could fill it).
   void tellTrainersDone();
-  void sendTrainersDone(std::optional<int32_t> replica);
+  void sendTrainersDone();  // TrainersDone to every running rollout not joining
 
   // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
   JobShape jobShape() const {
@@ -215,50 +183,13 @@ class Coordinator::Impl {
   // Drops the replicas the version in flight waited on past replicaBound() (`stalled`, from the
   // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
   void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
-  void onJoinHello(ConnectionId conn, const HelloMsg& hello);
   Status checkRanksJobSettings() const;  // at admission (coordinator/admission.h)
-  Status checkJoinHello(const HelloMsg& hello) const;
-  void welcomeJoiners(JoiningReplica& g);
-  Status onJoinerRegister(Participant& p, const std::vector<uint8_t>& payload);
-  // Starts planning the replica on a planner thread; finishPlanJoiner applies the result on the
-  // event thread: versions keep being sequenced while a large plan is computed.
-  void planJoiner(JoiningReplica& g);
-  void finishPlanJoiner(int32_t replica, uint64_t token, const Status& status,
-                        const std::shared_ptr<const JoinerPlan>& plan);
+  // A trainer applied a joining (or, after a trainer restart, joined) replica's plan extension.
   Status onExtensionDone(const Participant& p, const std::vector<uint8_t>& payload);
-  void maybeCompleteJoin(int32_t replica);
-  // Whether the joiner, its cold start over, should be filled again from a newer version first
-  // (a catch-up: a peer holds one, or one is in flight: `wait` is set, and a delivery resumes it);
-  // bounded by kMaxCatchUps while the trainers run, unbounded once they finished.
-  bool needsCatchUp(const JoiningReplica& g, bool* wait) const;
-  // A version was delivered: joins that waited for it (needsCatchUp) go on.
-  void resumeJoinsAfterDelivery();
-  static constexpr int kMaxCatchUps = 2;
-  // Ends a join that cannot complete: its ranks are dropped and get `status` (unless
-  // `left_cleanly`: a rank of it said Leave, which Left answers); trainers that may have applied
-  // its extension are told to forget it.
-  void abortJoin(int32_t replica, const Status& status, bool left_cleanly = false);
-  void checkJoinDeadlines(Clock::time_point now);
-  bool replicaInUse(int32_t replica) const;
-  // The joined replica enters the version sequencer (holding `ready_version` in `ready_slot` after
-  // a cold start; 0 / -1: none) and leaves joining_.
-  void completeJoin(int32_t replica, uint64_t ready_version, int32_t ready_slot);
 
-  // ---- peer cold start of a joined replica (coordinator_cold_start.cc; cold_starts_) ----
-  // Starts filling `g` from a running replica (or ends its cold start at once when none can).
-  void startColdStart(JoiningReplica& g);
-  // Sends and logs the tracker's output; each ended cold start may complete its join.
-  void applyColdStart(const ColdStartOutput& out);
-  // The running replicas as the tracker's sources (valid while this Impl is).
-  ColdStartSources coldStartSources() const;
-  bool inColdStart(const Participant& p) const;
-  // Prepared / Readied from a rank of a replica in its cold start.
-  Status onColdStartMessage(Participant& p, MessageType type, const std::vector<uint8_t>& payload);
-  Status onColdFillDone(const Participant& p, const std::vector<uint8_t>& payload);
-  // Source replica `replica` was dropped: cold starts reading from it try another source.
-  void onColdStartSourceLost(int32_t replica);
-  // The ranks of running replica `replica` that can serve as cold start sources, by rank.
-  std::vector<int32_t> liveRanksOf(int32_t replica) const;
+  // ---- replicas joining the running job (coordinator/replica_joins.h; glue in coordinator.cc) --
+  ReplicaJoinsOptions joinOptions() const;
+  ReplicaJoinsJob joinJob();
 
   // ---- trainer restart (coordinator/trainer_restart.h; the glue in coordinator.cc) ----
   TrainerRestartOptions restartOptions() const;
@@ -305,15 +236,11 @@ class Coordinator::Impl {
   std::vector<ScaledTensor> scaling_table_;              // block-scaled tensors of the job
   std::vector<std::vector<uint64_t>> exchanged_blocks_;  // per trainer (PlanAssignment)
   std::optional<MaximaRelay> maxima_;                    // when some block straddles trainers
-  std::map<int32_t, JoiningReplica> joining_;            // by replica id
   std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)
-  ColdStartTracker cold_starts_{ColdStartOptions{opt_.timeout}};  // of joining_ replicas
   TrainerRestart restart_{restartOptions(), participants_, wire_, restartJob()};
-  uint64_t last_plan_token_ = 0;
-  // Planner threads of joining replicas (they read trainer_registrations_, which is not changed
-  // once the job runs); finished ones are reaped when the next starts, the rest waited for by
-  // stop(). Declared last: destroyed (waited for) before the state they read.
-  std::vector<std::future<void>> planners_;
+  // Replicas joining the running job. Declared last: destroyed first, waiting for its planner
+  // threads, which read trainer_registrations_ and post to the queue.
+  ReplicaJoins joins_{joinOptions(), participants_, wire_, joinJob()};
 };
 
 }  // namespace wsync

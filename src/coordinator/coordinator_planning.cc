@@ -221,12 +221,7 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
 }
 
 Status Coordinator::Impl::onCommitDone(Participant& p) {
-  if (p.joiner) {
-    if (p.committed || !p.registered) return invalidUsage("CommitDone out of order");
-    p.committed = true;
-    maybeCompleteJoin(p.hello.replica);
-    return Status::ok();
-  }
+  if (p.joiner) return joins_.onCommitDone(p);
   if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
   p.committed = true;
   if (std::all_of(participants_.begin(), participants_.end(),
@@ -239,9 +234,7 @@ Status Coordinator::Impl::onCommitDone(Participant& p) {
     }
     phase_ = Phase::kRunning;
     log("commit complete");
-    for (auto& [id, g] : joining_) {  // replicas that asked to join before the job ran
-      if (!g.welcomed && std::count(g.members.begin(), g.members.end(), -1) == 0) welcomeJoiners(g);
-    }
+    joins_.welcomeWaiting();  // replicas that asked to join before the job ran
   }
   return Status::ok();
 }

@@ -52,10 +52,7 @@ std::string describeChange(const Registration& before, const Registration& after
 
 TrainerRestart::TrainerRestart(TrainerRestartOptions options, ParticipantTable& participants,
                                CoordinatorWire& wire, TrainerRestartJob job)
-    : options_(std::move(options)),
-      participants_(participants),
-      wire_(wire),
-      job_(std::move(job)) {}
+    : options_(options), participants_(participants), wire_(wire), job_(std::move(job)) {}
 
 void TrainerRestart::keepPlan(Plan plan, const std::vector<Registration>* trainers) {
   if (!options_.enabled) return;

@@ -70,6 +70,19 @@ struct TrainerRestartJob {
   std::function<void(Participant& rank, const std::string& reason)> drop_replica;
 };
 
+// A trainer restart under way (TrainerRestart::active()).
+struct TrainerRestartState {
+  std::string cause;                      // why the trainers were lost
+  CoordinatorClock::time_point deadline;  // the new trainers must have committed by then
+  std::vector<int32_t> members;           // participants index by trainer rank; -1: not back
+  bool assigned = false;                  // every member registered and got its PlanAssignment
+  // After CommitOk: the joined replicas' plan extensions not applied yet, by (trainer rank,
+  // replica); Publishes are held (trainer rank, payload) until every one is.
+  bool extending = false;
+  std::set<std::pair<int32_t, int32_t>> extensions_due;
+  std::vector<std::pair<int32_t, std::vector<uint8_t>>> held_publishes;
+};
+
 class TrainerRestart {
  public:
   TrainerRestart(TrainerRestartOptions options, ParticipantTable& participants,
@@ -105,18 +118,6 @@ class TrainerRestart {
   Status tick(CoordinatorClock::time_point now);
 
  private:
-  struct State {
-    std::string cause;                      // why the trainers were lost
-    CoordinatorClock::time_point deadline;  // the new trainers must have committed by then
-    std::vector<int32_t> members;           // participants index by trainer rank; -1: not back
-    bool assigned = false;                  // every member registered and got its PlanAssignment
-    // After CommitOk: the joined replicas' plan extensions not applied yet, by (trainer rank,
-    // replica); Publishes are held (trainer rank, payload) until every one is.
-    bool extending = false;
-    std::set<std::pair<int32_t, int32_t>> extensions_due;
-    std::vector<std::pair<int32_t, std::vector<uint8_t>>> held_publishes;
-  };
-
   void maybeWelcome();
   void sendAssignments();
   void maybeFinish();
@@ -128,7 +129,7 @@ class TrainerRestart {
   std::optional<Plan> plan_;
   const std::vector<Registration>* trainer_registrations_ = nullptr;
   std::map<int32_t, std::vector<std::vector<uint8_t>>> extensions_;  // by replica, trainer rank
-  std::optional<State> state_;
+  std::optional<TrainerRestartState> state_;
 };
 
 }  // namespace wsync

@@ -173,7 +173,9 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
       if (joins_.inColdStart(p)) return joins_.onColdStartMessage(p, type, payload);
       return onVersionMessage(p, type, payload);
     case MessageType::kPartialMaxima:
-      return onPartialMaxima(p, payload);
+      if (phase_ != Phase::kRunning || p.hello.role != Role::kTrainer)
+        return protocolError("unexpected PartialMaxima from " + nameOf(p));
+      return block_scaling_.onPartialMaxima(p, payload);
     case MessageType::kSlotBusy:  // advisory; a joiner's cold start waits for Prepared alone
       if (joins_.inColdStart(p)) return Status::ok();
       return onVersionMessage(p, type, payload);
@@ -400,8 +402,10 @@ TrainerRestartJob Coordinator::Impl::restartJob() {
   job.has_replica = [this](int32_t replica) { return sequencer_->hasReplica(replica); };
   job.rollout_in_versions = [this](int32_t r) { return sequencer_->replicaOf(r).has_value(); };
   job.last_started_version = [this] { return sequencer_->lastStartedVersion(); };
-  job.as_planned = [this](Registration& reg) { return addQuantizedSourcesTo(reg); };
-  job.complete_assignment = [this](int32_t t, PlanAssignmentMsg& msg) { addBlockScaling(t, msg); };
+  job.as_planned = [this](Registration& reg) { return block_scaling_.addQuantizedSourcesTo(reg); };
+  job.complete_assignment = [this](int32_t t, PlanAssignmentMsg& msg) {
+    block_scaling_.addTo(t, msg);
+  };
   job.publish = [this](int32_t t, const std::vector<uint8_t>& payload) {
     Participant& q = trainer(t);
     const Status s = onVersionMessage(q, MessageType::kPublish, payload);
@@ -422,7 +426,7 @@ void Coordinator::Impl::beginTrainerRestart(const Status& cause) {
   Status s = apply(sequencer_->abortVersions());
   if (!s.isOk()) return fail(s);
   delivery_gate_.abandonAll();
-  if (maxima_) maxima_->reset();
+  block_scaling_.forgetVersions();
 }
 
 // ---- replicas joining the running job (coordinator/replica_joins.h) --------------------------
@@ -447,7 +451,9 @@ ReplicaJoinsJob Coordinator::Impl::joinJob() {
   job.trainers_finished = [this] { return trainers_finished_; };
   job.trainer_registrations = [this] { return &trainer_registrations_; };
   job.registration = [this](const Participant& p) { return decodeRegistrationOf(p); };
-  job.check_scalings = [this](const Participant& p) { return checkJoinerScalings(p); };
+  job.check_scalings = [this](const Participant& p) {
+    return block_scaling_.checkJoiner(p, elastic());
+  };
   job.extension_sent = [this](int32_t replica, int32_t t, const std::vector<uint8_t>& encoded) {
     restart_.keepExtension(replica, t, encoded);
   };

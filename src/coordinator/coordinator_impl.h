@@ -23,12 +23,12 @@
 
 #include "control/frame_server.h"
 #include "coordinator/admission.h"
+#include "coordinator/block_scaling.h"
 #include "coordinator/broadcast_choice.h"
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_wire.h"
 #include "coordinator/delivery_gate.h"
-#include "coordinator/maxima_relay.h"
 #include "coordinator/metrics.h"
 #include "coordinator/participants.h"
 #include "coordinator/replica_joins.h"
@@ -145,18 +145,6 @@ class Coordinator::Impl {
   void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
 
-  // ---- block-scaled rollout tensors (coordinator_block_scaling.cc) ----
-  // Before planning: the job's table from the rollouts' scalings, their pieces renamed, the
-  // trainers' quantized sources added, and the maxima relay for blocks that straddle trainers.
-  Status planBlockScaling(std::vector<Registration>& trainers, std::vector<Registration>& rollouts);
-  // A restarted trainer's registration as planning saw its predecessor's.
-  Status addQuantizedSourcesTo(Registration& trainer) const;
-  // A joining rank's scalings must be schemes planned at commit (UNSUPPORTED names the tensor).
-  Status checkJoinerScalings(const Participant& p) const;
-  // Trainer t's part of PlanAssignment: the table and its exchanged blocks.
-  void addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const;
-  Status onPartialMaxima(const Participant& p, const std::vector<uint8_t>& payload);
-
   // ---- versions (coordinator.cc) ----
   Status onVersionMessage(const Participant& p, MessageType type,
                           const std::vector<uint8_t>& payload);
@@ -231,11 +219,9 @@ class Coordinator::Impl {
   std::optional<BroadcastOffer> broadcast_backend_;  // chosen at planning; none: writes only
   DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
   uint64_t delta_first_go_ = 0;  // delta versions: the newest version whose first Go was sent
-  std::optional<VersionSequencer> sequencer_;            // from planning on
-  std::vector<Registration> trainer_registrations_;      // kept for planning joining replicas
-  std::vector<ScaledTensor> scaling_table_;              // block-scaled tensors of the job
-  std::vector<std::vector<uint64_t>> exchanged_blocks_;  // per trainer (PlanAssignment)
-  std::optional<MaximaRelay> maxima_;                    // when some block straddles trainers
+  std::optional<VersionSequencer> sequencer_;        // from planning on
+  std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
+  CoordinatorBlockScaling block_scaling_{participants_, wire_};
   std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)
   TrainerRestart restart_{restartOptions(), participants_, wire_, restartJob()};
   // Replicas joining the running job. Declared last: destroyed first, waiting for its planner

@@ -72,7 +72,7 @@ Status Coordinator::Impl::planAll() {
     auto& role_regs = reg.role == Role::kRollout ? rollouts : trainers;
     role_regs[static_cast<size_t>(reg.rank)] = std::move(reg);
   }
-  if (Status s = planBlockScaling(trainers, rollouts); !s.isOk()) {
+  if (Status s = block_scaling_.plan(trainers, rollouts); !s.isOk()) {
     fail(s.withContext("block-scaled tensors"));
     return Status::ok();
   }
@@ -209,7 +209,7 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
       }
     }
     msg.replica_of_rollout = participants_.replicaOfRollout();
-    if (role == Role::kTrainer) addBlockScaling(rank, msg);
+    if (role == Role::kTrainer) block_scaling_.addTo(rank, msg);
     return encode(msg);
   };
   for (int32_t t = 0; t < numTrainers(); ++t) {

@@ -124,7 +124,7 @@ class Coordinator::Impl {
   void tellTrainersDone();
   void sendTrainersDone();  // TrainersDone to every running rollout not joining
 
-  // ---- the fixed membership: joining, registering, planning, committing (coordinator.cc) ----
+  // ---- the fixed membership: joining (coordinator.cc), registering, planning, committing ----
   JobShape jobShape() const {
     return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
             opt_.num_rollouts};
@@ -145,7 +145,7 @@ class Coordinator::Impl {
   void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
 
-  // ---- versions (coordinator.cc) ----
+  // ---- versions (coordinator_versions.cc; timers: coordinator.cc) ----
   Status onVersionMessage(const Participant& p, MessageType type,
                           const std::vector<uint8_t>& payload);
   Status apply(Result<SequencerOutput> output);

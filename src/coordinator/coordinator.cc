@@ -35,6 +35,7 @@ Status Coordinator::Impl::start() {
   if (opt_.log) handlers.log = [this](const std::string& line) { log(line); };
   WSYNC_ASSIGN_OR_RETURN(
       server_, FrameServer::start(opt_.bind_host, opt_.port, opt_.control, std::move(handlers)));
+  wire_.attach(server_.get());
   phase_deadline_ = Clock::now() + opt_.timeout;
   thread_ = std::thread([this] { run(); });
   return Status::ok();
@@ -57,7 +58,7 @@ void Coordinator::Impl::stop() {
   stop_requested_.store(true);
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  planners_.clear();  // waits for planner threads (their events are not handled any more)
+  joins_.stopPlanners();  // their results are not handled any more
   // The last frames (a failed job's Error) reach the ranks before the connections close.
   if (server_) server_->stop(kFinalFlushTimeout);
 }
@@ -82,17 +83,10 @@ void Coordinator::Impl::fail(const Status& status) {
     if (p.connected)
       (void)server_->send(p.conn, static_cast<uint16_t>(MessageType::kError), payload);
   }
-  for (ConnectionId c : pending_) {
+  for (ConnectionId c : participants_.pending()) {
     (void)server_->send(c, static_cast<uint16_t>(MessageType::kError), payload);
   }
   finish(status);
-}
-
-void Coordinator::Impl::sendTo(const Participant& p, MessageType type,
-                               const std::vector<uint8_t>& payload) {
-  if (!p.connected) return;
-  Status s = server_->send(p.conn, static_cast<uint16_t>(type), payload);
-  if (!s.isOk()) log("send " + std::string(messageTypeName(type)) + " failed: " + s.toString());
 }
 
 void Coordinator::Impl::sendToTrainers(MessageType type, const std::vector<uint8_t>& payload) {
@@ -100,30 +94,17 @@ void Coordinator::Impl::sendToTrainers(MessageType type, const std::vector<uint8
     sendTo(trainer(t), type, payload);
 }
 
-void Coordinator::Impl::refuse(ConnectionId conn, const Status& status) {
-  (void)server_->send(conn, static_cast<uint16_t>(MessageType::kError),
-                      encode(ErrorMsg{status.code(), status.message()}));
-  server_->close(conn);
-}
-
 // ---- events --------------------------------------------------------------------------------
 void Coordinator::Impl::handle(Event& e) {
-  if (e.kind == Event::kConnect) {
-    pending_.push_back(e.conn);
-    return;
-  }
+  if (e.kind == Event::kConnect) return participants_.connected(e.conn);
   if (e.kind == Event::kTask) return e.task();
-  auto it = by_conn_.find(e.conn);
   if (e.kind == Event::kClose) {
-    pending_.erase(std::remove(pending_.begin(), pending_.end(), e.conn), pending_.end());
-    if (it == by_conn_.end()) return;
-    const size_t index = it->second;
-    by_conn_.erase(it);
-    onClose(index, e.status);
+    if (std::optional<size_t> index = participants_.closed(e.conn)) onClose(*index, e.status);
     return;
   }
   const auto type = static_cast<MessageType>(e.frame.type);
-  if (it == by_conn_.end()) {
+  const std::optional<size_t> index = participants_.indexOf(e.conn);
+  if (!index) {
     if (type != MessageType::kHello) {
       refuse(e.conn, protocolError(std::string("expected Hello, got ") + messageTypeName(type)));
       return;
@@ -131,12 +112,12 @@ void Coordinator::Impl::handle(Event& e) {
     onHello(e.conn, e.frame.payload);
     return;
   }
-  Participant& p = participants_[it->second];
+  Participant& p = participants_[*index];
   p.last_heard = Clock::now();
   if (p.dropped && type != MessageType::kLeave && type != MessageType::kBye) return;
   Status s = dispatch(p, type, e.frame.payload);
   if (!s.isOk()) {
-    if (p.joiner && !p.committed) return abortJoin(p.hello.replica, s.withContext(nameOf(p)));
+    if (p.joiner && !p.committed) return joins_.abort(p.hello.replica, s.withContext(nameOf(p)));
     if (p.hello.role == Role::kTrainer && canRestartTrainers())
       return beginTrainerRestart(s.withContext(nameOf(p)));
     fail(s.withContext(nameOf(p)));
@@ -153,7 +134,7 @@ void Coordinator::Impl::onClose(size_t index, const Status& status) {
     const std::string why = nameOf(p) + " (" + p.hello.host + ") disconnected without saying " +
                             "goodbye" + (status.isOk() ? "" : ": " + status.toString());
     if (p.hello.role == Role::kRollout && p.joiner && !p.committed) {
-      abortJoin(p.hello.replica, remoteError(why));
+      joins_.abort(p.hello.replica, remoteError(why));
     } else if (p.hello.role == Role::kRollout && phase_ == Phase::kRunning) {
       dropReplicaOf(p, why, /*crashed=*/true);
     } else if (p.hello.role == Role::kTrainer && canRestartTrainers()) {
@@ -162,7 +143,7 @@ void Coordinator::Impl::onClose(size_t index, const Status& status) {
       fail(remoteError(why));
     }
   }
-  if (restart_ && p.hello.role == Role::kTrainer) maybeWelcomeRestarted();
+  if (p.hello.role == Role::kTrainer) restart_.onTrainerClosed();
   maybeAllGone();
 }
 
@@ -175,12 +156,13 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
   }
   switch (type) {
     case MessageType::kRegister:
-      if (p.restarting) return onRestartRegister(p, payload);
-      return p.joiner ? onJoinerRegister(p, payload) : onRegister(p, payload);
+      if (p.restarting) return restart_.onRegister(p, payload);
+      return p.joiner ? joins_.onRegister(p, payload) : onRegister(p, payload);
     case MessageType::kCommitDone:
+      if (p.restarting) return restart_.onCommitDone(p, Clock::now());
       return onCommitDone(p);
     case MessageType::kPublish:
-      if (holdPublish(p, payload)) return Status::ok();
+      if (restart_.holdPublish(p, payload)) return Status::ok();
       [[fallthrough]];
     case MessageType::kPrepared:
     case MessageType::kSent:
@@ -188,18 +170,20 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
     case MessageType::kSentChecksums:
     case MessageType::kVerified:
     case MessageType::kChecksumFailed:
-      if (inColdStart(p)) return onColdStartMessage(p, type, payload);
+      if (joins_.inColdStart(p)) return joins_.onColdStartMessage(p, type, payload);
       return onVersionMessage(p, type, payload);
     case MessageType::kPartialMaxima:
-      return onPartialMaxima(p, payload);
+      if (phase_ != Phase::kRunning || p.hello.role != Role::kTrainer)
+        return protocolError("unexpected PartialMaxima from " + nameOf(p));
+      return block_scaling_.onPartialMaxima(p, payload);
     case MessageType::kSlotBusy:  // advisory; a joiner's cold start waits for Prepared alone
-      if (inColdStart(p)) return Status::ok();
+      if (joins_.inColdStart(p)) return Status::ok();
       return onVersionMessage(p, type, payload);
     case MessageType::kReadied:
-      if (inColdStart(p)) return onColdStartMessage(p, type, payload);
+      if (joins_.inColdStart(p)) return joins_.onColdStartMessage(p, type, payload);
       return onReadied(p, payload);
     case MessageType::kColdFillDone:
-      return onColdFillDone(p, payload);
+      return joins_.onColdFillDone(p, payload);
     case MessageType::kHeartbeat:
       return Status::ok();  // last_heard is all it changes
     case MessageType::kLeave:
@@ -227,7 +211,7 @@ Status Coordinator::Impl::dispatch(Participant& p, MessageType type,
 }
 
 void Coordinator::Impl::tellTrainersDone() {
-  if (phase_ != Phase::kRunning || restart_ || trainer_index_.empty()) return;
+  if (phase_ != Phase::kRunning || restart_.active() || participants_.numTrainers() == 0) return;
   for (int32_t t = 0; t < numTrainers(); ++t) {
     if (!trainer(t).said_bye) return;
   }
@@ -235,22 +219,17 @@ void Coordinator::Impl::tellTrainersDone() {
   const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
   trainers_finished_ = last;
   log("the trainers finished at version " + std::to_string(last));
-  sendTrainersDone(std::nullopt);
-  std::vector<int32_t> ids;  // joins that waited for the trainers' extension need it no more
-  for (const auto& [id, g] : joining_)
-    ids.push_back(id);
-  for (int32_t id : ids)
-    maybeCompleteJoin(id);
+  sendTrainersDone();
+  joins_.onTrainersFinished();  // a joining replica gets TrainersDone once its join completed
 }
 
-// TrainersDone(trainers_finished_) to the running rollouts of `replica` (none: of every replica
-// not joining; completeJoin tells a joining one).
-void Coordinator::Impl::sendTrainersDone(std::optional<int32_t> replica) {
+// TrainersDone(trainers_finished_) to the running rollouts of every replica not joining (a
+// joining one gets it once its join completed: ReplicaJoins).
+void Coordinator::Impl::sendTrainersDone() {
   const auto payload = encode(VersionMsg{*trainers_finished_});
   for (const Participant& p : participants_) {
     if (p.hello.role != Role::kRollout || !p.connected || !p.committed || p.dropped) continue;
-    const bool joining = p.joiner && joining_.count(p.hello.replica) != 0;
-    if (replica ? p.hello.replica == *replica : !joining)
+    if (!(p.joiner && joins_.joining(p.hello.replica)))
       sendTo(p, MessageType::kTrainersDone, payload);
   }
 }
@@ -284,12 +263,13 @@ std::vector<const HelloMsg*> Coordinator::Impl::joinedHellos() const {
 void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
   HelloMsg hello;
   Status s = decode(payload, hello);
-  if (s.isOk() && restart_ && hello.role == Role::kTrainer) return onRestartHello(conn, hello);
-  if (s.isOk() && restart_ && hello.replica_size > 0) {
-    s = remoteError("the trainers are restarting (" + restart_->cause + "); join again later");
+  const bool restarting = restart_.active();
+  if (s.isOk() && restarting && hello.role == Role::kTrainer) return restart_.onHello(conn, hello);
+  if (s.isOk() && restarting && hello.replica_size > 0) {
+    s = remoteError("the trainers are restarting (" + restart_.cause() + "); join again later");
   }
   if (s.isOk() && hello.role == Role::kRollout && hello.replica_size > 0) {
-    return onJoinHello(conn, hello);
+    return joins_.onHello(conn, hello);
   }
   if (s.isOk() && phase_ != Phase::kJoining && hello.role == Role::kTrainer) {
     s = invalidUsage(rankName(Role::kTrainer, hello.role_rank) +
@@ -308,13 +288,11 @@ void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& p
     refuse(conn, s);
     return;
   }
-  pending_.erase(std::remove(pending_.begin(), pending_.end(), conn), pending_.end());
   Participant p;
   p.conn = conn;
   p.hello = hello;
   p.role_rank = hello.role_rank;
-  by_conn_[conn] = participants_.size();
-  participants_.push_back(std::move(p));
+  participants_.admit(std::move(p));
   if (static_cast<int>(joinedHellos().size()) == expectedParticipants(jobShape())) admitAll();
 }
 
@@ -333,32 +311,33 @@ void Coordinator::Impl::admitAll() {
       p.role_rank = next[static_cast<int>(p.hello.role)]++;
     }
   }
-  trainer_index_.clear();
-  rollout_index_.clear();
+  std::vector<int32_t> by_rank[2];  // participants_ index by trainer rank, by rollout rank
   for (size_t i : order) {
-    auto& index = participants_[i].hello.role == Role::kTrainer ? trainer_index_ : rollout_index_;
+    auto& index = by_rank[static_cast<int>(participants_[i].hello.role)];
     const auto r = static_cast<size_t>(participants_[i].role_rank);
     if (index.size() <= r) index.resize(r + 1, -1);
     index[r] = static_cast<int32_t>(i);
   }
+  participants_.assignRanks(std::move(by_rank[static_cast<int>(Role::kTrainer)]),
+                            std::move(by_rank[static_cast<int>(Role::kRollout)]));
   if (Status s = checkRanksJobSettings(); !s.isOk()) return fail(s);
-  if (trainer_index_.empty()) return fail(invalidUsage("the job has no trainer rank"));
+  if (participants_.numTrainers() == 0) return fail(invalidUsage("the job has no trainer rank"));
   // An explicit-bootstrap job may have no fixed rollout rank (num_rollouts 0): every replica joins
   // at run time, and until one does, each version completes at once, ready on no replica.
-  if (rollout_index_.empty() && opt_.mpi_world_size > 0) {
+  if (participants_.numRollouts() == 0 && opt_.mpi_world_size > 0) {
     return fail(invalidUsage(
         "the MPI job has no rollout rank (a job whose replicas all join at run time is "
         "bootstrapped explicitly: wsync-coordinator --trainers N --rollouts 0)"));
   }
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
-  welcome.num_rollouts = static_cast<int32_t>(rollout_index_.size());
+  welcome.num_rollouts = participants_.numRollouts();
   welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
   describeJobSettings(opt_.job, welcome);
   if (opt_.mpi_world_size > 0) {
-    for (int32_t i : trainer_index_)
+    for (int32_t i : participants_.trainerIndices())
       welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
-    for (int32_t i : rollout_index_)
+    for (int32_t i : participants_.rolloutIndices())
       welcome.rollout_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
   }
   for (size_t i : order) {
@@ -402,9 +381,93 @@ void Coordinator::Impl::checkTimers() {
     if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
     sendDueLefts();
-    checkTrainerRestart(now);
+    if (Status s = restart_.tick(now); !s.isOk()) return fail(s);
   }
-  if (phase_ != Phase::kDone && phase_ != Phase::kFailed) checkJoinDeadlines(now);
+  if (phase_ != Phase::kDone && phase_ != Phase::kFailed) joins_.tick(now);
+}
+
+// ---- trainer restart (coordinator/trainer_restart.h) ----------------------------------------
+TrainerRestartOptions Coordinator::Impl::restartOptions() const {
+  TrainerRestartOptions options;
+  options.enabled = opt_.trainer_restart && opt_.mpi_world_size == 0;
+  options.restart_timeout = opt_.trainer_restart_timeout;
+  options.timeout = opt_.timeout;
+  options.job = opt_.job;
+  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  return options;
+}
+
+TrainerRestartJob Coordinator::Impl::restartJob() {
+  TrainerRestartJob job;
+  job.has_replica = [this](int32_t replica) { return sequencer_->hasReplica(replica); };
+  job.rollout_in_versions = [this](int32_t r) { return sequencer_->replicaOf(r).has_value(); };
+  job.last_started_version = [this] { return sequencer_->lastStartedVersion(); };
+  job.as_planned = [this](Registration& reg) { return block_scaling_.addQuantizedSourcesTo(reg); };
+  job.complete_assignment = [this](int32_t t, PlanAssignmentMsg& msg) {
+    block_scaling_.addTo(t, msg);
+  };
+  job.publish = [this](int32_t t, const std::vector<uint8_t>& payload) {
+    Participant& q = trainer(t);
+    const Status s = onVersionMessage(q, MessageType::kPublish, payload);
+    if (!s.isOk()) beginTrainerRestart(s.withContext(nameOf(q)));
+  };
+  job.drop_replica = [this](Participant& p, const std::string& reason) {
+    dropReplicaOf(p, reason, /*crashed=*/true);
+  };
+  return job;
+}
+
+void Coordinator::Impl::beginTrainerRestart(const Status& cause) {
+  restart_.begin(cause, Clock::now());
+  joins_.abortAll([&](int32_t id) {  // their plan extensions went to the lost trainers
+    return remoteError("the trainers were lost while replica " + std::to_string(id) +
+                       " joined: " + cause.message());
+  });
+  Status s = apply(sequencer_->abortVersions());
+  if (!s.isOk()) return fail(s);
+  delivery_gate_.abandonAll();
+  block_scaling_.forgetVersions();
+}
+
+// ---- replicas joining the running job (coordinator/replica_joins.h) --------------------------
+ReplicaJoinsOptions Coordinator::Impl::joinOptions() const {
+  ReplicaJoinsOptions options;
+  options.timeout = opt_.timeout;
+  options.job = opt_.job;
+  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  options.mpi_job = opt_.mpi_world_size > 0;
+  options.debug_plan_delay = opt_.debug_join_plan_delay;
+  return options;
+}
+
+ReplicaJoinsJob Coordinator::Impl::joinJob() {
+  ReplicaJoinsJob job;
+  job.running = [this] { return phase_ == Phase::kRunning; };
+  job.ended = [this] { return phase_ == Phase::kDone || phase_ == Phase::kFailed; };
+  job.has_replica = [this](int32_t id) { return sequencer_ && sequencer_->hasReplica(id); };
+  job.ready_version = [this](int32_t id) { return sequencer_->readyVersion(id); };
+  job.in_flight_version = [this] { return sequencer_ ? sequencer_->inFlightVersion() : 0; };
+  job.add_replica = [this](const ReplicaSpec& spec) { return sequencer_->addReplica(spec); };
+  job.trainers_finished = [this] { return trainers_finished_; };
+  job.trainer_registrations = [this] { return &trainer_registrations_; };
+  job.registration = [this](const Participant& p) { return decodeRegistrationOf(p); };
+  job.check_scalings = [this](const Participant& p) {
+    return block_scaling_.checkJoiner(p, elastic());
+  };
+  job.extension_sent = [this](int32_t replica, int32_t t, const std::vector<uint8_t>& encoded) {
+    restart_.keepExtension(replica, t, encoded);
+  };
+  job.drop_replica = [this](Participant& p, const std::string& reason) {
+    dropReplicaOf(p, reason, /*crashed=*/true);
+  };
+  job.post = [this](std::function<void()> task) {  // from a planner thread
+    Event e;
+    e.kind = Event::kTask;
+    e.task = std::move(task);
+    push(std::move(e));
+  };
+  job.now = [] { return Clock::now(); };
+  return job;
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {

@@ -5,7 +5,7 @@
 // messages; the per-version state machine is coordinator/version_sequencer.h).
 //
 // Membership: trainers are fixed (losing one fails the job, unless trainer_restart: then the
-// trainers may come back, coordinator_trainer_restart.cc), and so are the ranks of an MPI-
+// trainers may come back, coordinator/trainer_restart.h), and so are the ranks of an MPI-
 // bootstrap job (their replicas may receive by broadcast). Any other rollout rank of the job
 // whose connection closes without goodbye, or that stays silent past heartbeat_timeout, is
 // dropped with its replica: the in-flight version completes for the other replicas, the replica's

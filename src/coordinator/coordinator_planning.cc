@@ -59,8 +59,8 @@ Result<Registration> Coordinator::Impl::decodeRegistrationOf(const Participant& 
 }
 
 Status Coordinator::Impl::planAll() {
-  std::vector<Registration> trainers(trainer_index_.size());
-  std::vector<Registration> rollouts(rollout_index_.size());
+  std::vector<Registration> trainers(participants_.trainerIndices().size());
+  std::vector<Registration> rollouts(participants_.rolloutIndices().size());
   for (Participant& p : participants_) {
     if (p.joiner) continue;
     Result<Registration> decoded = decodeRegistrationOf(p, /*scaled=*/false);
@@ -72,7 +72,7 @@ Status Coordinator::Impl::planAll() {
     auto& role_regs = reg.role == Role::kRollout ? rollouts : trainers;
     role_regs[static_cast<size_t>(reg.rank)] = std::move(reg);
   }
-  if (Status s = planBlockScaling(trainers, rollouts); !s.isOk()) {
+  if (Status s = block_scaling_.plan(trainers, rollouts); !s.isOk()) {
     fail(s.withContext("block-scaled tensors"));
     return Status::ok();
   }
@@ -103,10 +103,10 @@ Status Coordinator::Impl::planAll() {
       std::to_string(plan->stats.bytes_total) + " bytes per version, planned in " +
       std::to_string(plan_s) + " s");
   WSYNC_RETURN_IF_ERROR(setupReplicas(rollouts));
-  opt_.metrics->setReplicaBytes(replicaBytes(*plan, replica_of_rollout_));
+  opt_.metrics->setReplicaBytes(replicaBytes(*plan, participants_.replicaOfRollout()));
   sendAssignments(*plan);
-  if (opt_.trainer_restart) plan_ = std::move(plan).value();
   trainer_registrations_ = std::move(trainers);
+  restart_.keepPlan(std::move(plan).value(), &trainer_registrations_);
   phase_ = Phase::kCommitting;
   return Status::ok();
 }
@@ -120,9 +120,9 @@ std::vector<RankBroadcastFacts> Coordinator::Impl::broadcastFacts() {
                      std::vector<BroadcastOffer>(p.reg.broadcast_offers.begin(),
                                                  p.reg.broadcast_offers.end())});
   };
-  for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+  for (int32_t t = 0; t < numTrainers(); ++t)
     add(trainer(t));
-  for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+  for (int32_t r = 0; r < participants_.numRollouts(); ++r)
     add(rollout(r));
   return facts;
 }
@@ -132,15 +132,15 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   std::map<int32_t, std::vector<int32_t>> members;
   for (const Registration& r : rollouts)
     members[r.replica].push_back(r.rank);
-  replica_of_rollout_.assign(rollouts.size(), -1);
+  std::vector<int32_t> replica_of(rollouts.size(), -1);
   SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.job,
                            /*prepare_ahead=*/true};
   options.replica_timeout = replicaBound();
-  sequencer_.emplace(options, static_cast<int32_t>(trainer_index_.size()));
+  sequencer_.emplace(options, numTrainers());
   for (auto& [id, ranks] : members) {
     const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
     for (int32_t r : ranks) {
-      replica_of_rollout_[static_cast<size_t>(r)] = id;
+      replica_of[static_cast<size_t>(r)] = id;
       const auto n = static_cast<int32_t>(rollout(r).reg.slot_descriptors.size());
       if (n != num_slots) {
         return invalidArgument("replica " + std::to_string(id) + ": rollout " +
@@ -151,6 +151,7 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
     }
     WSYNC_RETURN_IF_ERROR(sequencer_->addReplica({id, ranks, num_slots}));
   }
+  participants_.setReplicaOfRollout(std::move(replica_of));
   return Status::ok();
 }
 
@@ -160,14 +161,13 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
 void Coordinator::Impl::sendAssignments(const Plan& plan) {
   const bool job_world = broadcast_backend_ && !plan.groups.empty() &&
                          broadcast_backend_->needs.world == BroadcastWorld::kJobRanks;
-  const JobWorldNumbering numbering = numberJobWorld(static_cast<int32_t>(trainer_index_.size()),
-                                                     static_cast<int32_t>(rollout_index_.size()));
+  const JobWorldNumbering numbering = numberJobWorld(numTrainers(), participants_.numRollouts());
   std::vector<int32_t> trainer_world = numbering.trainer_ranks;
   std::vector<int32_t> rollout_world = numbering.rollout_ranks;
   if (!job_world) {
-    for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t)
+    for (int32_t t = 0; t < numTrainers(); ++t)
       trainer_world[static_cast<size_t>(t)] = trainer(t).hello.world_rank;
-    for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r)
+    for (int32_t r = 0; r < participants_.numRollouts(); ++r)
       rollout_world[static_cast<size_t>(r)] = rollout(r).hello.world_rank;
   }
   const BroadcastCommMap comm_map = mapBroadcastComms(plan, trainer_world, rollout_world);
@@ -208,26 +208,20 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
         msg.broadcast.root_ranks = trainer_world;
       }
     }
-    msg.replica_of_rollout = replica_of_rollout_;
-    if (role == Role::kTrainer) addBlockScaling(rank, msg);
+    msg.replica_of_rollout = participants_.replicaOfRollout();
+    if (role == Role::kTrainer) block_scaling_.addTo(rank, msg);
     return encode(msg);
   };
-  for (int32_t t = 0; t < static_cast<int32_t>(trainer_index_.size()); ++t) {
+  for (int32_t t = 0; t < numTrainers(); ++t) {
     sendTo(trainer(t), MessageType::kPlanAssignment, assignment(Role::kTrainer, t));
   }
-  for (int32_t r = 0; r < static_cast<int32_t>(rollout_index_.size()); ++r) {
+  for (int32_t r = 0; r < participants_.numRollouts(); ++r) {
     sendTo(rollout(r), MessageType::kPlanAssignment, assignment(Role::kRollout, r));
   }
 }
 
 Status Coordinator::Impl::onCommitDone(Participant& p) {
-  if (p.restarting) return onRestartCommitDone(p);
-  if (p.joiner) {
-    if (p.committed || !p.registered) return invalidUsage("CommitDone out of order");
-    p.committed = true;
-    maybeCompleteJoin(p.hello.replica);
-    return Status::ok();
-  }
+  if (p.joiner) return joins_.onCommitDone(p);
   if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
   p.committed = true;
   if (std::all_of(participants_.begin(), participants_.end(),
@@ -240,9 +234,7 @@ Status Coordinator::Impl::onCommitDone(Participant& p) {
     }
     phase_ = Phase::kRunning;
     log("commit complete");
-    for (auto& [id, g] : joining_) {  // replicas that asked to join before the job ran
-      if (!g.welcomed && std::count(g.members.begin(), g.members.end(), -1) == 0) welcomeJoiners(g);
-    }
+    joins_.welcomeWaiting();  // replicas that asked to join before the job ran
   }
   return Status::ok();
 }

@@ -83,7 +83,7 @@ Status Coordinator::Impl::apply(Result<SequencerOutput> output) {
     }
     send(m);
   }
-  if (output->delivered && !joining_.empty()) resumeJoinsAfterDelivery();
+  if (output->delivered && !joins_.empty()) joins_.onDelivered();
   return Status::ok();
 }
 

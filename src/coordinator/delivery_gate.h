@@ -33,7 +33,7 @@ class DeliveryGate {
   // `now`),
   // in increasing order: the coordinator drops their replicas before the job's own timeout.
   std::vector<int32_t> overdueRanks(SequencerTime now, std::chrono::milliseconds bound) const;
-  // The trainers are gone (trainer restart, coordinator_trainer_restart.cc): every Delivered held
+  // The trainers are gone (trainer restart, coordinator/trainer_restart.h): every Delivered held
   // or still due is dropped; confirmations of Readys sent before are still accepted (and release
   // nothing), and are no longer overdue.
   void abandonAll();

@@ -1,18 +1,17 @@
-// Block-scaled rollout tensors on the coordinator: rewriting registrations before planning
-// (plan/block_scaling_plan.h) and relaying the maxima of blocks that straddle trainers.
-#include <algorithm>
+#include "coordinator/block_scaling.h"
 
-#include "coordinator/coordinator_impl.h"
-#include "plan/block_scaling_plan.h"
+#include <algorithm>
+#include <string>
+#include <utility>
 
 namespace wsync {
 
-Status Coordinator::Impl::planBlockScaling(std::vector<Registration>& trainers,
-                                           std::vector<Registration>& rollouts) {
+Status CoordinatorBlockScaling::plan(std::vector<Registration>& trainers,
+                                     std::vector<Registration>& rollouts) {
   std::vector<std::vector<ScaledTensor>> scalings(rollouts.size());
   std::vector<RolloutScalings> inputs;
   for (size_t r = 0; r < rollouts.size(); ++r) {
-    const auto& records = rollout(static_cast<int32_t>(r)).reg.block_scalings;
+    const auto& records = participants_.rollout(static_cast<int32_t>(r)).reg.block_scalings;
     scalings[r].assign(records.begin(), records.end());
     inputs.push_back({&rollouts[r], &scalings[r]});
   }
@@ -27,40 +26,40 @@ Status Coordinator::Impl::planBlockScaling(std::vector<Registration>& trainers,
   MaximaExchange exchange = planMaximaExchange(sources, scaling_table_);
   exchanged_blocks_ = exchange.exchanged;
   if (!exchange.empty()) maxima_.emplace(std::move(exchange));
-  log("block scaling: " + std::to_string(scaling_table_.size()) + " scaled tensor schemes; " +
-      (maxima_
-           ? std::to_string(maxima_->numBlocks()) + " blocks straddle trainers, partial maxima " +
-                 std::to_string(maxima_->bytesPerVersion()) + " bytes per version"
-           : std::string("no block straddles trainers")));
+  wire_.log("block scaling: " + std::to_string(scaling_table_.size()) + " scaled tensor schemes; " +
+            (maxima_ ? std::to_string(maxima_->numBlocks()) +
+                           " blocks straddle trainers, partial maxima " +
+                           std::to_string(maxima_->bytesPerVersion()) + " bytes per version"
+                     : std::string("no block straddles trainers")));
   return Status::ok();
 }
 
-Status Coordinator::Impl::addQuantizedSourcesTo(Registration& trainer) const {
+Status CoordinatorBlockScaling::addQuantizedSourcesTo(Registration& trainer) const {
   if (scaling_table_.empty()) return Status::ok();
   return addQuantizedSources(trainer, scaling_table_).status();
 }
 
-Status Coordinator::Impl::checkJoinerScalings(const Participant& p) const {
+Status CoordinatorBlockScaling::checkJoiner(const Participant& p, bool elastic) const {
   for (const BlockScalingRecord& r : p.reg.block_scalings) {
     const bool planned = std::any_of(scaling_table_.begin(), scaling_table_.end(),
                                      [&](const ScaledTensor& s) { return s == r; });
     if (!planned) {
       return Status(WSYNC_ERR_UNSUPPORTED,
-                    nameOf(p) + " of joining replica " + std::to_string(p.hello.replica) +
+                    participantName(p) + " of joining replica " + std::to_string(p.hello.replica) +
                         " holds '" + r.tensor + "' with " + describe(r.scaling) + " (scales '" +
                         r.scaling.scale_tensor +
                         "'), which no replica held at commit: a block-scaled joiner needs a "
                         "rollout with that scheme at commit (the trainers quantize only the "
                         "schemes planned then" +
-                        (elastic() ? "; this job had no fixed rollout rank at commit, so none "
-                                     "was planned)"
-                                   : ")"));
+                        (elastic ? "; this job had no fixed rollout rank at commit, so none "
+                                   "was planned)"
+                                 : ")"));
     }
   }
   return Status::ok();
 }
 
-void Coordinator::Impl::addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const {
+void CoordinatorBlockScaling::addTo(int32_t t, PlanAssignmentMsg& msg) const {
   for (const ScaledTensor& s : scaling_table_) {
     BlockScalingRecord record;
     static_cast<ScaledTensor&>(record) = s;
@@ -70,21 +69,24 @@ void Coordinator::Impl::addBlockScaling(int32_t t, PlanAssignmentMsg& msg) const
     msg.exchanged_blocks = exchanged_blocks_[static_cast<size_t>(t)];
 }
 
-Status Coordinator::Impl::onPartialMaxima(const Participant& p,
-                                          const std::vector<uint8_t>& payload) {
-  if (phase_ != Phase::kRunning || p.hello.role != Role::kTrainer) {
-    return protocolError("unexpected PartialMaxima from " + nameOf(p));
+Status CoordinatorBlockScaling::onPartialMaxima(const Participant& p,
+                                                const std::vector<uint8_t>& payload) {
+  if (!maxima_) {
+    return protocolError("PartialMaxima from " + participantName(p) + ": no block straddles");
   }
-  if (!maxima_) return protocolError("PartialMaxima from " + nameOf(p) + ": no block straddles");
   BlockMaximaMsg m;
   WSYNC_RETURN_IF_ERROR(decode(payload, m));
   WSYNC_ASSIGN_OR_RETURN(std::vector<MaximaRelay::Reply> replies,
                          maxima_->onPartial(p.role_rank, m.version, m.amax));
   for (auto& [t, amax] : replies) {
-    sendTo(trainer(t), MessageType::kBlockMaxima,
-           encode(BlockMaximaMsg{m.version, std::move(amax)}));
+    wire_.sendTo(participants_.trainer(t), MessageType::kBlockMaxima,
+                 encode(BlockMaximaMsg{m.version, std::move(amax)}));
   }
   return Status::ok();
+}
+
+void CoordinatorBlockScaling::forgetVersions() {
+  if (maxima_) maxima_->reset();
 }
 
 }  // namespace wsync

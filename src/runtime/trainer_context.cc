@@ -489,7 +489,7 @@ Status TrainerContext::handleMembership(const Frame& frame) {
   PlanExtensionMsg extension;
   WSYNC_RETURN_IF_ERROR(decode(frame.payload, extension));
   const int32_t replica = extension.replica;
-  const Status applied = applyExtension(std::move(extension));
+  const Status applied = applyExtension(extension);
   if (!applied.isOk()) {
     // The replica cannot be written from here: it never gets ExtensionDone from this trainer,
     // and the coordinator ends its join (TIMEOUT naming the trainers that did not apply it). The
@@ -505,7 +505,7 @@ Status TrainerContext::handleMembership(const Frame& frame) {
 // Connects the joining replica's ranks, attaches their slots and adds this trainer's writes to
 // them (their staging and patch areas registered with every transport); they are posted from the
 // first version whose Go gives the replica a slot.
-Status TrainerContext::applyExtension(PlanExtensionMsg extension) {
+Status TrainerContext::applyExtension(const PlanExtensionMsg& extension) {
   const std::string what = "replica " + std::to_string(extension.replica) + " joining";
   WSYNC_ASSIGN_OR_RETURN(RankPlan plan,
                          TrainerMembership::checkExtension(

@@ -99,7 +99,7 @@ class TrainerContext final : public Context {
   // Membership news (TrainerControl's handler): a dropped replica, or a joining replica's plan
   // extension connected and set up, answered ExtensionDone.
   Status handleMembership(const Frame& frame);
-  Status applyExtension(PlanExtensionMsg extension);
+  Status applyExtension(const PlanExtensionMsg& extension);
 
   // WSYNC_DEBUG_CORRUPT_EVERY (DebugCorruption): a byte of a write corrupted after the flush.
   Status corruptOneWrite(const GoMsg& go);

@@ -1,9 +1,8 @@
-// PublishRequest: the completion a trainer's wsync_publish returns (runtime/trainer_context.h).
+#include "runtime/publish_request.h"
+
 #include <mutex>
 #include <string>
 #include <utility>
-
-#include "runtime/trainer_context.h"
 
 namespace wsync {
 

@@ -22,7 +22,7 @@ constexpr std::chrono::milliseconds kLandingPollInterval{1};
 RolloutContext::~RolloutContext() {
   stopHeartbeats();
   stopReceiver();
-  stopColdFills();
+  if (cold_filler_) cold_filler_->stop();
 }
 
 Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
@@ -59,7 +59,9 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
     slots_.push_back(std::move(slot_memory));
   }
   msg.buffer_byte_offsets = buffer_byte_offsets_;
-  return exposeDeltaLanding(slot_bytes, msg);
+  return delta_.exposeLanding(job_.welcome.delta && memory == MemoryKind::kHost, *transport_,
+                              slot_bytes, numTrainers(), job_.welcome.delta_max_share_ppm,
+                              &msg.delta_landing);
 }
 
 Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
@@ -76,11 +78,23 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   if (!slots_.empty() && slots_.front()->needsLanding())
     landing_ranges_ = landingRanges(plan_, buffer_byte_offsets_);
-  planDeltaParts();
+  delta_.planParts(plan_, numTrainers(), job_.welcome.delta_max_share_ppm);
+  checksums_.emplace(plan_, buffer_byte_offsets_, rank(), memoryKind(), options_.cuda_device);
   return Status::ok();
 }
 
 Status RolloutContext::startRunning() {
+  ColdFiller::Source source{rank(), memoryKind(), &registration_.buffers, &buffer_byte_offsets_,
+                            &slots_};
+  ColdFiller::Settings settings{transportSetup(-1), options_.timeout,
+                                options_.settings.debug_cold_fill_delay_ms,
+                                options_.settings.debug_timing};
+  cold_filler_ = std::make_unique<ColdFiller>(
+      source, settings,
+      [this](const ColdFillDoneMsg& done) {
+        return sendMessage(MessageType::kColdFillDone, encode(done));
+      },
+      [this] { return stopping_.load() || failedOrAborted(); });
   receiver_ = std::thread([this] { receiverLoop(); });
   const std::chrono::milliseconds interval(job_.welcome.heartbeat_interval_ms);
   if (interval.count() > 0) heartbeat_ = std::thread([this, interval] { heartbeatLoop(interval); });
@@ -252,7 +266,7 @@ Status RolloutContext::handle(const Frame& frame) {
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, go));
       go_version_ = go.version;
       staleness_.onStarted(go.version);
-      delta_.base = go.baseOf(options_.replica);  // 0 (dense) for re-sends
+      delta_.setBase(go.baseOf(options_.replica));  // 0 (dense) for re-sends
       const auto replica = static_cast<size_t>(options_.replica);
       const int32_t slot = replica < go.slot_of_replica.size() ? go.slot_of_replica[replica] : -1;
       if (slot < 0) {  // this replica skips the version: give the slot back
@@ -304,8 +318,11 @@ Status RolloutContext::handle(const Frame& frame) {
       stopping_ = true;
       return Status::ok();
     }
-    case MessageType::kColdFill:
-      return startColdFill(frame);
+    case MessageType::kColdFill: {
+      ColdFillMsg fill;
+      WSYNC_RETURN_IF_ERROR(decode(frame.payload, fill));
+      return cold_filler_->start(std::move(fill), *store_);
+    }
     case MessageType::kTrainersDone: {
       VersionMsg m;
       WSYNC_RETURN_IF_ERROR(decode(frame.payload, m));
@@ -370,6 +387,36 @@ Status RolloutContext::receiveBroadcasts(const GoMsg& go) {
       .withContext("broadcasts of " + groupTensors(plan_));
 }
 
+// Receiver thread, between Go and Ready (the slot stays WRITING, unreadable, throughout): lands a
+// staged slot, rebuilds delta-patched regions, then sums the slot per trainer and answers Verified
+// or ChecksumFailed (RolloutChecksums).
+Status RolloutContext::verifyVersion(const VerifyMsg& verify) {
+  const std::string what =
+      "rollout " + std::to_string(rank()) + ", version " + std::to_string(verify.version);
+  if (verify.slot != prepared_slot_ || verify.version != prepared_version_ || draining_) {
+    return protocolError("Verify for version " + std::to_string(verify.version) + " slot " +
+                         std::to_string(verify.slot) + " but slot " +
+                         std::to_string(prepared_slot_) + " was prepared for version " +
+                         std::to_string(prepared_version_));
+  }
+  ExposedMemory& slot = *slots_[static_cast<size_t>(verify.slot)];
+  landing_slot_ = -1;
+  if (!landing_ranges_.empty()) {  // staged: move every byte to the device now (Ready will not)
+    WSYNC_RETURN_IF_ERROR(slot.land(landing_ranges_, options_.timeout).withContext(what));
+    WSYNC_RETURN_IF_ERROR(slot.beginLanding());  // a re-send's writes start a new round
+    landed_version_ = verify.version;
+  }
+  // Delta versions: the patched ops are rebuilt from the base version first (rollout_delta.cc).
+  const RolloutDelta::PatchFailures patch_failures =
+      delta_.apply(plan_, buffer_byte_offsets_, verify.version, verify.slot, *store_, slots_);
+  WSYNC_ASSIGN_OR_RETURN(
+      std::optional<ChecksumFailedMsg> failed,
+      checksums_->verify(verify, static_cast<const uint8_t*>(slot.data()), patch_failures, what,
+                         broadcast_stream_.get(), options_.timeout));
+  if (!failed) return sendMessage(MessageType::kVerified, encode(VersionMsg{verify.version}));
+  return sendMessage(MessageType::kChecksumFailed, encode(*failed));
+}
+
 // ---- shutdown --------------------------------------------------------------------------------
 void RolloutContext::stopReceiver() {
   stopping_ = true;
@@ -385,7 +432,7 @@ Status RolloutContext::finalize() {
   const Status left = committed() && !failedOrAborted() ? leaveJob() : Status::ok();
   stopHeartbeats();
   stopReceiver();
-  stopColdFills();
+  if (cold_filler_) cold_filler_->stop();
   const Status bye = Context::finalize();
   return left.isOk() ? bye : left;
 }

@@ -5,24 +5,27 @@
 // coordinator this rank is alive (Welcome::heartbeat_interval_ms). finalize() leaves the job
 // first: the coordinator takes the replica out at once and answers Left once no trainer writes
 // into this rank any more, and only then are the slots freed.
-// Peer cold start (rollout_cold_fill.cc): as a source, the receiver takes a lease on the version
-// a ColdFill names and hands the fill to a cold fill thread, which writes this rank's slot into a
-// joining replica's slots and answers ColdFillDone; as a joiner, the first version may arrive from
-// a peer replica (Prepare then Ready, with no Go), and staleness() tells whether it did.
+// Components (each its own .h/.cc, testable without sockets): the checksum verification
+// (RolloutChecksums), peer cold starts as a source (ColdFiller: the receiver takes a lease on the
+// version a ColdFill names and hands the fill to the cold fill thread, which writes this rank's
+// slot into a joining replica's slots and answers ColdFillDone), and delta versions
+// (RolloutDelta). As a joiner, the first version may arrive from a peer replica (Prepare then
+// Ready, with no Go), and staleness() tells whether it did.
 #pragma once
 
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "layout/block_scaling.h"
 #include "runtime/context.h"
 #include "runtime/device_ops.h"
+#include "runtime/rollout_checksums.h"
+#include "runtime/rollout_cold_fill.h"
 #include "runtime/rollout_delta.h"
-#include "runtime/version_checksums.h"
 #include "runtime/version_stats.h"
 #include "store/slot_store.h"
 #include "transport/backend.h"
@@ -76,25 +79,12 @@ class RolloutContext final : public Context {
   Status handle(const Frame& frame);
   Status receiveBroadcasts(const GoMsg& go);
   Status continueDraining(std::chrono::milliseconds wait);
-  // Checksums (rollout_checksums.cc): Verify -> Verified or ChecksumFailed.
+  // Verify -> the staged slot landed, delta patches applied, Verified or ChecksumFailed.
   Status verifyVersion(const VerifyMsg& verify);
-  Status buildChecksums();
-  std::string tensorsFrom(int32_t trainer) const;
-  // Delta versions (rollout_delta.cc, runtime/rollout_delta.h).
-  Status exposeDeltaLanding(uint64_t slot_bytes, RegisterMsg& msg);
-  void planDeltaParts();
-  std::vector<std::pair<int32_t, std::string>> applyDeltas(uint64_t version, int32_t slot);
   void stopReceiver();
   void heartbeatLoop(std::chrono::milliseconds interval);
   void stopHeartbeats();
 
-  // Peer cold start as a source (rollout_cold_fill.cc). Receiver thread: leases the version
-  // (else answers ColdFillDone with NOT_READY at once) and queues the fill.
-  Status startColdFill(const Frame& frame);
-  void coldFillLoop();  // the cold fill thread: one fill at a time, in order
-  // Writes this rank's part of `fill` from the leased slot; returns the bytes written.
-  Result<uint64_t> runColdFill(const ColdFillMsg& fill, const Lease& lease);
-  void stopColdFills();
   // Leave, then wait (bounded by the timeout) for Left or for the receiver to end.
   Status leaveJob();
 
@@ -119,11 +109,10 @@ class RolloutContext final : public Context {
   bool draining_ = false;      // receiver thread: prepared_slot_ still has leases (no Prepared yet)
   int32_t landing_slot_ = -1;  // receiver thread: a staged slot being written (Go to Ready)
   RolloutStaleness staleness_;  // receiver thread writes
-  // Receiver thread: the sums of what each trainer delivers (built at the first Verify), and the
-  // version a staged slot was landed for at its Verify (Ready then lands nothing).
-  VersionChecksums checksums_;
-  bool checksums_built_ = false;
-  RolloutDeltaState delta_;  // receiver thread (set up at registration and commit)
+  // Receiver thread: the sums of what each trainer delivers (set up at commit), and the version a
+  // staged slot was landed for at its Verify (Ready then lands nothing).
+  std::optional<RolloutChecksums> checksums_;
+  RolloutDelta delta_;  // delta versions: receiver thread (set up at registration and commit)
   uint64_t landed_version_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
@@ -136,19 +125,9 @@ class RolloutContext final : public Context {
   bool receiver_ended_ = false;  // the receiver thread returned
   std::thread heartbeat_;
 
-  // Peer cold start: fills queued by the receiver, run by the cold fill thread (started with the
-  // first one). Each holds a lease on its version until its writes are flushed.
-  struct ColdFillJob {
-    ColdFillMsg fill;
-    Lease lease;
-  };
-  std::mutex fill_mu_;
-  std::condition_variable fill_cv_;
-  std::deque<ColdFillJob> fill_queue_;
-  bool fill_stopping_ = false;
-  std::thread cold_filler_;
-  uint64_t go_version_ =
-      0;  // receiver thread: the last Go's version (a Ready without it: a peer's)
+  // Peer cold starts as a source (created at commit; its leases are on store_'s slots).
+  std::unique_ptr<ColdFiller> cold_filler_;
+  uint64_t go_version_ = 0;  // receiver thread: the last Go's version (a Ready without: a peer's)
 };
 
 }  // namespace wsync

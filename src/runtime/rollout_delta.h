@@ -1,12 +1,18 @@
 // A rollout rank's delta versions (docs/delta.md): its landing area for patches and, per sending
-// trainer, its part and its write ops. The receiver thread owns it (RolloutContext::applyDeltas,
-// src/runtime/rollout_delta.cc).
+// trainer, its part and its write ops; at Verify of a version whose Go gave this replica a base,
+// the patched regions rebuilt from the slot holding the base version. The receiver thread owns it
+// (registration: the creating thread); no sockets of its own.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "common/status.h"
+#include "plan/plan.h"
+#include "store/slot_store.h"
 #include "transport/write_transport.h"
 
 namespace wsync {
@@ -21,6 +27,33 @@ struct RolloutDeltaState {
   std::vector<FromTrainer> trainers;       // by trainer rank
   uint64_t base = 0;                       // the last Go's base for this rank's replica
   std::vector<uint8_t> scratch;            // a strided region, packed
+};
+
+class RolloutDelta {
+ public:
+  // Per trainer whose patches could not be applied, why.
+  using PatchFailures = std::vector<std::pair<int32_t, std::string>>;
+
+  // Registration: when `enabled` (the job has delta versions and the slots are host memory
+  // written over UCX: device slots stay dense, CUDA IPC copies as fast as a patch applies), a
+  // landing area from `transport` sized for `slot_bytes` and `trainers` at `max_share_ppm`; its
+  // descriptor goes into `descriptor` (left empty otherwise).
+  Status exposeLanding(bool enabled, WriteTransport& transport, uint64_t slot_bytes,
+                       int32_t trainers, uint32_t max_share_ppm, std::vector<uint8_t>* descriptor);
+  // After the plan (rollout view `plan`): each trainer's part of the area, as the coordinator
+  // computed it for the trainers (delta_landing.h), and its ops in plan order.
+  void planParts(const RankPlan& plan, int32_t trainers, uint32_t max_share_ppm);
+  // Go: the base version this replica's patches are against (0: dense, re-sends included).
+  void setBase(uint64_t base) { state_.base = base; }
+  // Verify of `version` in `slot`: rebuilds its patched ops from the slot holding the base
+  // version. Returns, per trainer whose patches could not be applied (a malformed area, no slot
+  // holding the base), why; their bytes then fail verification as well.
+  PatchFailures apply(const RankPlan& plan, const std::vector<uint64_t>& buffer_byte_offsets,
+                      uint64_t version, int32_t slot, const SlotStore& store,
+                      const std::vector<std::unique_ptr<ExposedMemory>>& slots);
+
+ private:
+  RolloutDeltaState state_;
 };
 
 }  // namespace wsync

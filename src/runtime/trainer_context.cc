@@ -2,13 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "runtime/host_convert.h"
 #include "runtime/plan_names.h"
-#include "transport/registry.h"
 
 namespace wsync {
 namespace {
@@ -16,7 +13,12 @@ namespace {
 constexpr std::chrono::milliseconds kIdlePoll{20};
 }  // namespace
 
-// ---- TrainerContext: float8 scales -----------------------------------------------------------
+TrainerContext::TrainerContext(ContextOptions options)
+    : Context(std::move(options)),
+      queue_([this] { return failedOrAborted() ? failure() : Status::ok(); }),
+      control_([this](std::chrono::milliseconds timeout) { return job_.channel->recv(timeout); },
+               [this](const Frame& frame) { return handleMembership(frame); }) {}
+
 Status TrainerContext::setTensorScale(const std::string& name, float scale) {
   if (!std::isfinite(scale) || scale <= 0) {
     return invalidArgument("tensor '" + name + "': a float8 scale must be finite and > 0, got " +
@@ -29,11 +31,7 @@ Status TrainerContext::setTensorScale(const std::string& name, float scale) {
     return invalidArgument("tensor '" + name +
                            "' is not declared on this rank (register a buffer holding it first)");
   }
-  std::lock_guard lock(scale_mu_);
-  scale_by_name_[name] = scale;
-  for (size_t i = 0; i < plan_.tensors.size() && i < plan_scales_.size(); ++i) {
-    if (plan_.tensors[i].name == name) plan_scales_[i] = scale;
-  }
+  scales_.set(name, scale);
   return Status::ok();
 }
 
@@ -44,115 +42,50 @@ TrainerContext::~TrainerContext() {
 
 Status TrainerContext::prepareRegistration(RegisterMsg& msg) {
   memory_ = memoryKind();
-  size_t total = 0;
-  for (const LocalBuffer& b : registration_.buffers) {
-    snapshot_offsets_.push_back(total);
-    total += static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype);
-  }
   if (onDevice()) {
     WSYNC_ASSIGN_OR_RETURN(msg.device_id, deviceIdentity(options_.cuda_device));
     WSYNC_ASSIGN_OR_RETURN(stream_, DeviceStream::create(options_.cuda_device));
-    if (options_.snapshot) {
-      WSYNC_ASSIGN_OR_RETURN(device_snapshot_, DeviceBuffer::allocate(total, options_.cuda_device));
-    }
-  } else if (options_.snapshot) {
-    snapshot_.resize(std::max<size_t>(total, 1));
   }
-  return allocateCorruptByte();
-}
-
-uint8_t* TrainerContext::stagingAt(size_t offset) const {
-  return (onDevice() ? device_convert_staging_.data()
-                     : const_cast<uint8_t*>(convert_staging_.data())) +
-         offset;
+  WSYNC_RETURN_IF_ERROR(sources_.setUp(registration_.buffers, buffer_data_, quantizer_, memory_,
+                                       options_.cuda_device, options_.snapshot));
+  WSYNC_ASSIGN_OR_RETURN(
+      corruption_, DebugCorruption::create(options_.settings.debug_corrupt_every, rank(), memory_,
+                                           options_.cuda_device));
+  return Status::ok();
 }
 
 Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   plan_ = std::move(plan);
-  adoptScales();
-  replica_of_rollout_ = std::move(assignment.replica_of_rollout);
+  scales_.adoptPlan(plan_.tensors);
+  membership_.reset(std::move(assignment.replica_of_rollout));
   group_comm_ = std::move(assignment.group_comm);
   if (group_comm_.size() != plan_.groups.size()) {
     return protocolError("plan assignment: group communicators do not match the groups");
   }
-  WSYNC_RETURN_IF_ERROR(setUpQuantizer(assignment));
-  WSYNC_RETURN_IF_ERROR(sizeConversionStaging());
-  WSYNC_RETURN_IF_ERROR(setupDelta(plan_, assignment.peers, delta_));
-  if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(buildChecksums());
+  // Block-scaled rollout tensors: the quantized sources of the job's table.
+  const std::vector<ScaledTensor> table(assignment.block_scalings.begin(),
+                                        assignment.block_scalings.end());
+  WSYNC_ASSIGN_OR_RETURN(quantizer_,
+                         TrainerQuantizer::create(registration_, table, assignment.exchanged_blocks,
+                                                  memory_, options_.cuda_device, options_.timeout));
+  WSYNC_ASSIGN_OR_RETURN(staging_,
+                         ConversionStaging::create(plan_, true, memory_, options_.cuda_device));
+  WSYNC_RETURN_IF_ERROR(setUpDelta(plan_, assignment.peers, deltaEnabled(),
+                                   job_.welcome.delta_max_share_ppm, delta_));
+  if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(rebuildChecksums());
+  peers_.setUp(memory_, transportSetup(rank()));
+  WSYNC_RETURN_IF_ERROR(addSources());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   return Status::ok();
 }
 
-// Scales set by name before commit apply to the plan's tensors of that name.
-void TrainerContext::adoptScales() {
-  std::lock_guard lock(scale_mu_);
-  plan_scales_.assign(plan_.tensors.size(), 1.0f);
-  for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-    auto it = scale_by_name_.find(plan_.tensors[i].name);
-    if (it != scale_by_name_.end()) plan_scales_[i] = it->second;
-  }
-}
-
-// Conversion staging: every converting write and group gets its own range (UNSUPPORTED naming
-// the tensor for a pair this memory cannot convert).
-Status TrainerContext::sizeConversionStaging() {
-  auto convertible = [this](DType from, DType to) {
-    return onDevice() ? deviceCanConvertTypes(from, to) : hostCanConvert(from, to);
-  };
-  auto unsupported = [this](int32_t tensor, DType from, DType to, const char* what) {
-    return Status(WSYNC_ERR_UNSUPPORTED,
-                  "tensor '" + plan_.tensors[static_cast<size_t>(tensor)].name +
-                      "': " + memoryKindName(memory_) + " memory cannot convert " +
-                      dtypeName(from) + " to " + dtypeName(to) + what);
-  };
-  size_t staging = 0;
-  for (const WriteOp& op : plan_.writes) {
-    write_staging_offsets_.push_back(staging);
-    if (!op.converts()) continue;
-    if (!convertible(op.src_dtype, op.dst_dtype))
-      return unsupported(op.tensor, op.src_dtype, op.dst_dtype, "");
-    staging += static_cast<size_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
-  }
-  for (const BroadcastGroup& g : plan_.groups) {
-    group_staging_offsets_.push_back(staging);
-    if (g.src_dtype == g.dst_dtype) continue;
-    if (!convertible(g.src_dtype, g.dst_dtype))
-      return unsupported(g.tensor, g.src_dtype, g.dst_dtype, " for a broadcast");
-    staging += static_cast<size_t>(g.num_elements) * dtypeSize(g.dst_dtype);
-  }
-  if (onDevice()) {
-    WSYNC_ASSIGN_OR_RETURN(device_convert_staging_,
-                           DeviceBuffer::allocate(staging, options_.cuda_device));
-  } else {
-    convert_staging_.resize(staging);
-  }
-  return Status::ok();
-}
-
-// The transport of `backend`, created (and given every source to register) on first use.
-Result<WriteTransport*> TrainerContext::transportFor(const WriteBackend* backend) {
-  for (const Backend& b : transports_)
-    if (b.backend == backend) return b.transport.get();
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<WriteTransport> transport,
-                         backend->create(transportSetup(rank())));
-  WSYNC_RETURN_IF_ERROR(registerSources(*transport));
-  transports_.push_back({backend, std::move(transport)});
-  return transports_.back().transport.get();
-}
-
-// Every memory writes read from (the buffers or their snapshot, and the conversion staging),
-// registered once with `transport`.
-Status TrainerContext::registerSources(WriteTransport& transport) {
-  auto add = [&](const void* base, size_t bytes) -> Status {
-    if (bytes == 0 || base == nullptr) return Status::ok();
-    WSYNC_ASSIGN_OR_RETURN(auto reg, transport.registerSource(base, bytes));
-    source_registrations_.push_back(std::move(reg));
-    return Status::ok();
-  };
+// Every memory writes read from (the buffers or their snapshot, the quantized sources, the patch
+// areas and the conversion staging), registered with every transport.
+Status TrainerContext::addSources() {
+  auto add = [this](const void* base, size_t bytes) { return peers_.addSource(base, bytes); };
   if (options_.snapshot) {
-    WSYNC_RETURN_IF_ERROR(onDevice() ? add(device_snapshot_.data(), device_snapshot_.size())
-                                     : add(snapshot_.data(), snapshot_.size()));
+    WSYNC_RETURN_IF_ERROR(add(sources_.snapshotData(), sources_.snapshotBytes()));
   } else {
     for (size_t i = 0; i < registration_.buffers.size(); ++i) {
       const LocalBuffer& b = registration_.buffers[i];
@@ -160,60 +93,28 @@ Status TrainerContext::registerSources(WriteTransport& transport) {
           add(buffer_data_[i], static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype)));
     }
   }
-  WSYNC_RETURN_IF_ERROR(onDevice() ? add(device_corrupt_byte_.data(), device_corrupt_byte_.size())
-                                   : add(corrupt_byte_.data(), corrupt_byte_.size()));
-  for (const auto& part : extensions_) {
-    WSYNC_RETURN_IF_ERROR(onDevice() ? add(part->device_staging.data(), part->device_staging.size())
-                                     : add(part->host_staging.data(), part->host_staging.size()));
-  }
+  WSYNC_RETURN_IF_ERROR(add(corruption_.data(), corruption_.bytes()));
   WSYNC_RETURN_IF_ERROR(add(quantizer_.memory(), quantizer_.memoryBytes()));
   WSYNC_RETURN_IF_ERROR(add(delta_.staging.data(), delta_.staging.size()));
-  return onDevice() ? add(device_convert_staging_.data(), device_convert_staging_.size())
-                    : add(convert_staging_.data(), convert_staging_.size());
+  return add(staging_.data(), staging_.bytes());
 }
 
 // Peers: the write backend that reaches each one's slots from this trainer's memory; connect
 // once, attach every slot once.
 Status TrainerContext::connectPeers(const std::vector<PeerInfo>& peers) {
-  peer_of_rollout_.assign(static_cast<size_t>(numRollouts()), -1);
   for (const PeerInfo& p : peers) {
     if (p.rank < 0 || p.rank >= numRollouts()) {
       return protocolError("plan assignment names unknown rollout " + std::to_string(p.rank));
     }
-    WSYNC_RETURN_IF_ERROR(connectPeer(p, delta_));
+    WSYNC_RETURN_IF_ERROR(peers_.connect(
+        p, [&](WriteTransport& transport) { return attachDeltaLanding(p, transport, delta_); }));
   }
   for (const WriteOp& op : plan_.writes) {
-    if (op.dst_rank < 0 || op.dst_rank >= numRollouts() ||
-        peer_of_rollout_[static_cast<size_t>(op.dst_rank)] < 0) {
+    if (op.dst_rank < 0 || op.dst_rank >= numRollouts() || !peers_.connected(op.dst_rank)) {
       return protocolError("a write targets rollout " + std::to_string(op.dst_rank) +
                            " with no peer information");
     }
   }
-  return Status::ok();
-}
-
-Status TrainerContext::connectPeer(const PeerInfo& p, TrainerDeltaState& delta) {
-  const std::string where = "rollout " + std::to_string(p.rank) + " (" + p.transport + ")";
-  Result<const WriteBackend*> backend = writerBackendFor(p.transport, memory_);
-  if (!backend.isOk()) return backend.status().withContext(where);
-  WSYNC_ASSIGN_OR_RETURN(WriteTransport * transport, transportFor(*backend));
-  if ((*backend)->reaches != nullptr) {
-    const Status reach = (*backend)->reaches(transport->localAddress(), p.transport_address);
-    if (!reach.isOk()) return reach.withContext(where);
-  }
-  WSYNC_RETURN_IF_ERROR(transport->connect(p.rank, p.transport_address).withContext(where));
-  Peer peer;
-  peer.transport = transport;
-  for (const auto& descriptor : p.slot_descriptors) {
-    WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport->attach(p.rank, descriptor));
-    peer.slot_memory.push_back(id);
-  }
-  peer.buffer_byte_offsets = p.buffer_byte_offsets;
-  WSYNC_RETURN_IF_ERROR(attachDeltaLanding(p, *transport, delta).withContext(where));
-  if (peer_of_rollout_.size() <= static_cast<size_t>(p.rank))
-    peer_of_rollout_.resize(static_cast<size_t>(p.rank) + 1, -1);
-  peer_of_rollout_[static_cast<size_t>(p.rank)] = static_cast<int32_t>(peers_.size());
-  peers_.push_back(std::move(peer));
   return Status::ok();
 }
 
@@ -231,90 +132,45 @@ Result<std::shared_ptr<PublishRequest>> TrainerContext::publish(uint64_t version
   }
   if (!committed()) return invalidUsage("publish before commit");
   if (failedOrAborted()) return failure();
-  std::unique_lock lock(queue_mu_);
-  if (version == 0 || version <= last_version_) {
-    return invalidUsage("version " + std::to_string(version) +
-                        " is not greater than the last published version " +
-                        std::to_string(last_version_) + " (versions start at 1 and increase)");
-  }
-  if (options_.snapshot) {
-    // The staging copy may be overwritten only once the previous version left it.
-    const bool free = queue_cv_.wait_for(lock, options_.timeout, [this] {
-      return (queue_.empty() && !transfer_busy_) || failedOrAborted();
-    });
-    if (failedOrAborted()) return failure();
-    if (!free) {
-      return timeoutError("publish " + std::to_string(version) +
-                          ": the previous version still occupies the "
-                          "snapshot buffer after " +
-                          std::to_string(options_.timeout.count()) + " ms");
-    }
-    if (onDevice()) {
-      // Device copy into staging after the caller's work; the caller's later work waits for it.
-      WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
-      WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
-      for (size_t i = 0; i < registration_.buffers.size(); ++i) {
-        const LocalBuffer& b = registration_.buffers[i];
-        WSYNC_RETURN_IF_ERROR(
-            copyAsync(device_snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
-                      static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype), stream_.get()));
-      }
-      WSYNC_RETURN_IF_ERROR(streamWaitFor(stream, stream_.get()));
-    } else {
-      for (size_t i = 0; i < registration_.buffers.size(); ++i) {
-        const LocalBuffer& b = registration_.buffers[i];
-        if (b.num_elements == 0) continue;  // an empty buffer may have no data pointer
-        std::memcpy(snapshot_.data() + snapshot_offsets_[i], buffer_data_[i],
-                    static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype));
-      }
-    }
-  } else if (onDevice()) {
-    // The transfer reads the buffers after what the caller's stream has produced so far.
-    WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
-    WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
-  }
-  // The coordinator hears of the version from this thread, so that the publisher thread's
-  // wake-up overlaps the round trip to Go (publishOne reads the Go; one that arrives while the
-  // publisher is idle is stashed for it).
-  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kPublish, encode(VersionMsg{version})));
-  if (options_.snapshot) transfer_busy_ = true;
-  std::vector<float> scales;
-  {
-    std::lock_guard scale_lock(scale_mu_);
-    scales = plan_scales_;
-  }
-  auto request = std::make_shared<PublishRequest>(version, std::move(scales));
-  last_version_ = version;
-  queue_.push_back(request);
-  queue_cv_.notify_all();
-  return request;
+  // Publish goes to the coordinator from this thread, so that the publisher thread's wake-up
+  // overlaps the round trip to Go (publishOne reads the Go; one that arrives while the publisher
+  // is idle is kept for it).
+  return queue_.push(
+      version, options_.snapshot, options_.timeout,
+      [&]() -> Status {
+        if (onDevice()) {
+          // The transfer reads the buffers (or the snapshot copy, made here) after what the
+          // caller's stream has produced so far; the caller's later work waits for the copy.
+          WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+          WSYNC_RETURN_IF_ERROR(streamWaitFor(stream_.get(), stream));
+          if (options_.snapshot) {
+            WSYNC_RETURN_IF_ERROR(sources_.takeSnapshot(stream_.get()));
+            WSYNC_RETURN_IF_ERROR(streamWaitFor(stream, stream_.get()));
+          }
+        } else if (options_.snapshot) {
+          WSYNC_RETURN_IF_ERROR(sources_.takeSnapshot(nullptr));
+        }
+        return sendMessage(MessageType::kPublish, encode(VersionMsg{version}));
+      },
+      scales_.planScales());
 }
 
 void TrainerContext::publisherLoop() {
-  while (true) {
-    std::shared_ptr<PublishRequest> request;
-    {
-      std::unique_lock lock(queue_mu_);
-      // Idle: every kIdlePoll, read what the coordinator sent (membership news).
-      while (
-          !queue_cv_.wait_for(lock, kIdlePoll, [this] { return stopping_ || !queue_.empty(); })) {
-        lock.unlock();
-        if (!failedOrAborted()) pollControlWhileIdle();
-        lock.lock();
-      }
-      if (queue_.empty()) return;
-      request = queue_.front();
+  // Idle: every kIdlePoll, read what the coordinator sent (membership news).
+  const auto idle = [this] {
+    if (failedOrAborted()) return;
+    if (std::optional<TrainerControl::IdleFailure> failed = control_.pollIdle()) {
+      setFailed(failed->status);
+      if (failed->tell_coordinator)
+        (void)sendError(failed->status.withContext("trainer " + std::to_string(rank())));
     }
+  };
+  while (std::shared_ptr<PublishRequest> request = queue_.next(kIdlePoll, idle)) {
     active_scales_ = request->scales();
     DeliveredMsg outcome;
     Status s = failedOrAborted() ? failure() : publishOne(request->version(), &outcome);
     if (!s.isOk()) setFailed(s);
-    {
-      std::lock_guard lock(queue_mu_);
-      queue_.pop_front();
-      transfer_busy_ = false;
-    }
-    queue_cv_.notify_all();
+    queue_.pop();
     request->complete(s, std::move(outcome));
   }
 }
@@ -324,7 +180,14 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point started = Clock::now();  // publish() sent Publish
   WSYNC_RETURN_IF_ERROR(startQuantizing(version));
-  WSYNC_ASSIGN_OR_RETURN(GoMsg go, awaitGo(version));
+  const auto reply_timeout = options_.timeout + kCoordinatorReplyGrace;
+  WSYNC_ASSIGN_OR_RETURN(
+      GoMsg go, control_.awaitGo(version, reply_timeout, quantizer_.exchanges(),
+                                 [this](const BlockMaximaMsg& maxima) {
+                                   return quantizer_.quantize(
+                                       maxima.amax, [this](int32_t b) { return sources_.of(b); },
+                                       stream_.get());
+                                 }));
   if (go.version != version) {
     return invalidUsage("the coordinator started version " + std::to_string(go.version) +
                         " while this trainer publishes " + what +
@@ -341,13 +204,12 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
     (void)sendError(s.withContext("trainer " + std::to_string(rank())));
     return s;
   }
-  {
-    std::lock_guard lock(queue_mu_);
-    transfer_busy_ = false;  // the snapshot may be overwritten by the next publish
-  }
-  queue_cv_.notify_all();
+  queue_.snapshotFree();  // the next publish may overwrite the snapshot
   WSYNC_RETURN_IF_ERROR(sendSent(go));
-  WSYNC_ASSIGN_OR_RETURN(DeliveredMsg d, awaitDelivered(version));  // re-sends on the way
+  WSYNC_ASSIGN_OR_RETURN(  // re-sends on the way
+      DeliveredMsg d, control_.awaitDelivered(version, reply_timeout, [this](const GoMsg& again) {
+        return resend(again);
+      }));
   delivered_.record(d);
   *outcome = std::move(d);
   if (options_.settings.debug_timing) {
@@ -368,72 +230,54 @@ void TrainerContext::printTiming(const std::string& what, double to_go_ms, doubl
                rank(), what.c_str(), to_go_ms, transfer_ms, to_delivered_ms);
 }
 
-const uint8_t* TrainerContext::sourceOf(int32_t buffer) const {
-  if (buffer >= quantizer_.firstBuffer() && !quantizer_.empty()) {
-    return quantizer_.bufferData(buffer);
-  }
-  const auto b = static_cast<size_t>(buffer);
-  if (options_.snapshot) {
-    return (onDevice() ? device_snapshot_.data() : snapshot_.data()) + snapshot_offsets_[b];
-  }
-  return static_cast<const uint8_t*>(buffer_data_[b]);
-}
-
-// The slot `rollout`'s replica writes this version into; -1 when the replica skips it (or left).
-int32_t TrainerContext::slotFor(const GoMsg& go, int32_t rollout) const {
-  if (rollout < 0 || static_cast<size_t>(rollout) >= replica_of_rollout_.size()) return -1;
-  const int32_t replica = replica_of_rollout_[static_cast<size_t>(rollout)];
-  if (replica < 0 || static_cast<size_t>(replica) >= go.slot_of_replica.size()) return -1;
-  return go.slot_of_replica[static_cast<size_t>(replica)];
-}
-
-// A group's replica takes the version when Go gives it a slot and it is still the replica of
-// the group's ranks (not dropped; a later replica may reuse its id).
-bool TrainerContext::replicaTakes(const GoMsg& go, const BroadcastGroup& group) const {
-  if (group.dst.empty() || slotFor(go, group.dst.front().rank) < 0) return false;
-  return replica_of_rollout_[static_cast<size_t>(group.dst.front().rank)] == group.replica;
-}
-
 // Device memory: every converting write and group is first converted (and packed) into staging by a
 // kernel on stream_, which also carries the snapshot copy and waits for the caller's stream; the
-// copies and broadcasts start once stream_ is idle.
+// copies and broadcasts start once stream_ is idle. The plan converts with the scales of the
+// version's publish, joined replicas' extensions with those in force now.
 Status TrainerContext::convertIntoStaging(const GoMsg& go) {
   WSYNC_RETURN_IF_ERROR(setDevice(options_.cuda_device));
+  const auto active_scale = [this](int32_t tensor) {
+    const auto t = static_cast<size_t>(tensor);
+    return t < active_scales_.size() ? active_scales_[t] : 1.0f;
+  };
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
-    if (g.src_dtype == g.dst_dtype || !replicaTakes(go, g)) continue;
+    if (g.src_dtype == g.dst_dtype || !membership_.replicaTakes(go, g)) continue;
     Region run;  // the group's elements: one contiguous run on both sides
     run.count[0] = g.num_elements;
     const uint8_t* src =
-        sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
-    const Status s = convertRegionAsync(src, g.src_dtype, stagingAt(group_staging_offsets_[i]),
-                                        g.dst_dtype, run, activeScale(g.tensor), stream_.get());
+        sources_.of(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
+    const Status s = convertRegionAsync(src, g.src_dtype, staging_.group(i), g.dst_dtype, run,
+                                        active_scale(g.tensor), stream_.get());
     if (!s.isOk()) {
       return s.withContext("tensor '" + plan_.tensors[static_cast<size_t>(g.tensor)].name +
                            "': converting for a broadcast");
     }
   }
-  for (size_t i = 0; i < plan_.writes.size(); ++i) {
-    const WriteOp& op = plan_.writes[i];
-    if (!op.converts() || slotFor(go, op.dst_rank) < 0) continue;
-    WSYNC_RETURN_IF_ERROR(
-        convertWriteAsync(plan_, op, stagingAt(write_staging_offsets_[i]), activeScale(op.tensor)));
+  WSYNC_RETURN_IF_ERROR(convertWrites(go, plan_, staging_, active_scale));
+  for (const auto& part : membership_.extensions()) {
+    if (!part->active) continue;
+    part->scales = scales_.scalesFor(part->plan.tensors);
+    const std::vector<float>& scales = part->scales;
+    WSYNC_RETURN_IF_ERROR(convertWrites(go, part->plan, part->staging, [&](int32_t tensor) {
+      return scales[static_cast<size_t>(tensor)];
+    }));
   }
-  WSYNC_RETURN_IF_ERROR(convertExtensionsIntoStaging(go));
   return streamSync(stream_.get(), options_.timeout);
 }
 
-// Device memory: converts write op `op`'s source region into `staged`, packed, on stream_.
-Status TrainerContext::convertWriteAsync(const RankPlan& plan, const WriteOp& op, uint8_t* staged,
-                                         float scale) {
-  Region packed = plan.region(op);  // the source region, written contiguously into staging
-  packed.dst_offset = 0;
-  packed.dst_stride[0] = packed.count[0];
-  packed.dst_stride[1] = packed.count[0] * packed.count[1];
-  const uint8_t* src =
-      sourceOf(op.src_buffer) + static_cast<size_t>(op.src_offset) * dtypeSize(op.src_dtype);
-  packed.src_offset = 0;
-  return convertRegionAsync(src, op.src_dtype, staged, op.dst_dtype, packed, scale, stream_.get());
+// Device memory: converts each converting write op of `plan` whose replica takes `go` from its
+// source region into its staging, packed, on stream_.
+Status TrainerContext::convertWrites(const GoMsg& go, const RankPlan& plan,
+                                     const ConversionStaging& staging,
+                                     const std::function<float(int32_t tensor)>& scale_of) {
+  for (size_t i = 0; i < plan.writes.size(); ++i) {
+    const WriteOp& op = plan.writes[i];
+    if (!op.converts() || membership_.slotFor(go, op.dst_rank) < 0) continue;
+    WSYNC_RETURN_IF_ERROR(
+        sources_.convertAsync(plan, op, staging.write(i), scale_of(op.tensor), stream_.get()));
+  }
+  return Status::ok();
 }
 
 // Queues this trainer's broadcast of every group whose replica takes the version (host memory:
@@ -442,12 +286,12 @@ Status TrainerContext::postGroups(const GoMsg& go) {
   if (!broadcaster_) return Status::ok();
   for (size_t i = 0; i < plan_.groups.size(); ++i) {
     const BroadcastGroup& g = plan_.groups[i];
-    if (!replicaTakes(go, g)) continue;  // that replica skips this version
+    if (!membership_.replicaTakes(go, g)) continue;  // that replica skips this version
     const uint8_t* src =
-        sourceOf(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
+        sources_.of(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
     uint8_t* data = const_cast<uint8_t*>(src);  // the broadcasts take void*; the root only reads
     if (g.src_dtype != g.dst_dtype) {
-      data = stagingAt(group_staging_offsets_[i]);
+      data = staging_.group(i);
       if (!onDevice()) {
         WSYNC_RETURN_IF_ERROR(convertHost(src, g.src_dtype, data, g.dst_dtype, g.num_elements));
       }
@@ -462,7 +306,6 @@ Status TrainerContext::postGroups(const GoMsg& go) {
                            "' to rollout ranks " + groupReceivers(g));
     }
   }
-  if (!broadcaster_) return Status::ok();
   // Device broadcasts go on stream_ after the conversions; they run while the writes are issued.
   return broadcaster_->start(stream_.get())
       .withContext("starting the broadcasts of " + groupTensors(plan_));
@@ -480,109 +323,230 @@ Status TrainerContext::transfer(const GoMsg& go) {
   if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   WSYNC_RETURN_IF_ERROR(postGroups(go));
   WSYNC_RETURN_IF_ERROR(sendDeltas(go));  // patches first; their ops are not written dense
-  for (size_t i = 0; i < plan_.writes.size(); ++i) {
-    const WriteOp& op = plan_.writes[i];
-    const int32_t slot = slotFor(go, op.dst_rank);
-    if (slot < 0) continue;
-    const uint64_t bytes = static_cast<uint64_t>(plan_.numElements(op)) * dtypeSize(op.dst_dtype);
-    delta_.full_bytes += bytes;
-    const bool delta_op = i < delta_.ops.size();
-    if (delta_op && delta_.ops[i].patched) continue;
-    delta_.wire_bytes += bytes;
-    uint8_t* staged = op.converts() ? stagingAt(write_staging_offsets_[i]) : nullptr;
-    WSYNC_RETURN_IF_ERROR(postWrite(plan_, op, staged, slot, delta_op && delta_.ops[i].converted));
+  WSYNC_RETURN_IF_ERROR(postWrites(go, plan_, staging_, delta_));
+  for (const auto& part : membership_.extensions()) {
+    if (part->active) WSYNC_RETURN_IF_ERROR(postWrites(go, part->plan, part->staging, part->delta));
   }
-  WSYNC_RETURN_IF_ERROR(postExtensionWrites(go));
-  WSYNC_RETURN_IF_ERROR(flushWrites());
+  WSYNC_RETURN_IF_ERROR(peers_.flush(options_.timeout));
   WSYNC_RETURN_IF_ERROR(corruptOneWrite(go));
   return waitGroups();
+}
+
+Status TrainerContext::sendDeltas(const GoMsg& go) {
+  WSYNC_RETURN_IF_ERROR(sendDeltaPatches(
+      go, plan_, delta_, [this](size_t i) { return staging_.write(i); }, membership_, sources_,
+      rank(), &delta_.wire_bytes));
+  for (const auto& part : membership_.extensions()) {
+    if (!part->active) continue;
+    const ConversionStaging& staging = part->staging;
+    WSYNC_RETURN_IF_ERROR(sendDeltaPatches(
+        go, part->plan, part->delta, [&staging](size_t i) { return staging.write(i); }, membership_,
+        sources_, rank(), &delta_.wire_bytes));
+  }
+  return Status::ok();
+}
+
+// The writes of `plan` whose replica takes `go`, dense, except those `delta` sent as patches
+// (sendDeltas). Every write's bytes count as this send's full bytes, the dense ones as its wire
+// bytes (delta_).
+Status TrainerContext::postWrites(const GoMsg& go, const RankPlan& plan,
+                                  const ConversionStaging& staging,
+                                  const TrainerDeltaState& delta) {
+  for (size_t i = 0; i < plan.writes.size(); ++i) {
+    const WriteOp& op = plan.writes[i];
+    const int32_t slot = membership_.slotFor(go, op.dst_rank);
+    if (slot < 0) continue;
+    const uint64_t bytes = static_cast<uint64_t>(plan.numElements(op)) * dtypeSize(op.dst_dtype);
+    delta_.full_bytes += bytes;
+    const bool delta_op = i < delta.ops.size();
+    if (delta_op && delta.ops[i].patched) continue;
+    delta_.wire_bytes += bytes;
+    uint8_t* staged = op.converts() ? staging.write(i) : nullptr;
+    WSYNC_RETURN_IF_ERROR(postWrite(plan, op, staged, slot, delta_op && delta.ops[i].converted));
+  }
+  return Status::ok();
 }
 
 // Posts write op `op` of `plan` into `slot` of its rollout (host memory converts its rows into
 // `staged` first; device memory did in convertIntoStaging).
 Status TrainerContext::postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged,
                                  int32_t slot, bool converted) {
-  const auto peer_index = static_cast<size_t>(op.dst_rank) < peer_of_rollout_.size()
-                              ? peer_of_rollout_[static_cast<size_t>(op.dst_rank)]
-                              : -1;
-  if (peer_index < 0) {
-    return protocolError("a write targets rollout " + std::to_string(op.dst_rank) +
-                         " with no peer information");
-  }
-  const Peer& peer = peers_[static_cast<size_t>(peer_index)];
-  if (static_cast<size_t>(slot) >= peer.slot_memory.size()) {
-    return protocolError("slot " + std::to_string(slot) + " of rollout " +
-                         std::to_string(op.dst_rank) + " is unknown");
-  }
-  const RemoteMemoryId remote = peer.slot_memory[static_cast<size_t>(slot)];
   const Region r = plan.region(op);
   const size_t ssz = dtypeSize(op.src_dtype);
   const size_t dsz = dtypeSize(op.dst_dtype);
-  const uint64_t dst_base = peer.buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] +
-                            static_cast<uint64_t>(r.dst_offset) * dsz;
-  const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
+  const uint8_t* src = sources_.of(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
   const size_t row_bytes = static_cast<size_t>(r.count[0]) * dsz;
   const auto rows = static_cast<size_t>(r.count[1]);
-  const uint8_t* src = src_base;
   size_t src_pitch = static_cast<size_t>(r.src_stride[0]) * ssz;
   size_t src_plane_pitch = static_cast<size_t>(r.src_stride[1]) * ssz;
   if (op.converts()) {  // the converted region, packed in its staging
     // host: convert the rows now (device: convertIntoStaging did)
-    if (!onDevice() && !converted) WSYNC_RETURN_IF_ERROR(convertHostStaging(plan, op, staged));
+    if (!onDevice() && !converted) WSYNC_RETURN_IF_ERROR(sources_.convertHost(plan, op, staged));
     src = staged;
     src_pitch = row_bytes;
     src_plane_pitch = row_bytes * rows;
   }
-  return peer.transport->write3d(remote, dst_base, static_cast<uint64_t>(r.dst_stride[0]) * dsz,
-                                 static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch,
-                                 src_plane_pitch, row_bytes, rows, static_cast<size_t>(r.count[2]));
+  return peers_.write(op.dst_rank, slot, op.dst_buffer, static_cast<uint64_t>(r.dst_offset) * dsz,
+                      static_cast<uint64_t>(r.dst_stride[0]) * dsz,
+                      static_cast<uint64_t>(r.dst_stride[1]) * dsz, src, src_pitch, src_plane_pitch,
+                      row_bytes, rows, static_cast<size_t>(r.count[2]));
 }
 
-Status TrainerContext::convertHostStaging(const RankPlan& plan, const WriteOp& op,
-                                          uint8_t* staged) const {
-  const Region r = plan.region(op);
-  const size_t ssz = dtypeSize(op.src_dtype);
-  const size_t row_bytes = static_cast<size_t>(r.count[0]) * dtypeSize(op.dst_dtype);
-  const uint8_t* src_base = sourceOf(op.src_buffer) + static_cast<size_t>(r.src_offset) * ssz;
-  for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
-    const int64_t plane = row / r.count[1];
-    const int64_t at = plane * r.src_stride[1] + (row % r.count[1]) * r.src_stride[0];
-    WSYNC_RETURN_IF_ERROR(convertHost(src_base + static_cast<size_t>(at) * ssz, op.src_dtype,
-                                      staged + static_cast<size_t>(row) * row_bytes, op.dst_dtype,
-                                      r.count[0]));
+// ---- after a send: Sent, re-sends ------------------------------------------------------------
+// Sent(version) for the Go just transferred; with checksums, SentChecksums carrying the sum of
+// what this trainer sent each rollout rank whose replica took this Go.
+Status TrainerContext::sendSent(const GoMsg& go) {
+  if (!job_.welcome.checksums)
+    return sendMessage(MessageType::kSent, encode(VersionMsg{go.version}));
+  if (checksums_.coveredExtensions() != membership_.extensions().size())
+    WSYNC_RETURN_IF_ERROR(rebuildChecksums());
+  WSYNC_ASSIGN_OR_RETURN(
+      std::vector<RankChecksum> sums,
+      checksums_.sums([this, &go](int32_t r) { return membership_.slotFor(go, r) >= 0; },
+                      onDevice() ? stream_.get() : nullptr, options_.timeout));
+  return sendMessage(
+      MessageType::kSentChecksums,
+      encode(SentChecksumsMsg{go.version, std::move(sums), delta_.wire_bytes, delta_.full_bytes}));
+}
+
+// Every span this trainer sends: the plan's writes and groups, then each joined replica's writes.
+Status TrainerContext::rebuildChecksums() {
+  const auto source = [this](int32_t b) { return sources_.of(b); };
+  checksums_.addWrites(plan_, source, [this](size_t i) { return staging_.write(i); });
+  checksums_.addGroups(plan_, source, [this](size_t i) { return staging_.group(i); });
+  for (const auto& part : membership_.extensions()) {
+    const ConversionStaging& staging = part->staging;
+    checksums_.addWrites(part->plan, source, [&staging](size_t i) { return staging.write(i); });
+  }
+  return checksums_.build(membership_.extensions().size(), memory_, options_.cuda_device);
+}
+
+// A Go of the version in flight after Sent: a busy replica's late Go, or a re-send to the
+// replicas whose checksums failed. Transfers again and sends Sent again.
+Status TrainerContext::resend(const GoMsg& go) {
+  const std::string what = "version " + std::to_string(go.version);
+  ++transfer_attempt_;
+  const Status s = transfer(go);
+  if (!s.isOk()) {
+    (void)sendError(s.withContext(what).withContext("trainer " + std::to_string(rank())));
+    return s.withContext(what);
+  }
+  return sendSent(go);
+}
+
+// Block-scaled rollout tensors: this version's block maxima go to the coordinator (PartialMaxima;
+// the values are quantized once BlockMaxima comes back), or, when no block straddles trainers, the
+// values are quantized at once.
+Status TrainerContext::startQuantizing(uint64_t version) {
+  if (quantizer_.empty()) return Status::ok();
+  const auto source = [this](int32_t b) { return sources_.of(b); };
+  WSYNC_ASSIGN_OR_RETURN(std::vector<uint8_t> partial,
+                         quantizer_.computeMaxima(source, stream_.get()));
+  if (!quantizer_.exchanges()) return quantizer_.quantize({}, source, stream_.get());
+  return sendMessage(MessageType::kPartialMaxima,
+                     encode(BlockMaximaMsg{version, std::move(partial)}));
+}
+
+// WSYNC_DEBUG_CORRUPT_EVERY: after the writes were flushed, the first byte of the first dense write
+// to a taking replica is overwritten with its complement (with delta versions, a byte of a patch
+// first: trainer_delta.cc).
+Status TrainerContext::corruptOneWrite(const GoMsg& go) {
+  if (!corruption_.due(go.version, transfer_attempt_)) return Status::ok();
+  WSYNC_ASSIGN_OR_RETURN(const bool patch_corrupted, corruptOnePatch(go, delta_, corruption_));
+  // A patched op's slot bytes are the rank's to write.
+  if (patch_corrupted) return peers_.flush(options_.timeout);
+  for (size_t i = 0; i < plan_.writes.size(); ++i) {
+    const WriteOp& op = plan_.writes[i];
+    const int32_t slot = membership_.slotFor(go, op.dst_rank);
+    if (slot < 0 || plan_.numElements(op) == 0) continue;
+    if (i < delta_.ops.size() && delta_.ops[i].patched) continue;  // the rank writes it
+    const ChecksumSpan sent = TrainerChecksums::sentSpan(
+        plan_, op, sources_.of(op.src_buffer), op.converts() ? staging_.write(i) : nullptr);
+    const auto* first = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sent.src));
+    WSYNC_ASSIGN_OR_RETURN(const uint8_t* flipped,
+                           corruption_.flip(first, stream_.get(), options_.timeout));
+    WSYNC_RETURN_IF_ERROR(peers_.write(op.dst_rank, slot, op.dst_buffer, sent.dst_offset, 1, 1,
+                                       flipped, 1, 1, 1, 1, 1));
+    std::fprintf(stderr,
+                 "[wsync trainer 0] debug: version %llu: corrupted byte %llu of buffer %d in "
+                 "rollout %d's slot %d (tensor '%s')\n",
+                 static_cast<unsigned long long>(go.version),
+                 static_cast<unsigned long long>(sent.dst_offset), op.dst_buffer, op.dst_rank, slot,
+                 plan_.tensors[static_cast<size_t>(op.tensor)].name.c_str());
+    return peers_.flush(options_.timeout);
   }
   return Status::ok();
 }
 
-// Completes every posted write on every backend.
-Status TrainerContext::flushWrites() {
-  for (const Backend& b : transports_)
-    WSYNC_RETURN_IF_ERROR(b.transport->flush(options_.timeout));
+// ---- membership --------------------------------------------------------------------------------
+Status TrainerContext::handleMembership(const Frame& frame) {
+  if (static_cast<MessageType>(frame.type) == MessageType::kReplicaDropped) {
+    ReplicaMsg dropped;
+    WSYNC_RETURN_IF_ERROR(decode(frame.payload, dropped));
+    membership_.forget(dropped);
+    return Status::ok();
+  }
+  PlanExtensionMsg extension;
+  WSYNC_RETURN_IF_ERROR(decode(frame.payload, extension));
+  const int32_t replica = extension.replica;
+  const Status applied = applyExtension(extension);
+  if (!applied.isOk()) {
+    // The replica cannot be written from here: it never gets ExtensionDone from this trainer,
+    // and the coordinator ends its join (TIMEOUT naming the trainers that did not apply it). The
+    // job goes on.
+    std::fprintf(stderr, "[wsync trainer %d] replica %d cannot join: %s\n", rank(), replica,
+                 applied.toString().c_str());
+    membership_.forget(ReplicaMsg{replica, {}});
+    return Status::ok();
+  }
+  return sendMessage(MessageType::kExtensionDone, encode(ReplicaMsg{replica, {}}));
+}
+
+// Connects the joining replica's ranks, attaches their slots and adds this trainer's writes to
+// them (their staging and patch areas registered with every transport); they are posted from the
+// first version whose Go gives the replica a slot.
+Status TrainerContext::applyExtension(const PlanExtensionMsg& extension) {
+  const std::string what = "replica " + std::to_string(extension.replica) + " joining";
+  WSYNC_ASSIGN_OR_RETURN(RankPlan plan,
+                         TrainerMembership::checkExtension(
+                             extension, [this](int32_t r) { return peers_.connected(r); }));
+  auto part = std::make_unique<ExtensionPart>();
+  part->replica = extension.replica;
+  part->ranks = extension.ranks;
+  part->plan = std::move(plan);
+  TrainerDeltaState& delta = part->delta;
+  WSYNC_RETURN_IF_ERROR(setUpDelta(part->plan, extension.peers, deltaEnabled(),
+                                   job_.welcome.delta_max_share_ppm, delta)
+                            .withContext(what));
+  for (const PeerInfo& p : extension.peers) {
+    const auto attach = [&](WriteTransport& t) { return attachDeltaLanding(p, t, delta); };
+    WSYNC_RETURN_IF_ERROR(peers_.connect(p, attach).withContext(what));
+  }
+  Result<ConversionStaging> staging =
+      ConversionStaging::create(part->plan, false, memory_, options_.cuda_device);
+  if (!staging.isOk()) return staging.status().withContext(what);
+  part->staging = std::move(staging).value();
+  WSYNC_RETURN_IF_ERROR(
+      peers_.addSource(delta.staging.data(), delta.staging.size()).withContext(what));
+  WSYNC_RETURN_IF_ERROR(
+      peers_.addSource(part->staging.data(), part->staging.bytes()).withContext(what));
+  membership_.add(std::move(part));
   return Status::ok();
 }
 
 // ---- shutdown --------------------------------------------------------------------------------
 void TrainerContext::stopPublisher() {
-  {
-    std::lock_guard lock(queue_mu_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
+  queue_.stop();
   if (publisher_.joinable()) publisher_.join();
 }
 
 void TrainerContext::abort() {
   Context::abort();
-  queue_cv_.notify_all();
+  queue_.wake();
 }
 
 Status TrainerContext::finalize() {
-  // In-flight publishes finish first (each bounded by the timeout).
-  {
-    std::unique_lock lock(queue_mu_);
-    queue_cv_.wait_for(lock, options_.timeout,
-                       [this] { return queue_.empty() || failedOrAborted(); });
-  }
+  queue_.drain(options_.timeout);  // in-flight publishes finish first (each bounded)
   stopPublisher();
   return Context::finalize();
 }

@@ -1,6 +1,7 @@
 // A trainer's delta versions (docs/delta.md): what it keeps to diff against, and the landing parts
-// of its delta-capable peers. The publisher thread owns it (TrainerContext::sendDeltas,
-// src/runtime/trainer_delta.cc).
+// of its delta-capable peers; one state for the plan's writes and one per joined replica's
+// extension. The publisher thread owns them; the functions below set them up and send their
+// patches (no sockets of their own: the pairs' transports write).
 //
 // Per write op to a peer with a landing part (PeerInfo::delta_landing_bytes > 0): the bytes this
 // trainer last sent through it (destination dtype, packed) and their version. A version's first
@@ -12,11 +13,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "common/status.h"
+#include "plan/plan.h"
+#include "protocol/protocol.h"
 #include "transport/write_transport.h"
 
 namespace wsync {
+
+class DebugCorruption;
+class TrainerMembership;
+class TrainerSources;
 
 struct TrainerDeltaState {
   struct Pair {
@@ -48,5 +57,32 @@ struct TrainerDeltaState {
   uint64_t full_bytes = 0;       // this send: the same writes dense
   bool active() const { return !pairs.empty(); }
 };
+
+// Commit (before the transports exist; a joined replica's extension, before its peers are
+// connected): with `enabled` (the job has delta versions and the trainer's memory is host: device
+// trainers send dense), a pair per peer with a landing part, each op of `plan` to such a peer
+// keeps its bytes; the staging holds every pair's area. The send counters stay as they are.
+Status setUpDelta(const RankPlan& plan, const std::vector<PeerInfo>& peers, bool enabled,
+                  uint32_t max_share_ppm, TrainerDeltaState& state);
+// Commit (TrainerPeers::connect): the landing area of `p` through `transport`, when `state` has a
+// part of it. PROTOCOL when the part lies outside the area.
+Status attachDeltaLanding(const PeerInfo& p, WriteTransport& transport, TrainerDeltaState& state);
+
+// The packed conversion staging of write op `i` of a plan.
+using DeltaStagingOf = std::function<uint8_t*(size_t i)>;
+// One send of `go` (before its dense writes): for every pair of `state` whose replica takes the Go
+// (`membership`), the ops of `plan` whose kept bytes are of the replica's base version become
+// patches in the pair's area (read from `sources`, converting ones into `staged(i)`), written
+// into the rank's landing part as trainer `trainer_rank`; every op's kept bytes become this
+// version's. The areas' bytes are added to `*wire_bytes`.
+Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState& state,
+                        const DeltaStagingOf& staged, const TrainerMembership& membership,
+                        const TrainerSources& sources, int32_t trainer_rank, uint64_t* wire_bytes);
+// WSYNC_DEBUG_CORRUPT_EVERY with delta versions: flips the last byte of the last patch sent in
+// this send (a changed element's value: the patch still decodes, the checksum catches the wrong
+// element), writing it from `corruption`'s memory (host). False when no patch was sent; the caller
+// flushes.
+Result<bool> corruptOnePatch(const GoMsg& go, TrainerDeltaState& state,
+                             DebugCorruption& corruption);
 
 }  // namespace wsync

@@ -32,7 +32,7 @@ def compile_commands(build_dir):
         entries = json.load(f)
     commands = {}
     for e in entries:
-        path = os.path.normpath(os.path.join(e["directory"], e["file"]))
+        path = os.path.realpath(os.path.join(e["directory"], e["file"]))
         args = e.get("arguments") or shlex.split(e["command"])
         commands.setdefault(path, (e["directory"], args))
     return commands

@@ -3,6 +3,7 @@
 # Usage: .ci/setup.sh [build-dir] [extra cmake args...]   (default build dir: build)
 # WSYNC_BUILD_TARGETS="t1 t2 ...": build only these targets (and what they need) instead of all of
 # them; e.g. trainer_integration/run_demo.sh builds just the two demo programs and the library.
+# WSYNC_CONFIGURE_ONLY=1: install and configure, build nothing (.ci/run picks the targets after).
 # Idempotent: packages already present are not reinstalled; the build is incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_BUILD_TESTS=$tests "$@" \
   >/dev/null
-if [ ${#targets[@]} -gt 0 ]; then
+if [ "${WSYNC_CONFIGURE_ONLY:-0}" = 1 ]; then
+  exit 0
+elif [ ${#targets[@]} -gt 0 ]; then
   cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}"
 else
   cmake --build "$build_dir" -j "$(nproc)"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator/coordinator_wire.h"
+#include "coordinator/participants.h"
 
 namespace wsync {
 
@@ -53,5 +54,20 @@ class RecordingWire final : public CoordinatorWire {
   std::set<ConnectionId> closed;
   std::vector<std::string> lines;
 };
+
+// A rank that said Hello, registered and committed (`replica` -1 for a trainer), as the components
+// see the ranks of a running job.
+inline Participant committedParticipant(ConnectionId conn, Role role, int32_t rank,
+                                        int32_t replica) {
+  Participant p;
+  p.conn = conn;
+  p.hello.role = role;
+  p.hello.role_rank = rank;
+  p.hello.replica = replica;
+  p.role_rank = rank;
+  p.registered = true;
+  p.committed = true;
+  return p;
+}
 
 }  // namespace wsync

@@ -103,15 +103,7 @@ class ReplicaJoinsComponent : public ::testing::Test {
   }
 
   void add(ConnectionId conn, Role role, int32_t rank, int32_t replica) {
-    Participant p;
-    p.conn = conn;
-    p.hello.role = role;
-    p.hello.role_rank = rank;
-    p.hello.replica = replica;
-    p.role_rank = rank;
-    p.registered = true;
-    p.committed = true;
-    participants_.admit(std::move(p));
+    participants_.admit(committedParticipant(conn, role, rank, replica));
   }
   Participant& participantOf(ConnectionId conn) {
     return participants_[*participants_.indexOf(conn)];

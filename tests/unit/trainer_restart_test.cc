@@ -92,15 +92,7 @@ class TrainerRestartComponent : public ::testing::Test {
   }
 
   void addParticipant(ConnectionId conn, Role role, int32_t rank, int32_t replica) {
-    Participant p;
-    p.conn = conn;
-    p.hello.role = role;
-    p.hello.role_rank = rank;
-    p.hello.replica = replica;
-    p.role_rank = rank;
-    p.registered = true;
-    p.committed = true;
-    participants_.admit(std::move(p));
+    participants_.admit(committedParticipant(conn, role, rank, replica));
   }
 
   // The trainers are lost, their connections close, and new ones (connections 21, 22) say Hello.

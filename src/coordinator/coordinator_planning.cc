@@ -181,19 +181,9 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
     const RankPlan view = rankView(plan, role, rank);
     msg.rank_plan = encodeRankPlan(view);
     if (role == Role::kTrainer) {
-      for (int32_t peer : view.peers) {
-        const Participant& q = rollout(peer);
-        msg.peers.push_back({peer,
-                             q.reg.transport,
-                             q.reg.transport_address,
-                             q.reg.slot_descriptors,
-                             q.reg.buffer_byte_offsets,
-                             {},
-                             0,
-                             0});
-        assignDeltaLanding(opt_.job, dense, rank, trainer(rank).reg.device_id.empty(),
-                           q.reg.delta_landing, msg.peers.back());
-      }
+      for (int32_t peer : view.peers)
+        msg.peers.push_back(
+            trainerPeerInfo(opt_.job, dense, rank, trainer(rank), peer, rollout(peer)));
     }
     if (job_world) {
       assignJobWorldBroadcasts(plan, comm_map, numbering, *broadcast_backend_, role, rank, &msg);

@@ -37,6 +37,21 @@ void assignDeltaLanding(const JobSettings& job, const DenseWriteBytes& dense, in
   peer.delta_landing_bytes = part.bytes;
 }
 
+PeerInfo trainerPeerInfo(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
+                         const Participant& self, int32_t peer, const Participant& rollout) {
+  PeerInfo info{peer,
+                rollout.reg.transport,
+                rollout.reg.transport_address,
+                rollout.reg.slot_descriptors,
+                rollout.reg.buffer_byte_offsets,
+                {},
+                0,
+                0};
+  assignDeltaLanding(job, dense, trainer, self.reg.device_id.empty(), rollout.reg.delta_landing,
+                     info);
+  return info;
+}
+
 void setDeltaBases(const VersionSequencer& sequencer, GoMsg& go) {
   go.base_of_replica.assign(go.slot_of_replica.size(), 0);
   for (size_t id = 0; id < go.slot_of_replica.size(); ++id) {

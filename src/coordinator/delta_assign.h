@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "coordinator/participants.h"
 #include "coordinator/version_sequencer.h"
 #include "options/options.h"
 #include "plan/plan.h"
@@ -26,6 +27,12 @@ DenseWriteBytes denseWriteBytes(const Plan& plan, int32_t num_trainers);
 // (`trainer_on_host`); leaves them empty (dense) otherwise.
 void assignDeltaLanding(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
                         bool trainer_on_host, const std::vector<uint8_t>& landing, PeerInfo& peer);
+
+// What trainer `trainer` (participant `self`) is told of rollout rank `peer` (participant
+// `rollout`) in its PlanAssignment or PlanExtension: the rollout's transport, slots and buffer
+// offsets, and its part of the rollout's delta landing area (assignDeltaLanding).
+PeerInfo trainerPeerInfo(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
+                         const Participant& self, int32_t peer, const Participant& rollout);
 
 // A version's first Go: each replica it gives a slot gets its newest ready version as the base
 // trainers may send patches against (0 when it holds none). Re-sends (a Go of the same version

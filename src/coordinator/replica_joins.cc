@@ -215,19 +215,9 @@ void ReplicaJoins::finishPlan(int32_t replica, uint64_t token, const Status& sta
     ext.ranks = g.ranks;
     ext.rank_plan = plan->trainer_views[static_cast<size_t>(t)];
     const Participant& trainer = participants_.trainer(t);
-    for (int32_t peer : plan->trainer_peers[static_cast<size_t>(t)]) {
-      const Participant& q = participants_.rollout(peer);
-      ext.peers.push_back({peer,
-                           q.reg.transport,
-                           q.reg.transport_address,
-                           q.reg.slot_descriptors,
-                           q.reg.buffer_byte_offsets,
-                           {},
-                           0,
-                           0});
-      assignDeltaLanding(options_.job, plan->dense, t, trainer.reg.device_id.empty(),
-                         q.reg.delta_landing, ext.peers.back());
-    }
+    for (int32_t peer : plan->trainer_peers[static_cast<size_t>(t)])
+      ext.peers.push_back(trainerPeerInfo(options_.job, plan->dense, t, trainer, peer,
+                                          participants_.rollout(peer)));
     const std::vector<uint8_t> encoded = encode(ext);
     wire_.sendTo(trainer, MessageType::kPlanExtension, encoded);
     job_.extension_sent(g.id, t, encoded);

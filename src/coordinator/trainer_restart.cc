@@ -201,19 +201,9 @@ void TrainerRestart::sendAssignments() {
     PlanAssignmentMsg msg;
     msg.rank_plan = encodeRankPlan(view);
     const Participant& self = participants_.trainer(t);
-    for (int32_t peer : view.peers) {
-      const Participant& q = participants_.rollout(peer);
-      msg.peers.push_back({peer,
-                           q.reg.transport,
-                           q.reg.transport_address,
-                           q.reg.slot_descriptors,
-                           q.reg.buffer_byte_offsets,
-                           {},
-                           0,
-                           0});
-      assignDeltaLanding(options_.job, dense, t, self.reg.device_id.empty(), q.reg.delta_landing,
-                         msg.peers.back());
-    }
+    for (int32_t peer : view.peers)
+      msg.peers.push_back(
+          trainerPeerInfo(options_.job, dense, t, self, peer, participants_.rollout(peer)));
     msg.replica_of_rollout = replica_of;
     job_.complete_assignment(t, msg);
     wire_.sendTo(self, MessageType::kPlanAssignment, encode(msg));

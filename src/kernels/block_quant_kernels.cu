@@ -195,8 +195,10 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
 // kThreads / G groups per thread block, each on one work item at a time (grid-stride, the same
 // trip count for every thread of a block). Work item i is unit i, or units[i] with a list. With
 // kTable the tasks are `tasks` (num_tasks, sorted by first_tile), else the single task `one`.
+// Four thread blocks per SM (at most 64 registers a thread; ptxas spills ~200 bytes): on an H100
+// 1.2x the amax pass and 1.05x the fused pass of the unbounded 98 registers (two blocks per SM).
 template <int G, bool kTable>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     blockQuantKernel(const QuantTask* __restrict__ tasks, int64_t num_tasks, QuantTask one,
                      uint64_t items, const uint64_t* __restrict__ units,
                      float* __restrict__ list_amax, int mode_value) {

@@ -1,7 +1,10 @@
-// Delta versions against full versions (issue 22, docs/delta.md), host memory over UCX, under
-// mpirun -np 2 (world rank 0: the trainer, world rank 1: a one-rank rollout replica):
+// Delta versions against full versions (issue 22, docs/delta.md), under mpirun -np 2 (world rank
+// 0: the trainer, world rank 1: a one-rank rollout replica); host memory over UCX, or (CUDA
+// builds, --memory device) device memory on both sides over --transport (default staged; on one
+// GPU: the trainer diffs and the rollout applies on it, the patches go through host memory):
 //
 //   mpirun -np 2 build/benchmarks/wsync-delta-bench --elements 16777216 --versions 10
+//   mpirun -np 2 build/benchmarks/wsync-delta-bench --memory device --transport staged
 //
 // One bf16 tensor of `elements` elements; per version, `share` of its elements (drawn at random)
 // change by one bf16 step. For each share (--shares, default the measured ones in
@@ -21,6 +24,10 @@
 #include <string>
 #include <vector>
 
+#ifdef WSYNC_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "wsync/wsync.h"
 
 namespace {
@@ -29,6 +36,8 @@ struct Args {
   int64_t elements = 16 << 20;
   int versions = 10;
   std::vector<double> shares = {0.003, 0.01, 0.028, 0.067};
+  bool device = false;  // --memory device
+  wsync_device_transport_t transport = WSYNC_DEVICE_TRANSPORT_STAGED;
 };
 
 Args parse(int argc, char** argv) {
@@ -37,6 +46,13 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--elements") a.elements = std::atoll(argv[i + 1]);
     if (k == "--versions") a.versions = std::atoi(argv[i + 1]);
+    if (k == "--memory") a.device = std::string(argv[i + 1]) == "device";
+    if (k == "--transport") {
+      const std::string t = argv[i + 1];
+      a.transport = t == "cuda_ipc"   ? WSYNC_DEVICE_TRANSPORT_CUDA_IPC
+                    : t == "ucx_cuda" ? WSYNC_DEVICE_TRANSPORT_UCX_CUDA
+                                      : WSYNC_DEVICE_TRANSPORT_STAGED;
+    }
     if (k == "--shares") {
       a.shares.clear();
       std::stringstream s(argv[i + 1]);
@@ -89,9 +105,28 @@ Mean runJob(const Args& a, double share, bool delta) {
   cfg.replica = 0;
   cfg.delta = delta ? 1 : 0;
   cfg.checksums = 1;  // the same verification in both modes
+  cfg.cuda_device = a.device ? 0 : -1;
+  cfg.device_transport = a.transport;
   wsync_context_t ctx = nullptr;
   check(wsync_context_create(&cfg, &ctx), nullptr, "create");
   std::vector<uint16_t> w = initial(a.elements);
+  const size_t bytes = w.size() * sizeof(uint16_t);
+  void* device_w = nullptr;  // --memory device: the trainer's tensor on the GPU
+#ifdef WSYNC_BENCH_CUDA
+  if (a.device && trainer) {
+    if (cudaMalloc(&device_w, bytes) != cudaSuccess) {
+      std::fprintf(stderr, "delta-bench: cudaMalloc of %zu bytes failed\n", bytes);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+#endif
+  // Copies the trainer's values where it registered them (host: they are there).
+  const auto upload = [&] {
+#ifdef WSYNC_BENCH_CUDA
+    if (device_w != nullptr) cudaMemcpy(device_w, w.data(), bytes, cudaMemcpyHostToDevice);
+#endif
+  };
+  upload();
   // The trainer registers its tensor as two pieces (halves), the rollout as one: the layouts
   // differ, so the version goes by one-sided writes (the path delta versions apply to), not by a
   // broadcast group.
@@ -109,15 +144,17 @@ Mean runJob(const Args& a, double share, bool delta) {
       pieces[i].local_offset = offsets[i];
     }
   }
-  check(
-      wsync_register_buffer(ctx, "w", WSYNC_DTYPE_BFLOAT16, WSYNC_MEMORY_HOST,
-                            trainer ? w.data() : nullptr, a.elements, num_pieces, pieces, nullptr),
-      ctx, "register");
+  check(wsync_register_buffer(ctx, "w", WSYNC_DTYPE_BFLOAT16,
+                              a.device ? WSYNC_MEMORY_DEVICE : WSYNC_MEMORY_HOST,
+                              trainer ? (a.device ? device_w : w.data()) : nullptr, a.elements,
+                              num_pieces, pieces, nullptr),
+        ctx, "register");
   check(wsync_commit(ctx), ctx, "commit");
   Mean mean;
   for (uint64_t v = 1; v <= static_cast<uint64_t>(a.versions); ++v) {
     advance(w, v, share);  // the rollout tracks the pattern to check the last version
     if (!trainer) continue;
+    upload();
     const auto t0 = std::chrono::steady_clock::now();
     wsync_request_t req = nullptr;
     check(wsync_publish(ctx, v, &req), ctx, "publish");
@@ -151,8 +188,12 @@ Mean runJob(const Args& a, double share, bool delta) {
     check(wsync_acquire(ctx, WSYNC_VERSION_NEWEST, &lease), ctx, "acquire");
     void* data = nullptr;
     check(wsync_lease_buffer(lease, 0, &data), ctx, "lease_buffer");
-    if (newest != static_cast<uint64_t>(a.versions) ||
-        std::memcmp(data, w.data(), w.size() * sizeof(uint16_t)) != 0) {
+    std::vector<uint16_t> got(w.size());
+#ifdef WSYNC_BENCH_CUDA
+    if (a.device) cudaMemcpy(got.data(), data, bytes, cudaMemcpyDeviceToHost);
+#endif
+    if (!a.device) std::memcpy(got.data(), data, bytes);
+    if (newest != static_cast<uint64_t>(a.versions) || got != w) {
       std::fprintf(stderr, "delta-bench: the rollout's version %llu differs from the trainer's\n",
                    static_cast<unsigned long long>(newest));
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -160,6 +201,9 @@ Mean runJob(const Args& a, double share, bool delta) {
     wsync_lease_release(lease);
   }
   check(wsync_context_destroy(ctx), nullptr, "destroy");
+#ifdef WSYNC_BENCH_CUDA
+  if (device_w != nullptr) cudaFree(device_w);
+#endif
   return mean;
 }
 
@@ -169,6 +213,14 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   const Args a = parse(argc, argv);
+#ifndef WSYNC_BENCH_CUDA
+  if (a.device) {
+    std::fprintf(stderr, "delta-bench: --memory device needs a CUDA build\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+#else
+  if (a.device) cudaSetDevice(0);
+#endif
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::vector<std::pair<Mean, Mean>> results;
@@ -178,9 +230,11 @@ int main(int argc, char** argv) {
     results.emplace_back(dense, delta);
   }
   if (rank == 0) {
-    std::printf("\n%lld bf16 elements (%.1f MB), versions 2..%d, host memory over UCX:\n",
+    std::printf("\n%lld bf16 elements (%.1f MB), versions 2..%d, %s:\n",
                 static_cast<long long>(a.elements), static_cast<double>(a.elements) * 2 / 1e6,
-                a.versions);
+                a.versions,
+                a.device ? "device memory (one GPU), WSYNC_DEVICE_TRANSPORT as --transport"
+                         : "host memory over UCX");
     std::printf("| changed | dense ms/version | delta ms/version | delta wire / full bytes |\n");
     std::printf("| --- | --- | --- | --- |\n");
     for (size_t i = 0; i < results.size(); ++i) {

@@ -192,10 +192,11 @@ typedef struct {
       Job-wide, like checksums. */
   int checksum_retries;
   /* ---- the end of the checksums layout; fields below were appended later ---- */
-  /** 1: delta versions: over one-sided writes that cross a NIC (host-memory rollouts over UCX) only
-      the elements that changed since the version a replica holds are sent, and the replica
-      rebuilds and verifies the version (implies checksums; docs/delta.md); 0: off;
-      WSYNC_UNSET_INT (initializer): WSYNC_DELTA, else off. Job-wide, like checksums. */
+  /** 1: delta versions: over one-sided writes that cross a NIC (rollouts on UCX or the staged
+      device path, host or device trainers; not CUDA IPC) only the elements that changed since the
+      version a replica holds are sent, and the replica rebuilds and verifies the version
+      (implies checksums; docs/delta.md); 0: off; WSYNC_UNSET_INT (initializer): WSYNC_DELTA,
+      else off. Job-wide, like checksums. */
   int delta;
   /** With delta: a write whose patch is larger than this share of its dense bytes goes dense, in
       (0, 1]; 0 (initializer): WSYNC_DELTA_MAX_SHARE, else 0.25. Job-wide, like delta. */

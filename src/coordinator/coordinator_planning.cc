@@ -182,8 +182,7 @@ void Coordinator::Impl::sendAssignments(const Plan& plan) {
     msg.rank_plan = encodeRankPlan(view);
     if (role == Role::kTrainer) {
       for (int32_t peer : view.peers)
-        msg.peers.push_back(
-            trainerPeerInfo(opt_.job, dense, rank, trainer(rank), peer, rollout(peer)));
+        msg.peers.push_back(trainerPeerInfo(opt_.job, dense, rank, peer, rollout(peer)));
     }
     if (job_world) {
       assignJobWorldBroadcasts(plan, comm_map, numbering, *broadcast_backend_, role, rank, &msg);

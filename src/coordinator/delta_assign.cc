@@ -24,8 +24,8 @@ DenseWriteBytes denseWriteBytes(const Plan& plan, int32_t num_trainers) {
 }
 
 void assignDeltaLanding(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
-                        bool trainer_on_host, const std::vector<uint8_t>& landing, PeerInfo& peer) {
-  if (!job.delta || !trainer_on_host || landing.empty()) return;
+                        const std::vector<uint8_t>& landing, PeerInfo& peer) {
+  if (!job.delta || landing.empty()) return;
   const auto it = dense.find(peer.rank);
   if (it == dense.end() || trainer < 0 || static_cast<size_t>(trainer) >= it->second.size()) return;
   const std::vector<delta::LandingPart> parts =
@@ -38,7 +38,7 @@ void assignDeltaLanding(const JobSettings& job, const DenseWriteBytes& dense, in
 }
 
 PeerInfo trainerPeerInfo(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
-                         const Participant& self, int32_t peer, const Participant& rollout) {
+                         int32_t peer, const Participant& rollout) {
   PeerInfo info{peer,
                 rollout.reg.transport,
                 rollout.reg.transport_address,
@@ -47,8 +47,7 @@ PeerInfo trainerPeerInfo(const JobSettings& job, const DenseWriteBytes& dense, i
                 {},
                 0,
                 0};
-  assignDeltaLanding(job, dense, trainer, self.reg.device_id.empty(), rollout.reg.delta_landing,
-                     info);
+  assignDeltaLanding(job, dense, trainer, rollout.reg.delta_landing, info);
   return info;
 }
 

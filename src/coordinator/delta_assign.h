@@ -22,17 +22,17 @@ void describeJobSettings(const JobSettings& job, WelcomeMsg& welcome);
 using DenseWriteBytes = std::map<int32_t, std::vector<uint64_t>>;
 DenseWriteBytes denseWriteBytes(const Plan& plan, int32_t num_trainers);
 
-// Fills `peer`'s landing fields for `trainer` when delta versions are on, the rank exposed a
-// landing area (`landing`: its RegisterMsg::delta_landing) and the trainer diffs on the host
-// (`trainer_on_host`); leaves them empty (dense) otherwise.
+// Fills `peer`'s landing fields for `trainer` when delta versions are on and the rank exposed a
+// landing area (`landing`: its RegisterMsg::delta_landing); leaves them empty (dense) otherwise.
+// Trainers diff in their own memory, host or device.
 void assignDeltaLanding(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
-                        bool trainer_on_host, const std::vector<uint8_t>& landing, PeerInfo& peer);
+                        const std::vector<uint8_t>& landing, PeerInfo& peer);
 
-// What trainer `trainer` (participant `self`) is told of rollout rank `peer` (participant
+// What trainer `trainer` is told of rollout rank `peer` (participant
 // `rollout`) in its PlanAssignment or PlanExtension: the rollout's transport, slots and buffer
 // offsets, and its part of the rollout's delta landing area (assignDeltaLanding).
 PeerInfo trainerPeerInfo(const JobSettings& job, const DenseWriteBytes& dense, int32_t trainer,
-                         const Participant& self, int32_t peer, const Participant& rollout);
+                         int32_t peer, const Participant& rollout);
 
 // A version's first Go: each replica it gives a slot gets its newest ready version as the base
 // trainers may send patches against (0 when it holds none). Re-sends (a Go of the same version

@@ -216,8 +216,8 @@ void ReplicaJoins::finishPlan(int32_t replica, uint64_t token, const Status& sta
     ext.rank_plan = plan->trainer_views[static_cast<size_t>(t)];
     const Participant& trainer = participants_.trainer(t);
     for (int32_t peer : plan->trainer_peers[static_cast<size_t>(t)])
-      ext.peers.push_back(trainerPeerInfo(options_.job, plan->dense, t, trainer, peer,
-                                          participants_.rollout(peer)));
+      ext.peers.push_back(
+          trainerPeerInfo(options_.job, plan->dense, t, peer, participants_.rollout(peer)));
     const std::vector<uint8_t> encoded = encode(ext);
     wire_.sendTo(trainer, MessageType::kPlanExtension, encoded);
     job_.extension_sent(g.id, t, encoded);

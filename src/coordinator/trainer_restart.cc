@@ -203,7 +203,7 @@ void TrainerRestart::sendAssignments() {
     const Participant& self = participants_.trainer(t);
     for (int32_t peer : view.peers)
       msg.peers.push_back(
-          trainerPeerInfo(options_.job, dense, t, self, peer, participants_.rollout(peer)));
+          trainerPeerInfo(options_.job, dense, t, peer, participants_.rollout(peer)));
     msg.replica_of_rollout = replica_of;
     job_.complete_assignment(t, msg);
     wire_.sendTo(self, MessageType::kPlanAssignment, encode(msg));

@@ -162,8 +162,9 @@ enum class OptionKind : uint8_t {
     "replica is re-sent to it; after that the replica skips the version (it keeps its previous "   \
     "one)")                                                                                        \
   X(job, delta, bool, false, "WSYNC_DELTA", kSetting, "delta",                                     \
-    "job-wide: delta versions: over one-sided writes that cross a NIC (host-memory rollouts over " \
-    "UCX) a trainer sends only the elements that changed since the version the replica holds, "   \
+    "job-wide: delta versions: over one-sided writes that cross a NIC (rollouts on UCX or the "    \
+    "staged device path; not CUDA IPC) a trainer sends only the elements that changed since the "  \
+    "version the replica holds, "                                                                  \
     "and the replica rebuilds the version from its newest one; implies `WSYNC_CHECKSUMS` "         \
     "(docs/delta.md)")                                                                             \
   X(job, delta_max_share, double, 0.25, "WSYNC_DELTA_MAX_SHARE", kSetting, "delta_max_share",      \

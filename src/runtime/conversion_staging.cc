@@ -20,8 +20,11 @@ Result<ConversionStaging> ConversionStaging::create(const RankPlan& plan, bool w
   };
   ConversionStaging staging;
   size_t bytes = 0;
+  // Every range starts 16-byte aligned: kernels read and write it in the range's dtype (and the
+  // device delta encoder reads it as elements), whatever the dtypes of the ranges before it.
+  const auto aligned = [&bytes] { return bytes = (bytes + 15) / 16 * 16; };
   for (const WriteOp& op : plan.writes) {
-    staging.write_offsets_.push_back(bytes);
+    staging.write_offsets_.push_back(aligned());
     if (!op.converts()) continue;
     if (!convertible(op.src_dtype, op.dst_dtype))
       return unsupported(op.tensor, op.src_dtype, op.dst_dtype, "");
@@ -29,7 +32,7 @@ Result<ConversionStaging> ConversionStaging::create(const RankPlan& plan, bool w
   }
   if (with_groups) {
     for (const BroadcastGroup& g : plan.groups) {
-      staging.group_offsets_.push_back(bytes);
+      staging.group_offsets_.push_back(aligned());
       if (g.src_dtype == g.dst_dtype) continue;
       if (!convertible(g.src_dtype, g.dst_dtype))
         return unsupported(g.tensor, g.src_dtype, g.dst_dtype, " for a broadcast");

@@ -5,9 +5,12 @@
 namespace wsync {
 
 std::vector<ByteRange> landingRanges(const RankPlan& plan,
-                                     const std::vector<uint64_t>& buffer_byte_offsets) {
+                                     const std::vector<uint64_t>& buffer_byte_offsets,
+                                     const std::vector<bool>& skipped) {
   std::vector<ByteRange> rows;
-  for (const WriteOp& op : plan.writes) {
+  for (size_t i = 0; i < plan.writes.size(); ++i) {
+    if (i < skipped.size() && skipped[i]) continue;
+    const WriteOp& op = plan.writes[i];
     const Region r = plan.region(op);
     const uint64_t dsz = dtypeSize(op.dst_dtype);
     const uint64_t base = buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)];

@@ -59,9 +59,10 @@ Status RolloutContext::prepareRegistration(RegisterMsg& msg) {
     slots_.push_back(std::move(slot_memory));
   }
   msg.buffer_byte_offsets = buffer_byte_offsets_;
-  return delta_.exposeLanding(job_.welcome.delta && memory == MemoryKind::kHost, *transport_,
-                              slot_bytes, numTrainers(), job_.welcome.delta_max_share_ppm,
-                              &msg.delta_landing);
+  // Delta versions where the writes may cross a NIC (docs/delta.md): not over CUDA IPC.
+  return delta_.exposeLanding(job_.welcome.delta && backend->crosses_nodes, *transport_, memory,
+                              options_.cuda_device, slot_bytes, numTrainers(),
+                              job_.welcome.delta_max_share_ppm, &msg.delta_landing);
 }
 
 Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
@@ -78,7 +79,7 @@ Status RolloutContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   WSYNC_ASSIGN_OR_RETURN(broadcaster_, createBroadcaster(plan_, assignment));
   if (!slots_.empty() && slots_.front()->needsLanding())
     landing_ranges_ = landingRanges(plan_, buffer_byte_offsets_);
-  delta_.planParts(plan_, numTrainers(), job_.welcome.delta_max_share_ppm);
+  WSYNC_RETURN_IF_ERROR(delta_.planParts(plan_, numTrainers(), job_.welcome.delta_max_share_ppm));
   checksums_.emplace(plan_, buffer_byte_offsets_, rank(), memoryKind(), options_.cuda_device);
   return Status::ok();
 }
@@ -402,13 +403,19 @@ Status RolloutContext::verifyVersion(const VerifyMsg& verify) {
   ExposedMemory& slot = *slots_[static_cast<size_t>(verify.slot)];
   landing_slot_ = -1;
   if (!landing_ranges_.empty()) {  // staged: move every byte to the device now (Ready will not)
-    WSYNC_RETURN_IF_ERROR(slot.land(landing_ranges_, options_.timeout).withContext(what));
+    // Delta versions: patched ops are rebuilt from the base slot below, not moved.
+    const std::vector<bool> patched = delta_.patchedOps(plan_, verify.version);
+    const Status landed =
+        patched.empty()
+            ? slot.land(landing_ranges_, options_.timeout)
+            : slot.land(landingRanges(plan_, buffer_byte_offsets_, patched), options_.timeout);
+    WSYNC_RETURN_IF_ERROR(landed.withContext(what));
     WSYNC_RETURN_IF_ERROR(slot.beginLanding());  // a re-send's writes start a new round
     landed_version_ = verify.version;
   }
   // Delta versions: the patched ops are rebuilt from the base version first (rollout_delta.cc).
-  const RolloutDelta::PatchFailures patch_failures =
-      delta_.apply(plan_, buffer_byte_offsets_, verify.version, verify.slot, *store_, slots_);
+  const RolloutDelta::PatchFailures patch_failures = delta_.apply(
+      plan_, buffer_byte_offsets_, verify.version, verify.slot, *store_, slots_, options_.timeout);
   WSYNC_ASSIGN_OR_RETURN(
       std::optional<ChecksumFailedMsg> failed,
       checksums_->verify(verify, static_cast<const uint8_t*>(slot.data()), patch_failures, what,

@@ -1,10 +1,13 @@
 #include "runtime/rollout_delta.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "delta/delta_landing.h"
 #include "delta/delta_patch.h"
+#include "runtime/device_delta_ops.h"
 
 namespace wsync {
 namespace {
@@ -35,20 +38,21 @@ void copyRows(const Region& r, size_t esz, uint8_t* slot_at, uint8_t* packed, bo
 
 }  // namespace
 
-// (The staged path for device slots is not built yet.)
-Status RolloutDelta::exposeLanding(bool enabled, WriteTransport& transport, uint64_t slot_bytes,
-                                   int32_t trainers, uint32_t max_share_ppm,
-                                   std::vector<uint8_t>* descriptor) {
+Status RolloutDelta::exposeLanding(bool enabled, WriteTransport& transport, MemoryKind memory,
+                                   int device, uint64_t slot_bytes, int32_t trainers,
+                                   uint32_t max_share_ppm, std::vector<uint8_t>* descriptor) {
   if (!enabled) return Status::ok();
   const uint64_t bytes = delta::landingAreaBytes(slot_bytes, trainers, max_share_ppm);
-  WSYNC_ASSIGN_OR_RETURN(state_.landing, transport.allocateExposed(bytes));
+  WSYNC_ASSIGN_OR_RETURN(state_.landing, transport.allocateExposedHost(bytes));
   std::memset(state_.landing->data(), 0, state_.landing->size());
   *descriptor = state_.landing->descriptor();
+  state_.device.on = memory == MemoryKind::kDevice;
+  state_.device.device = device;
   return Status::ok();
 }
 
-void RolloutDelta::planParts(const RankPlan& plan, int32_t num_trainers, uint32_t max_share_ppm) {
-  if (!state_.landing) return;
+Status RolloutDelta::planParts(const RankPlan& plan, int32_t num_trainers, uint32_t max_share_ppm) {
+  if (!state_.landing) return Status::ok();
   const auto trainers = static_cast<size_t>(num_trainers);
   std::vector<uint64_t> dense(trainers, 0);
   state_.trainers.assign(trainers, {});
@@ -60,18 +64,126 @@ void RolloutDelta::planParts(const RankPlan& plan, int32_t num_trainers, uint32_
     state_.trainers[static_cast<size_t>(op.src_rank)].ops.push_back(i);
   }
   const std::vector<delta::LandingPart> parts = delta::landingParts(dense, max_share_ppm);
+  uint64_t largest_part = 0;
   for (size_t t = 0; t < trainers; ++t) {
     state_.trainers[t].part_offset = parts[t].offset;
     state_.trainers[t].part_bytes = parts[t].bytes;
     if (parts[t].offset + parts[t].bytes > state_.landing->size())
       state_.trainers[t].part_bytes = 0;
+    largest_part = std::max(largest_part, state_.trainers[t].part_bytes);
   }
+  return state_.device.on ? allocateDevice(plan, largest_part) : Status::ok();
+}
+
+// Device slots: the largest patch fits the largest part; the scratch and the packed region serve
+// the largest op (strided ones only for `packed`).
+Status RolloutDelta::allocateDevice(const RankPlan& plan, uint64_t largest_part) {
+  RolloutDeltaState::Device& d = state_.device;
+  const std::string what = "delta versions on the device";
+  WSYNC_RETURN_IF_ERROR(setDevice(d.device).withContext(what));
+  size_t scratch = 0, packed = 0;
+  for (const RolloutDeltaState::FromTrainer& from : state_.trainers) {
+    for (size_t i : from.ops) {
+      const WriteOp& op = plan.writes[i];
+      const int64_t n = plan.numElements(op);
+      if (n == 0 || from.part_bytes == 0) continue;
+      const size_t esz = dtypeSize(op.dst_dtype);
+      WSYNC_ASSIGN_OR_RETURN(const size_t s,
+                             deviceApplyScratchBytes(delta::shapeFor(n, static_cast<int>(esz))));
+      scratch = std::max(scratch, s);
+      if (!destinationContiguous(plan.region(op)))
+        packed = std::max(packed, static_cast<size_t>(n) * esz);
+    }
+  }
+  const auto allocate = [&d](size_t bytes, DeviceBuffer& buffer) -> Status {
+    if (bytes == 0) return Status::ok();
+    WSYNC_ASSIGN_OR_RETURN(buffer, DeviceBuffer::allocate(bytes, d.device));
+    return Status::ok();
+  };
+  WSYNC_ASSIGN_OR_RETURN(d.stream, DeviceStream::create(d.device));
+  WSYNC_RETURN_IF_ERROR(allocate(largest_part, d.patch).withContext(what));
+  WSYNC_RETURN_IF_ERROR(allocate(scratch, d.scratch).withContext(what));
+  return allocate(packed, d.packed).withContext(what);
+}
+
+std::vector<bool> RolloutDelta::patchedOps(const RankPlan& plan, uint64_t version) const {
+  std::vector<bool> patched;
+  if (!state_.landing || state_.base == 0) return patched;
+  const auto* landing = static_cast<const uint8_t*>(state_.landing->data());
+  for (size_t t = 0; t < state_.trainers.size(); ++t) {
+    const RolloutDeltaState::FromTrainer& from = state_.trainers[t];
+    if (from.part_bytes == 0) continue;
+    Result<delta::PairArea> area =
+        delta::readPairArea(landing + from.part_offset, from.part_bytes, static_cast<uint32_t>(t),
+                            version, from.ops.size());
+    if (!area.isOk()) continue;  // apply names it; its bytes fail verification either way
+    for (const delta::PairEntry& e : area->entries) {
+      patched.resize(plan.writes.size(), false);
+      patched[from.ops[e.op]] = true;
+    }
+  }
+  return patched;
+}
+
+Status RolloutDelta::applyOne(const RankPlan& plan, const WriteOp& op, size_t at,
+                              const uint8_t* patch, size_t patch_bytes, const uint8_t* base,
+                              uint8_t* out) {
+  const Region r = plan.region(op);
+  const size_t esz = dtypeSize(op.dst_dtype);
+  const delta::PatchShape shape = delta::shapeFor(plan.numElements(op), static_cast<int>(esz));
+  if (destinationContiguous(r))
+    return delta::applyPatch(shape, patch, patch_bytes, base + at, out + at);
+  state_.scratch.resize(static_cast<size_t>(shape.num_elements) * esz);
+  copyRows(r, esz, const_cast<uint8_t*>(base) + at, state_.scratch.data(), true);
+  WSYNC_RETURN_IF_ERROR(
+      delta::applyPatch(shape, patch, patch_bytes, state_.scratch.data(), state_.scratch.data()));
+  copyRows(r, esz, out + at, state_.scratch.data(), false);
+  return Status::ok();
+}
+
+// Checks the patch on the host (the device trusts it), copies it to the device and applies it
+// there, enqueued on the state's stream.
+Status RolloutDelta::applyOneOnDevice(const RankPlan& plan, const WriteOp& op, size_t at,
+                                      const uint8_t* patch, size_t patch_bytes, const uint8_t* base,
+                                      uint8_t* out) {
+  RolloutDeltaState::Device& d = state_.device;
+  const Region r = plan.region(op);
+  const DType dtype = op.dst_dtype;
+  const size_t esz = dtypeSize(dtype);
+  const delta::PatchShape shape = delta::shapeFor(plan.numElements(op), static_cast<int>(esz));
+  WSYNC_RETURN_IF_ERROR(delta::validatePatch(shape, patch, patch_bytes));
+  if (patch_bytes > d.patch.size()) {
+    return protocolError("a patch of " + std::to_string(patch_bytes) +
+                         " bytes, larger than the trainer's landing part (" +
+                         std::to_string(d.patch.size()) + " bytes)");
+  }
+  CudaStreamHandle stream = d.stream.get();
+  WSYNC_RETURN_IF_ERROR(copyAsync(d.patch.data(), patch, patch_bytes, stream));
+  if (destinationContiguous(r)) {
+    return applyPatchDeviceAsync(shape, d.patch.data(), patch_bytes, base + at, out + at,
+                                 d.scratch.data(), d.scratch.size(), stream);
+  }
+  // A strided region: gathered from the base slot, patched in place, scattered into `out`.
+  Region gather = r;
+  gather.src_offset = gather.dst_offset = 0;
+  gather.src_stride[0] = r.dst_stride[0];
+  gather.src_stride[1] = r.dst_stride[1];
+  gather.dst_stride[0] = r.count[0];
+  gather.dst_stride[1] = r.count[0] * r.count[1];
+  Region scatter = gather;
+  std::swap(scatter.src_stride, scatter.dst_stride);
+  WSYNC_RETURN_IF_ERROR(
+      convertRegionAsync(base + at, dtype, d.packed.data(), dtype, gather, 1.0F, stream));
+  WSYNC_RETURN_IF_ERROR(applyPatchDeviceAsync(shape, d.patch.data(), patch_bytes, d.packed.data(),
+                                              d.packed.data(), d.scratch.data(), d.scratch.size(),
+                                              stream));
+  return convertRegionAsync(d.packed.data(), dtype, out + at, dtype, scatter, 1.0F, stream);
 }
 
 RolloutDelta::PatchFailures RolloutDelta::apply(
     const RankPlan& plan, const std::vector<uint64_t>& buffer_byte_offsets, uint64_t version,
-    int32_t slot, const SlotStore& store,
-    const std::vector<std::unique_ptr<ExposedMemory>>& slots) {
+    int32_t slot, const SlotStore& store, const std::vector<std::unique_ptr<ExposedMemory>>& slots,
+    std::chrono::milliseconds timeout) {
   PatchFailures failed;
   if (!state_.landing || state_.base == 0) return failed;
   int32_t base_slot = -1;
@@ -80,8 +192,18 @@ RolloutDelta::PatchFailures RolloutDelta::apply(
     if (s != slot && info && info->state == SlotState::kReady && info->version == state_.base)
       base_slot = s;
   }
+  if (state_.device.on) {
+    const Status s = setDevice(state_.device.device);
+    if (!s.isOk()) {
+      for (size_t t = 0; t < state_.trainers.size(); ++t)
+        if (state_.trainers[t].part_bytes > 0)
+          failed.emplace_back(static_cast<int32_t>(t), s.message());
+      return failed;
+    }
+  }
   const auto* landing = static_cast<const uint8_t*>(state_.landing->data());
   uint8_t* out_slot = static_cast<uint8_t*>(slots[static_cast<size_t>(slot)]->data());
+  std::vector<int32_t> on_device;  // trainers whose patches were enqueued on the device
   for (size_t t = 0; t < state_.trainers.size(); ++t) {
     const RolloutDeltaState::FromTrainer& from = state_.trainers[t];
     if (from.part_bytes == 0) continue;
@@ -102,22 +224,13 @@ RolloutDelta::PatchFailures RolloutDelta::apply(
         static_cast<const uint8_t*>(slots[static_cast<size_t>(base_slot)]->data());
     for (size_t e = 0; e < area->entries.size(); ++e) {
       const WriteOp& op = plan.writes[from.ops[area->entries[e].op]];
-      const Region r = plan.region(op);
-      const size_t esz = dtypeSize(op.dst_dtype);
       const size_t at = buffer_byte_offsets[static_cast<size_t>(op.dst_buffer)] +
-                        static_cast<size_t>(r.dst_offset) * esz;
-      const delta::PatchShape shape = delta::shapeFor(plan.numElements(op), static_cast<int>(esz));
-      Status s;
-      if (destinationContiguous(r)) {
-        s = delta::applyPatch(shape, area->patches[e], area->entries[e].patch_bytes, base + at,
-                              out_slot + at);
-      } else {
-        state_.scratch.resize(static_cast<size_t>(shape.num_elements) * esz);
-        copyRows(r, esz, const_cast<uint8_t*>(base) + at, state_.scratch.data(), true);
-        s = delta::applyPatch(shape, area->patches[e], area->entries[e].patch_bytes,
-                              state_.scratch.data(), state_.scratch.data());
-        if (s.isOk()) copyRows(r, esz, out_slot + at, state_.scratch.data(), false);
-      }
+                        static_cast<size_t>(op.dst_offset) * dtypeSize(op.dst_dtype);
+      const uint8_t* patch = area->patches[e];
+      const size_t patch_bytes = area->entries[e].patch_bytes;
+      const Status s = state_.device.on
+                           ? applyOneOnDevice(plan, op, at, patch, patch_bytes, base, out_slot)
+                           : applyOne(plan, op, at, patch, patch_bytes, base, out_slot);
       if (!s.isOk()) {
         failed.emplace_back(static_cast<int32_t>(t),
                             "the patch of tensor '" +
@@ -125,6 +238,18 @@ RolloutDelta::PatchFailures RolloutDelta::apply(
                                 "': " + s.message());
         break;
       }
+      if (state_.device.on && (on_device.empty() || on_device.back() != static_cast<int32_t>(t))) {
+        on_device.push_back(static_cast<int32_t>(t));
+      }
+    }
+  }
+  if (!on_device.empty()) {
+    const Status s = streamSync(state_.device.stream.get(), timeout);
+    for (int32_t t : on_device) {
+      const bool named = std::any_of(failed.begin(), failed.end(),
+                                     [t](const auto& failure) { return failure.first == t; });
+      if (!s.isOk() && !named)
+        failed.emplace_back(t, "applying its patches on the device: " + s.message());
     }
   }
   return failed;

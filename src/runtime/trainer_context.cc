@@ -70,8 +70,9 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
                                                   memory_, options_.cuda_device, options_.timeout));
   WSYNC_ASSIGN_OR_RETURN(staging_,
                          ConversionStaging::create(plan_, true, memory_, options_.cuda_device));
-  WSYNC_RETURN_IF_ERROR(setUpDelta(plan_, assignment.peers, deltaEnabled(),
-                                   job_.welcome.delta_max_share_ppm, delta_));
+  WSYNC_RETURN_IF_ERROR(setUpDelta(plan_, assignment.peers, job_.welcome.delta,
+                                   job_.welcome.delta_max_share_ppm, memory_, options_.cuda_device,
+                                   delta_));
   if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(rebuildChecksums());
   peers_.setUp(memory_, transportSetup(rank()));
   WSYNC_RETURN_IF_ERROR(addSources());
@@ -333,15 +334,17 @@ Status TrainerContext::transfer(const GoMsg& go) {
 }
 
 Status TrainerContext::sendDeltas(const GoMsg& go) {
-  WSYNC_RETURN_IF_ERROR(sendDeltaPatches(
-      go, plan_, delta_, [this](size_t i) { return staging_.write(i); }, membership_, sources_,
-      rank(), &delta_.wire_bytes));
+  const DeltaSendSources plan_sources{sources_, [this](size_t i) { return staging_.write(i); },
+                                      options_.timeout};
+  WSYNC_RETURN_IF_ERROR(
+      sendDeltaPatches(go, plan_, delta_, plan_sources, membership_, rank(), &delta_.wire_bytes));
   for (const auto& part : membership_.extensions()) {
     if (!part->active) continue;
     const ConversionStaging& staging = part->staging;
-    WSYNC_RETURN_IF_ERROR(sendDeltaPatches(
-        go, part->plan, part->delta, [&staging](size_t i) { return staging.write(i); }, membership_,
-        sources_, rank(), &delta_.wire_bytes));
+    const DeltaSendSources part_sources{sources_, [&staging](size_t i) { return staging.write(i); },
+                                        options_.timeout};
+    WSYNC_RETURN_IF_ERROR(sendDeltaPatches(go, part->plan, part->delta, part_sources, membership_,
+                                           rank(), &delta_.wire_bytes));
   }
   return Status::ok();
 }
@@ -452,7 +455,7 @@ Status TrainerContext::startQuantizing(uint64_t version) {
 // first: trainer_delta.cc).
 Status TrainerContext::corruptOneWrite(const GoMsg& go) {
   if (!corruption_.due(go.version, transfer_attempt_)) return Status::ok();
-  WSYNC_ASSIGN_OR_RETURN(const bool patch_corrupted, corruptOnePatch(go, delta_, corruption_));
+  WSYNC_ASSIGN_OR_RETURN(const bool patch_corrupted, corruptOnePatch(go, delta_));
   // A patched op's slot bytes are the rank's to write.
   if (patch_corrupted) return peers_.flush(options_.timeout);
   for (size_t i = 0; i < plan_.writes.size(); ++i) {
@@ -515,8 +518,9 @@ Status TrainerContext::applyExtension(const PlanExtensionMsg& extension) {
   part->ranks = extension.ranks;
   part->plan = std::move(plan);
   TrainerDeltaState& delta = part->delta;
-  WSYNC_RETURN_IF_ERROR(setUpDelta(part->plan, extension.peers, deltaEnabled(),
-                                   job_.welcome.delta_max_share_ppm, delta)
+  WSYNC_RETURN_IF_ERROR(setUpDelta(part->plan, extension.peers, job_.welcome.delta,
+                                   job_.welcome.delta_max_share_ppm, memory_, options_.cuda_device,
+                                   delta)
                             .withContext(what));
   for (const PeerInfo& p : extension.peers) {
     const auto attach = [&](WriteTransport& t) { return attachDeltaLanding(p, t, delta); };

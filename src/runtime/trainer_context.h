@@ -107,7 +107,6 @@ class TrainerContext final : public Context {
   // Delta versions (runtime/trainer_delta.h): the plan's writes' patches (delta_), then each
   // joined replica's (ExtensionPart::delta).
   Status sendDeltas(const GoMsg& go);
-  bool deltaEnabled() const { return job_.welcome.delta && !onDevice(); }
 
   RankPlan plan_;
   std::vector<int32_t> group_comm_;

@@ -1,12 +1,13 @@
 #include "runtime/trainer_delta.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
 
 #include "delta/delta_landing.h"
 #include "delta/delta_patch.h"
-#include "runtime/debug_corruption.h"
+#include "runtime/device_delta_ops.h"
 #include "runtime/trainer_membership.h"
 #include "runtime/trainer_sources.h"
 
@@ -20,21 +21,40 @@ bool sourceContiguous(const Region& r) {
   return rows_packed && planes_packed;
 }
 
+// `r` without its offsets and with its destination side packed: a same-dtype copy of it gathers
+// the source side into a packed buffer.
+Region packedRegion(const Region& r) {
+  Region packed = r;
+  packed.src_offset = packed.dst_offset = 0;
+  packed.dst_stride[0] = r.count[0];
+  packed.dst_stride[1] = r.count[0] * r.count[1];
+  return packed;
+}
+
 // Write op `i`'s bytes for this version as they land (destination dtype), packed: its converted
-// staging `staged` (converting it now, host memory), its source run, or its strided source
-// gathered.
+// staging `staged` (host memory converts it now; device memory converted it before the send), its
+// source run, or its strided source gathered (device memory: enqueued on the state's stream).
 Result<const uint8_t*> deltaBytesOf(const RankPlan& plan, TrainerDeltaState& state, size_t i,
-                                    uint8_t* staged, const TrainerSources& sources) {
+                                    const DeltaSendSources& from) {
   const WriteOp& op = plan.writes[i];
   if (op.converts()) {
-    WSYNC_RETURN_IF_ERROR(sources.convertHost(plan, op, staged));
-    state.ops[i].converted = true;
+    uint8_t* staged = from.staged(i);
+    if (!state.device.on) {
+      WSYNC_RETURN_IF_ERROR(from.sources.convertHost(plan, op, staged));
+      state.ops[i].converted = true;
+    }
     return staged;
   }
   const Region r = plan.region(op);
   const size_t esz = dtypeSize(op.src_dtype);
-  const uint8_t* src = sources.of(op.src_buffer) + static_cast<size_t>(r.src_offset) * esz;
+  const uint8_t* src = from.sources.of(op.src_buffer) + static_cast<size_t>(r.src_offset) * esz;
   if (sourceContiguous(r)) return src;
+  if (state.device.on) {
+    WSYNC_RETURN_IF_ERROR(convertRegionAsync(src, op.src_dtype, state.device.gather.data(),
+                                             op.src_dtype, packedRegion(r), 1.0F,
+                                             state.device.stream.get()));
+    return state.device.gather.data();
+  }
   const size_t row_bytes = static_cast<size_t>(r.count[0]) * esz;
   state.scratch.resize(static_cast<size_t>(plan.numElements(op)) * esz);
   for (int64_t row = 0; row < r.count[1] * r.count[2]; ++row) {
@@ -46,10 +66,69 @@ Result<const uint8_t*> deltaBytesOf(const RankPlan& plan, TrainerDeltaState& sta
   return state.scratch.data();
 }
 
+// The patch of `next` against the kept bytes of op `s` into state.patch (host), the kept bytes
+// becoming `next` (only the changed elements are written), on the host or on the device.
+Status encodeKeptPatch(const delta::PatchShape& shape, TrainerDeltaState& state,
+                       const TrainerDeltaState::Op& s, const uint8_t* next,
+                       const DeltaSendSources& from) {
+  if (!state.device.on) {
+    return delta::encodePatchAndAdvance(shape, state.kept.data() + s.kept_offset, next,
+                                        &state.patch);
+  }
+  TrainerDeltaState::Device& d = state.device;
+  WSYNC_ASSIGN_OR_RETURN(const size_t bytes,
+                         encodePatchAndAdvanceDevice(
+                             shape, d.kept.data() + s.kept_offset, next, d.patch.data(),
+                             d.patch.size(), d.scratch.data(), d.scratch.size(), d.stream.get()));
+  state.patch.resize(bytes);
+  WSYNC_RETURN_IF_ERROR(copyAsync(state.patch.data(), d.patch.data(), bytes, d.stream.get()));
+  return streamSync(d.stream.get(), from.timeout);
+}
+
+// The kept bytes of op `s` become `next` (`bytes` bytes) without a patch.
+Status keepDense(TrainerDeltaState& state, const TrainerDeltaState::Op& s, const uint8_t* next,
+                 size_t bytes, const DeltaSendSources& from) {
+  if (!state.device.on) {
+    std::memcpy(state.kept.data() + s.kept_offset, next, bytes);
+    return Status::ok();
+  }
+  return copyAsync(state.device.kept.data() + s.kept_offset, next, bytes,
+                   state.device.stream.get());
+}
+
+// A device trainer's encode memory for the delta ops of `plan` (state.ops set up).
+Status allocateDeviceDelta(const RankPlan& plan, size_t kept_bytes, TrainerDeltaState& state) {
+  TrainerDeltaState::Device& d = state.device;
+  WSYNC_RETURN_IF_ERROR(setDevice(d.device));
+  size_t patch = 0, scratch = 0, gather = 0;
+  for (size_t i = 0; i < plan.writes.size(); ++i) {
+    if (state.ops[i].pair < 0) continue;
+    const WriteOp& op = plan.writes[i];
+    const int64_t n = plan.numElements(op);
+    if (n == 0) continue;
+    const delta::PatchShape shape = delta::shapeFor(n, static_cast<int>(dtypeSize(op.dst_dtype)));
+    patch = std::max(patch, static_cast<size_t>(delta::maxPatchBytes(shape)));
+    WSYNC_ASSIGN_OR_RETURN(const size_t encode_scratch, deviceEncodeScratchBytes(shape));
+    scratch = std::max(scratch, encode_scratch);
+    if (!op.converts() && !sourceContiguous(plan.region(op)))
+      gather = std::max(gather, static_cast<size_t>(n) * dtypeSize(op.src_dtype));
+  }
+  const auto allocate = [&d](size_t bytes, DeviceBuffer& buffer) -> Status {
+    if (bytes == 0) return Status::ok();
+    WSYNC_ASSIGN_OR_RETURN(buffer, DeviceBuffer::allocate(bytes, d.device));
+    return Status::ok();
+  };
+  WSYNC_ASSIGN_OR_RETURN(d.stream, DeviceStream::create(d.device));
+  WSYNC_RETURN_IF_ERROR(allocate(kept_bytes, d.kept));
+  WSYNC_RETURN_IF_ERROR(allocate(patch, d.patch));
+  WSYNC_RETURN_IF_ERROR(allocate(scratch, d.scratch));
+  return allocate(gather, d.gather);
+}
+
 }  // namespace
 
 Status setUpDelta(const RankPlan& plan, const std::vector<PeerInfo>& peers, bool enabled,
-                  uint32_t max_share_ppm, TrainerDeltaState& state) {
+                  uint32_t max_share_ppm, MemoryKind memory, int device, TrainerDeltaState& state) {
   const uint64_t wire = state.wire_bytes, full = state.full_bytes;
   state = TrainerDeltaState{};
   state.wire_bytes = wire;
@@ -79,9 +158,15 @@ Status setUpDelta(const RankPlan& plan, const std::vector<PeerInfo>& peers, bool
     auto& ops = state.pairs[static_cast<size_t>(pair)].ops;
     state.ops[i].pair = pair;
     state.ops[i].ordinal = static_cast<uint32_t>(ops.size());
+    kept = (kept + 15) / 16 * 16;  // each op's bytes aligned for the element-wise kernels
     state.ops[i].kept_offset = kept;
     ops.push_back(i);
     kept += static_cast<size_t>(plan.numElements(op)) * dtypeSize(op.dst_dtype);
+  }
+  if (memory == MemoryKind::kDevice) {
+    state.device.on = true;
+    state.device.device = device;
+    return allocateDeviceDelta(plan, kept, state).withContext("delta versions on the device");
   }
   state.kept.resize(kept);
   return Status::ok();
@@ -104,12 +189,13 @@ Status attachDeltaLanding(const PeerInfo& p, WriteTransport& transport, TrainerD
 }
 
 Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState& state,
-                        const DeltaStagingOf& staged, const TrainerMembership& membership,
-                        const TrainerSources& sources, int32_t trainer_rank, uint64_t* wire_bytes) {
+                        const DeltaSendSources& from, const TrainerMembership& membership,
+                        int32_t trainer_rank, uint64_t* wire_bytes) {
   for (TrainerDeltaState::Op& s : state.ops) {
     s.patched = false;
     s.converted = false;
   }
+  bool device_work = false;  // device copies into the kept bytes still in flight
   for (TrainerDeltaState::Pair& pair : state.pairs) {
     pair.last_patch_end = 0;
     if (membership.slotFor(go, pair.rollout) < 0) continue;
@@ -125,15 +211,11 @@ Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState
       const size_t dsz = dtypeSize(op.dst_dtype);
       const size_t bytes = static_cast<size_t>(n) * dsz;
       if (bytes == 0) continue;
-      WSYNC_ASSIGN_OR_RETURN(
-          const uint8_t* next,
-          deltaBytesOf(plan, state, i, op.converts() ? staged(i) : nullptr, sources));
-      uint8_t* kept = state.kept.data() + s.kept_offset;
+      WSYNC_ASSIGN_OR_RETURN(const uint8_t* next, deltaBytesOf(plan, state, i, from));
       if (base != 0 && s.kept_version == base) {
-        // The kept bytes become this version's as the patch is encoded (only changed elements
-        // are written), whether the patch is sent or not.
-        WSYNC_RETURN_IF_ERROR(delta::encodePatchAndAdvance(
-            delta::shapeFor(n, static_cast<int>(dsz)), kept, next, &state.patch));
+        // The kept bytes become this version's as the patch is encoded, whether it is sent or not.
+        WSYNC_RETURN_IF_ERROR(
+            encodeKeptPatch(delta::shapeFor(n, static_cast<int>(dsz)), state, s, next, from));
         const uint64_t patch_bytes = state.patch.size();
         if (static_cast<double>(patch_bytes) <= state.max_share * static_cast<double>(bytes) &&
             writer.fits(patch_bytes)) {
@@ -142,7 +224,8 @@ Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState
           s.patched = true;
         }
       } else {
-        std::memcpy(kept, next, bytes);
+        WSYNC_RETURN_IF_ERROR(keepDense(state, s, next, bytes, from));
+        device_work = state.device.on;
       }
       s.kept_version = go.version;
     }
@@ -154,19 +237,19 @@ Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState
                                                   area_bytes, 1, 1));
     *wire_bytes += area_bytes;
   }
+  // The kept copies read the sources, which the caller may change once the publish completed.
+  if (device_work) WSYNC_RETURN_IF_ERROR(streamSync(state.device.stream.get(), from.timeout));
   return Status::ok();
 }
 
-Result<bool> corruptOnePatch(const GoMsg& go, TrainerDeltaState& state,
-                             DebugCorruption& corruption) {
-  for (const TrainerDeltaState::Pair& pair : state.pairs) {
+Result<bool> corruptOnePatch(const GoMsg& go, TrainerDeltaState& state) {
+  for (TrainerDeltaState::Pair& pair : state.pairs) {
     if (pair.last_patch_end <= delta::kPairHeaderBytes) continue;
     const uint64_t at = pair.last_patch_end - 1;
-    WSYNC_ASSIGN_OR_RETURN(const uint8_t* flipped,
-                           corruption.flip(&state.staging[pair.staging_offset + at], nullptr,
-                                           std::chrono::milliseconds(0)));
+    uint8_t& byte = state.staging[pair.staging_offset + at];
+    byte = static_cast<uint8_t>(~byte);  // the staging is rewritten by the next send
     WSYNC_RETURN_IF_ERROR(pair.transport->write3d(pair.landing, pair.landing_offset + at, 1, 1,
-                                                  flipped, 1, 1, 1, 1, 1));
+                                                  &byte, 1, 1, 1, 1, 1));
     std::fprintf(stderr,
                  "[wsync trainer 0] debug: version %llu: corrupted byte %llu of the delta patches "
                  "for rollout %d\n",

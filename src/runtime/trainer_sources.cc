@@ -17,6 +17,7 @@ Status TrainerSources::setUp(const std::vector<LocalBuffer>& buffers,
   if (!snapshot) return Status::ok();
   size_t total = 0;
   for (const LocalBuffer& b : buffers) {
+    total = (total + 15) / 16 * 16;  // each buffer aligned for the element-wise kernels
     snapshot_offsets_.push_back(total);
     total += static_cast<size_t>(b.num_elements) * dtypeSize(b.dtype);
   }

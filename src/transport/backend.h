@@ -40,6 +40,9 @@ struct WriteBackend {
   // writer reaches staged landing areas with plain UCX).
   const char* family;
   int priority;  // the higher wins when several fit
+  // Its writes may cross a network link, so a rollout on it takes delta patches (docs/delta.md);
+  // false for backends confined to one node, whose copies run as fast as a patch applies.
+  bool crosses_nodes;
   // OK when this build and machine can run it; UNSUPPORTED saying why otherwise.
   Status (*viable)();
   bool (*hosts)(MemoryKind memory);        // can expose target memory of this kind

@@ -1,10 +1,17 @@
 #include "transport/write_transport.h"
 
 #include <limits>
+#include <string>
 
 #include "transport/write_checks.h"
 
 namespace wsync {
+
+Result<std::unique_ptr<ExposedMemory>> WriteTransport::allocateExposedHost(size_t bytes) {
+  return Status(WSYNC_ERR_UNSUPPORTED, std::string("the ") + name() +
+                                           " backend exposes no host memory (asked for " +
+                                           std::to_string(bytes) + " bytes)");
+}
 
 Status WriteTransport::write3d(RemoteMemoryId remote, uint64_t remote_offset, uint64_t remote_pitch,
                                uint64_t remote_plane_pitch, const void* src, size_t src_pitch,

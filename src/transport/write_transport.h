@@ -105,6 +105,12 @@ class WriteTransport {
   // object. `base` non-null, `bytes` > 0.
   virtual Result<std::unique_ptr<ExposedMemory>> expose(void* base, size_t bytes) = 0;
 
+  // Host memory allocated and registered as allocateExposed() does, that the owner reads on the
+  // host (data(); needsLanding() false) whatever memory the backend's targets are: a device
+  // target's area for small bytes it checks before use, such as delta patches. UNSUPPORTED where
+  // the backend cannot expose host memory (the default).
+  virtual Result<std::unique_ptr<ExposedMemory>> allocateExposedHost(size_t bytes);
+
   // Registers [base, base + bytes) as a source of writes; see SourceRegistration.
   virtual Result<std::unique_ptr<SourceRegistration>> registerSource(const void* base,
                                                                      size_t bytes) = 0;

@@ -8,7 +8,7 @@ build=$1
 out=$2
 mkdir -p "$out"
 for t in wsync_kernels_test wsync_batched_copy_test wsync_cuda_ipc_batch_test wsync_checksum_device_test \
-         wsync_fp8_scale_test wsync_write_transport_conformance_test; do
+         wsync_fp8_scale_test wsync_write_transport_conformance_test wsync_delta_job_device_test; do
   cp "$build/tests/$t" "$out/"
 done
 cp "$build/trainer_integration/wsync-trainer-demo" "$build/rollout_integration/wsync-rollout-demo" \

@@ -2,7 +2,7 @@
 # Runs the GPU tests on a machine with a GPU from prebuilt binaries (the GPU machine may lack the
 # build dependencies): kernel tests (conversion, batched copy, the CUDA IPC backend's batch, the
 # device checksum against the host one), float8 scales through the C API, the device transports'
-# conformance suite (CUDA IPC, staged UCX), and the device-memory end-to-end jobs (trainers and rollouts on the same GPU, every read
+# conformance suite (CUDA IPC, staged UCX), delta versions with device memory, and the device-memory end-to-end jobs (trainers and rollouts on the same GPU, every read
 # checked). CI has no GPU; there the same tests run under ctest and skip.
 # Usage: tests/gpu/run_gpu_suite.sh <dir with the binaries and libwsync.so.0> <log file>
 set -u
@@ -31,6 +31,7 @@ run cuda_ipc_batch "$bin/wsync_cuda_ipc_batch_test"
 run checksum_device "$bin/wsync_checksum_device_test"
 run fp8_scale $mpi -np 2 "$bin/wsync_fp8_scale_test"
 run transport_conformance $mpi -np 2 "$bin/wsync_write_transport_conformance_test"
+run delta_job_device $mpi -np 4 "$bin/wsync_delta_job_device_test"
 run e2e_device_differ_100 $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $small \
   : -np 4 "$bin/wsync-rollout-demo" --replicas 2 --versions 100 --memory device --layout differ $small
 run e2e_device_mixed_fused_bf16_100 $mpi -np 2 "$bin/wsync-trainer-demo" --versions 100 --memory device --quiet $small \

@@ -55,6 +55,20 @@ TEST(LandingRanges, GapsStaySeparateAndBuffersUseTheirOffsets) {
   EXPECT_EQ(got[1], (ByteRange{262, 20}));
 }
 
+// A delta version's patched ops are rebuilt from the base slot: left out, the others as before.
+TEST(LandingRanges, SkippedOpsAreLeftOut) {
+  RankPlan plan;
+  plan.writes.push_back(op(plan, 0, rows(0, 8, 1, 0)));  // bytes [0, 32) of buffer 0
+  plan.writes.push_back(op(plan, 0, rows(8, 8, 1, 0)));  // bytes [32, 64): touches the first
+  plan.writes.push_back(op(plan, 1, rows(0, 4, 1, 0)));  // bytes [256, 272)
+  EXPECT_EQ(landingRanges(plan, {0, 256}, {false, true, false}),
+            (std::vector<ByteRange>{{0, 32}, {256, 16}}));
+  EXPECT_EQ(landingRanges(plan, {0, 256}, {true}), (std::vector<ByteRange>{{32, 32}, {256, 16}}));
+  EXPECT_EQ(landingRanges(plan, {0, 256}, {false, false, false}),
+            (std::vector<ByteRange>{{0, 64}, {256, 16}}));
+  EXPECT_TRUE(landingRanges(plan, {0, 256}, {true, true, true}).empty());
+}
+
 TEST(LandingRanges, ThreeDimensionalRegionsLandRowByRow) {
   RankPlan plan;
   Region r = rows(0, 2, 2, 4);  // 2 rows of 2 floats, rows 4 elements apart

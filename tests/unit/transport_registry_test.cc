@@ -4,7 +4,11 @@
 // Runs on machines without a GPU (device backends then report themselves not viable).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "options/options.h"
 #include "transport/backend.h"
@@ -68,6 +72,46 @@ TEST(TransportRegistry, BroadcastOffersAreTheViableDescriptorsOfThatMemory) {
       EXPECT_TRUE(offer.world_token.empty()) << b->name << ": tokens are made on request only";
     }
     EXPECT_EQ(next, offers.size()) << memoryKindName(memory);
+  }
+}
+
+// A backend whose writes cross nodes exposes host memory for its targets' delta patches
+// (WriteTransport::allocateExposedHost): the owner reads it in data() with no landing, and a
+// writer of the backend reaches it from host sources. Others may refuse, naming themselves. Each
+// viable backend writes into its own memory (no second process).
+TEST(TransportRegistry, BackendsThatCrossNodesExposeHostMemory) {
+  constexpr size_t kBytes = 64 << 10;
+  for (const WriteBackend* b : writeBackends()) {
+    if (!b->viable().isOk()) continue;
+    Result<std::unique_ptr<WriteTransport>> created = b->create(TransportSetup{});
+    ASSERT_TRUE(created.isOk()) << b->name << ": " << created.status().toString();
+    WriteTransport& t = *created.value();
+    Result<std::unique_ptr<ExposedMemory>> area = t.allocateExposedHost(kBytes);
+    if (!area.isOk()) {
+      EXPECT_FALSE(b->crosses_nodes) << b->name << ": " << area.status().toString();
+      EXPECT_EQ(area.status().code(), WSYNC_ERR_UNSUPPORTED) << b->name;
+      EXPECT_NE(area.status().message().find(t.name()), std::string::npos)
+          << area.status().message();
+      continue;
+    }
+    ExposedMemory& memory = *area.value();
+    ASSERT_GE(memory.size(), kBytes) << b->name;
+    EXPECT_FALSE(memory.needsLanding()) << b->name;
+    std::memset(memory.data(), 0xA5, kBytes);
+    ASSERT_TRUE(t.connect(0, t.localAddress()).isOk()) << b->name;
+    Result<RemoteMemoryId> id = t.attach(0, memory.descriptor());
+    ASSERT_TRUE(id.isOk()) << b->name << ": " << id.status().toString();
+    std::vector<uint8_t> source(kBytes);
+    for (size_t i = 0; i < kBytes; ++i)
+      source[i] = static_cast<uint8_t>(i * 31 + 7);
+    ASSERT_TRUE(t.write(id.value(), 100, source.data(), 30000).isOk()) << b->name;
+    ASSERT_TRUE(t.write(id.value(), 40000, source.data() + 1000, 2000).isOk()) << b->name;
+    const Status flushed = t.flush(std::chrono::seconds(60));
+    ASSERT_TRUE(flushed.isOk()) << b->name << ": " << flushed.toString();
+    std::vector<uint8_t> want(kBytes, 0xA5);
+    std::memcpy(want.data() + 100, source.data(), 30000);
+    std::memcpy(want.data() + 40000, source.data() + 1000, 2000);
+    EXPECT_EQ(std::memcmp(memory.data(), want.data(), kBytes), 0) << b->name;
   }
 }
 

@@ -23,6 +23,7 @@ const WriteBackend& cudaIpcWriteBackend() {
       "cuda_ipc",
       "cuda_ipc",
       /*priority=*/20,  // the default for device memory: copy engines at the local rate
+      /*crosses_nodes=*/false,
       [] { return cudaDevicesPresent(); },
       [](MemoryKind memory) { return memory == MemoryKind::kDevice; },
       [](MemoryKind) { return true; },  // device sources, and host sources (pinned on register)

@@ -9,6 +9,7 @@ const WriteBackend& ucxWriteBackend() {
       "ucx",
       "ucx",
       /*priority=*/10,
+      /*crosses_nodes=*/true,
       [] { return Status::ok(); },
       [](MemoryKind memory) { return memory == MemoryKind::kHost; },
       [](MemoryKind memory) { return memory == MemoryKind::kHost; },

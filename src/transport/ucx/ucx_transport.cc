@@ -245,6 +245,10 @@ class UcxTransport final : public WriteTransport {
     return mapAndPack(params, nullptr, "UCX allocateExposed(" + std::to_string(bytes) + " bytes)");
   }
 
+  Result<std::unique_ptr<ExposedMemory>> allocateExposedHost(size_t bytes) override {
+    return allocateExposed(bytes);  // its targets are host memory
+  }
+
   Result<std::unique_ptr<ExposedMemory>> expose(void* base, size_t bytes) override {
     const std::string what = "UCX expose(" + std::to_string(bytes) + " bytes)";
     if (base == nullptr || bytes == 0) return invalidArgument(what + ": null base or 0 bytes");

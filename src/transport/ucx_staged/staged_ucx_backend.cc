@@ -10,6 +10,7 @@ const WriteBackend& stagedUcxWriteBackend() {
       "ucx_staged",
       "ucx",  // its targets are UCX memory: host writers reach them with plain UCX
       /*priority=*/5,
+      /*crosses_nodes=*/true,
       [] { return cudaDevicesPresent(); },
       [](MemoryKind memory) { return memory == MemoryKind::kDevice; },
       [](MemoryKind memory) { return memory == MemoryKind::kDevice; },

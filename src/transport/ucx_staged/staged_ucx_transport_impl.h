@@ -41,6 +41,11 @@ class StagedUcxTransport final : public WriteTransport {
 
   Result<std::unique_ptr<ExposedMemory>> expose(void* base, size_t bytes) override;
 
+  // Plain UCX memory (the landing areas' kind), read on the host.
+  Result<std::unique_ptr<ExposedMemory>> allocateExposedHost(size_t bytes) override {
+    return ucx_->allocateExposed(bytes);
+  }
+
   Result<std::unique_ptr<SourceRegistration>> registerSource(const void* base,
                                                              size_t bytes) override;
 

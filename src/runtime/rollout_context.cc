@@ -20,7 +20,7 @@ constexpr std::chrono::milliseconds kLandingPollInterval{1};
 }  // namespace
 
 RolloutContext::~RolloutContext() {
-  stopHeartbeats();
+  membership_.stopHeartbeats();
   stopReceiver();
   if (cold_filler_) cold_filler_->stop();
 }
@@ -97,8 +97,7 @@ Status RolloutContext::startRunning() {
       },
       [this] { return stopping_.load() || failedOrAborted(); });
   receiver_ = std::thread([this] { receiverLoop(); });
-  const std::chrono::milliseconds interval(job_.welcome.heartbeat_interval_ms);
-  if (interval.count() > 0) heartbeat_ = std::thread([this, interval] { heartbeatLoop(interval); });
+  membership_.startHeartbeats(std::chrono::milliseconds(job_.welcome.heartbeat_interval_ms));
   return Status::ok();
 }
 
@@ -222,11 +221,7 @@ void RolloutContext::receiverLoop() {
     }
   }
   store_->abort();
-  {
-    std::lock_guard lock(membership_mu_);
-    receiver_ended_ = true;
-  }
-  membership_cv_.notify_all();
+  membership_.onReceiverEnded();
 }
 
 Status RolloutContext::coordinatorVerdict(const Status& failure) {
@@ -330,14 +325,9 @@ Status RolloutContext::handle(const Frame& frame) {
       if (store_) store_->trainersDone(m.version);  // waits for newer versions end
       return Status::ok();
     }
-    case MessageType::kLeft: {
-      {
-        std::lock_guard lock(membership_mu_);
-        left_ = true;
-      }
-      membership_cv_.notify_all();
+    case MessageType::kLeft:
+      membership_.onLeft();
       return Status::ok();
-    }
     default:
       return protocolError(std::string("unexpected ") +
                            messageTypeName(static_cast<MessageType>(frame.type)) +
@@ -437,7 +427,7 @@ void RolloutContext::abort() {
 
 Status RolloutContext::finalize() {
   const Status left = committed() && !failedOrAborted() ? leaveJob() : Status::ok();
-  stopHeartbeats();
+  membership_.stopHeartbeats();
   stopReceiver();
   if (cold_filler_) cold_filler_->stop();
   const Status bye = Context::finalize();
@@ -445,37 +435,8 @@ Status RolloutContext::finalize() {
 }
 
 // ---- membership --------------------------------------------------------------------------------
-void RolloutContext::heartbeatLoop(std::chrono::milliseconds interval) {
-  std::unique_lock lock(membership_mu_);
-  while (!membership_cv_.wait_for(lock, interval, [this] { return heartbeats_stopping_; })) {
-    lock.unlock();
-    const Status s = sendMessage(MessageType::kHeartbeat, {});
-    lock.lock();
-    if (!s.isOk()) return;  // the channel is gone; the receiver reports why
-  }
-}
-
-void RolloutContext::stopHeartbeats() {
-  {
-    std::lock_guard lock(membership_mu_);
-    heartbeats_stopping_ = true;
-  }
-  membership_cv_.notify_all();
-  if (heartbeat_.joinable()) heartbeat_.join();
-}
-
 Status RolloutContext::leaveJob() {
-  WSYNC_RETURN_IF_ERROR(sendMessage(MessageType::kLeave, {}));
-  std::unique_lock lock(membership_mu_);
-  const bool answered = membership_cv_.wait_for(lock, options_.timeout + kCoordinatorReplyGrace,
-                                                [this] { return left_ || receiver_ended_; });
-  if (left_) return Status::ok();
-  if (!answered) {
-    return timeoutError("leaving the job: the coordinator did not answer Leave within " +
-                        std::to_string((options_.timeout + kCoordinatorReplyGrace).count()) +
-                        " ms");
-  }
-  return failure().isOk() ? remoteError("leaving the job: the control channel ended") : failure();
+  return membership_.leave(options_.timeout + kCoordinatorReplyGrace, [this] { return failure(); });
 }
 
 Status RolloutContext::setBlockScaling(const std::string& tensor, const BlockScaling& scaling) {

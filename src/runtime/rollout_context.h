@@ -8,9 +8,9 @@
 // Components (each its own .h/.cc, testable without sockets): the checksum verification
 // (RolloutChecksums), peer cold starts as a source (ColdFiller: the receiver takes a lease on the
 // version a ColdFill names and hands the fill to the cold fill thread, which writes this rank's
-// slot into a joining replica's slots and answers ColdFillDone), and delta versions
-// (RolloutDelta). As a joiner, the first version may arrive from a peer replica (Prepare then
-// Ready, with no Go), and staleness() tells whether it did.
+// slot into a joining replica's slots and answers ColdFillDone), delta versions (RolloutDelta),
+// and heartbeats and leaving (RolloutMembership). As a joiner, the first version may arrive from a
+// peer replica (Prepare then Ready, with no Go), and staleness() tells whether it did.
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +26,7 @@
 #include "runtime/rollout_checksums.h"
 #include "runtime/rollout_cold_fill.h"
 #include "runtime/rollout_delta.h"
+#include "runtime/rollout_membership.h"
 #include "runtime/version_stats.h"
 #include "store/slot_store.h"
 #include "transport/backend.h"
@@ -82,8 +83,6 @@ class RolloutContext final : public Context {
   // Verify -> the staged slot landed, delta patches applied, Verified or ChecksumFailed.
   Status verifyVersion(const VerifyMsg& verify);
   void stopReceiver();
-  void heartbeatLoop(std::chrono::milliseconds interval);
-  void stopHeartbeats();
 
   // Leave, then wait (bounded by the timeout) for Left or for the receiver to end.
   Status leaveJob();
@@ -118,12 +117,7 @@ class RolloutContext final : public Context {
   std::thread receiver_;
 
   // Membership: the heartbeat thread, and the receiver's news for leaveJob().
-  std::mutex membership_mu_;
-  std::condition_variable membership_cv_;
-  bool heartbeats_stopping_ = false;
-  bool left_ = false;            // the coordinator answered Leave
-  bool receiver_ended_ = false;  // the receiver thread returned
-  std::thread heartbeat_;
+  RolloutMembership membership_{[this](MessageType type) { return sendMessage(type, {}); }};
 
   // Peer cold starts as a source (created at commit; its leases are on store_'s slots).
   std::unique_ptr<ColdFiller> cold_filler_;

@@ -46,8 +46,11 @@ Status TrainerPeers::connect(const PeerInfo& p,
   peer.rollout = p.rank;
   peer.transport = transport;
   for (const auto& descriptor : p.slot_descriptors) {
-    WSYNC_ASSIGN_OR_RETURN(RemoteMemoryId id, transport->attach(p.rank, descriptor));
-    peer.slot_memory.push_back(id);
+    Result<RemoteMemoryId> id = transport->attach(p.rank, descriptor);
+    if (!id.isOk()) {
+      return id.status().withContext(where + ", slot " + std::to_string(peer.slot_memory.size()));
+    }
+    peer.slot_memory.push_back(*id);
   }
   peer.buffer_byte_offsets = p.buffer_byte_offsets;
   if (also) WSYNC_RETURN_IF_ERROR(also(*transport).withContext(where));

@@ -106,16 +106,20 @@ Status RolloutDelta::allocateDevice(const RankPlan& plan, uint64_t largest_part)
   return allocate(packed, d.packed).withContext(what);
 }
 
+Result<delta::PairArea> RolloutDelta::areaOf(size_t trainer, uint64_t version) const {
+  const RolloutDeltaState::FromTrainer& from = state_.trainers[trainer];
+  const auto* landing = static_cast<const uint8_t*>(state_.landing->data());
+  return delta::readPairArea(landing + from.part_offset, from.part_bytes,
+                             static_cast<uint32_t>(trainer), version, from.ops.size());
+}
+
 std::vector<bool> RolloutDelta::patchedOps(const RankPlan& plan, uint64_t version) const {
   std::vector<bool> patched;
   if (!state_.landing || state_.base == 0) return patched;
-  const auto* landing = static_cast<const uint8_t*>(state_.landing->data());
   for (size_t t = 0; t < state_.trainers.size(); ++t) {
     const RolloutDeltaState::FromTrainer& from = state_.trainers[t];
     if (from.part_bytes == 0) continue;
-    Result<delta::PairArea> area =
-        delta::readPairArea(landing + from.part_offset, from.part_bytes, static_cast<uint32_t>(t),
-                            version, from.ops.size());
+    Result<delta::PairArea> area = areaOf(t, version);
     if (!area.isOk()) continue;  // apply names it; its bytes fail verification either way
     for (const delta::PairEntry& e : area->entries) {
       patched.resize(plan.writes.size(), false);
@@ -201,15 +205,12 @@ RolloutDelta::PatchFailures RolloutDelta::apply(
       return failed;
     }
   }
-  const auto* landing = static_cast<const uint8_t*>(state_.landing->data());
   uint8_t* out_slot = static_cast<uint8_t*>(slots[static_cast<size_t>(slot)]->data());
   std::vector<int32_t> on_device;  // trainers whose patches were enqueued on the device
   for (size_t t = 0; t < state_.trainers.size(); ++t) {
     const RolloutDeltaState::FromTrainer& from = state_.trainers[t];
     if (from.part_bytes == 0) continue;
-    Result<delta::PairArea> area =
-        delta::readPairArea(landing + from.part_offset, from.part_bytes, static_cast<uint32_t>(t),
-                            version, from.ops.size());
+    Result<delta::PairArea> area = areaOf(t, version);
     if (!area.isOk()) {
       failed.emplace_back(static_cast<int32_t>(t), area.status().message());
       continue;

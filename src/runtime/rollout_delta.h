@@ -20,6 +20,9 @@
 #include "transport/write_transport.h"
 
 namespace wsync {
+namespace delta {
+struct PairArea;
+}  // namespace delta
 
 struct RolloutDeltaState {
   struct FromTrainer {
@@ -75,6 +78,8 @@ class RolloutDelta {
 
  private:
   Status allocateDevice(const RankPlan& plan, uint64_t largest_part);
+  // The area trainer `trainer` wrote into its part for `version` (delta_landing.h readPairArea).
+  Result<delta::PairArea> areaOf(size_t trainer, uint64_t version) const;
   // Rebuilds op `op`'s region (at byte `at` of the slots) of `out` from `base` with `patch`.
   Status applyOne(const RankPlan& plan, const WriteOp& op, size_t at, const uint8_t* patch,
                   size_t patch_bytes, const uint8_t* base, uint8_t* out);

@@ -7,9 +7,4 @@ endif()
 # Delta versions with device memory through the C API (mpirun -np 4, one GPU): device and host
 # trainers and rollouts over the staged path take patches, every element of every version
 # checked; a corrupted patch is re-sent dense; CUDA IPC rollouts stay dense.
-if(WSYNC_HAVE_CUDA AND TARGET wsync)
-  add_executable(wsync_delta_job_device_test ${CMAKE_CURRENT_LIST_DIR}/delta_job_device_test.cc)
-  target_link_libraries(wsync_delta_job_device_test
-    PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi CUDA::cudart)
-  wsync_add_gpu_mpi_test(wsync_delta_job_device 4 wsync_delta_job_device_test)
-endif()
+wsync_add_gpu_capi_mpi_test(wsync_delta_job_device 4 ${CMAKE_CURRENT_LIST_DIR}/delta_job_device_test.cc)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/mpi_gpu.h"
 #include "mp/mpi_gtest_main.h"
 #include "wsync/wsync.h"
 
@@ -46,17 +47,6 @@ constexpr int kTrainers = 2;
       MPI_Abort(MPI_COMM_WORLD, 1);                                                              \
     }                                                                                            \
   } while (0)
-
-bool haveGpu() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    count = 0;
-  }
-  int mine = count > 0 ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  return all != 0;
-}
 
 // One tensor: how the trainers and the rollout ranks split it (dimension 0: rows, 1: columns) and
 // the trainers' dtype (the rollouts hold bfloat16).
@@ -260,27 +250,27 @@ void runJob(const JobCase& c) {
 }
 
 TEST(DeltaJobDevice, DeviceTrainersPatchStagedDeviceRollouts) {
-  if (!haveGpu()) GTEST_SKIP() << "no usable CUDA device";
+  if (!everyRankHasGpu()) GTEST_SKIP() << "no usable CUDA device";
   runJob({WSYNC_MEMORY_DEVICE, WSYNC_MEMORY_DEVICE, WSYNC_DEVICE_TRANSPORT_STAGED, true, 0});
 }
 
 TEST(DeltaJobDevice, DeviceTrainersPatchHostRollouts) {
-  if (!haveGpu()) GTEST_SKIP() << "no usable CUDA device";
+  if (!everyRankHasGpu()) GTEST_SKIP() << "no usable CUDA device";
   runJob({WSYNC_MEMORY_DEVICE, WSYNC_MEMORY_HOST, WSYNC_DEVICE_TRANSPORT_STAGED, true, 0});
 }
 
 TEST(DeltaJobDevice, HostTrainersPatchStagedDeviceRollouts) {
-  if (!haveGpu()) GTEST_SKIP() << "no usable CUDA device";
+  if (!everyRankHasGpu()) GTEST_SKIP() << "no usable CUDA device";
   runJob({WSYNC_MEMORY_HOST, WSYNC_MEMORY_DEVICE, WSYNC_DEVICE_TRANSPORT_STAGED, true, 0});
 }
 
 TEST(DeltaJobDevice, CorruptedDevicePatchIsCaughtAndResentDense) {
-  if (!haveGpu()) GTEST_SKIP() << "no usable CUDA device";
+  if (!everyRankHasGpu()) GTEST_SKIP() << "no usable CUDA device";
   runJob({WSYNC_MEMORY_DEVICE, WSYNC_MEMORY_DEVICE, WSYNC_DEVICE_TRANSPORT_STAGED, true, 3});
 }
 
 TEST(DeltaJobDevice, CudaIpcRolloutsStayDense) {
-  if (!haveGpu()) GTEST_SKIP() << "no usable CUDA device";
+  if (!everyRankHasGpu()) GTEST_SKIP() << "no usable CUDA device";
   runJob({WSYNC_MEMORY_DEVICE, WSYNC_MEMORY_DEVICE, WSYNC_DEVICE_TRANSPORT_CUDA_IPC, false, 0});
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/mpi_gpu.h"
 #include "mp/mpi_gtest_main.h"
 #include "wsync/wsync.h"
 
@@ -38,19 +39,8 @@ uint8_t e4m3Code(float v) {
   return static_cast<uint8_t>(sign | (e << 3) | m);
 }
 
-bool haveGpu() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    count = 0;
-  }
-  int mine = count > 0 ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  return all != 0;
-}
-
 TEST(Float8Scale, RolloutReceivesScaledE4m3) {
-  if (!haveGpu()) GTEST_SKIP() << "no usable CUDA device";
+  if (!everyRankHasGpu()) GTEST_SKIP() << "no usable CUDA device";
   const bool trainer = worldRank() == 0;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   wsync_config_t cfg = WSYNC_CONFIG_INITIALIZER;

@@ -10,12 +10,7 @@ if(WSYNC_HAVE_CUDA)
   target_link_libraries(wsync_batched_copy_test PRIVATE CUDA::cudart)
 endif()
 # float8 e4m3 with a per-tensor scale through the C API (device trainer -> device rollout, one GPU).
-if(WSYNC_HAVE_CUDA AND TARGET wsync)
-  add_executable(wsync_fp8_scale_test ${CMAKE_CURRENT_LIST_DIR}/fp8_scale_test.cc)
-  target_link_libraries(wsync_fp8_scale_test
-    PRIVATE wsync wsync_test_support GTest::gtest wsync_mpi CUDA::cudart)
-  wsync_add_gpu_mpi_test(wsync_fp8_scale 2 wsync_fp8_scale_test)
-endif()
+wsync_add_gpu_capi_mpi_test(wsync_fp8_scale 2 ${CMAKE_CURRENT_LIST_DIR}/fp8_scale_test.cc)
 # The CUDA IPC backend's batched copies (which writes go into the flush's kernel, bytes equal):
 # the registered-range lookup everywhere, the transport on a GPU.
 if(WSYNC_HAVE_CUDA)

@@ -72,15 +72,15 @@ Status RolloutDelta::planParts(const RankPlan& plan, int32_t num_trainers, uint3
       state_.trainers[t].part_bytes = 0;
     largest_part = std::max(largest_part, state_.trainers[t].part_bytes);
   }
-  return state_.device.on ? allocateDevice(plan, largest_part) : Status::ok();
+  if (!state_.device.on) return Status::ok();
+  return allocateDevice(plan, largest_part).withContext("delta versions on the device");
 }
 
 // Device slots: the largest patch fits the largest part; the scratch and the packed region serve
 // the largest op (strided ones only for `packed`).
 Status RolloutDelta::allocateDevice(const RankPlan& plan, uint64_t largest_part) {
   RolloutDeltaState::Device& d = state_.device;
-  const std::string what = "delta versions on the device";
-  WSYNC_RETURN_IF_ERROR(setDevice(d.device).withContext(what));
+  WSYNC_RETURN_IF_ERROR(setDevice(d.device));
   size_t scratch = 0, packed = 0;
   for (const RolloutDeltaState::FromTrainer& from : state_.trainers) {
     for (size_t i : from.ops) {
@@ -95,15 +95,11 @@ Status RolloutDelta::allocateDevice(const RankPlan& plan, uint64_t largest_part)
         packed = std::max(packed, static_cast<size_t>(n) * esz);
     }
   }
-  const auto allocate = [&d](size_t bytes, DeviceBuffer& buffer) -> Status {
-    if (bytes == 0) return Status::ok();
-    WSYNC_ASSIGN_OR_RETURN(buffer, DeviceBuffer::allocate(bytes, d.device));
-    return Status::ok();
-  };
   WSYNC_ASSIGN_OR_RETURN(d.stream, DeviceStream::create(d.device));
-  WSYNC_RETURN_IF_ERROR(allocate(largest_part, d.patch).withContext(what));
-  WSYNC_RETURN_IF_ERROR(allocate(scratch, d.scratch).withContext(what));
-  return allocate(packed, d.packed).withContext(what);
+  WSYNC_ASSIGN_OR_RETURN(d.patch, DeviceBuffer::allocate(largest_part, d.device));
+  WSYNC_ASSIGN_OR_RETURN(d.scratch, DeviceBuffer::allocate(scratch, d.device));
+  WSYNC_ASSIGN_OR_RETURN(d.packed, DeviceBuffer::allocate(packed, d.device));
+  return Status::ok();
 }
 
 Result<delta::PairArea> RolloutDelta::areaOf(size_t trainer, uint64_t version) const {

@@ -87,7 +87,7 @@ Status encodeKeptPatch(const delta::PatchShape& shape, TrainerDeltaState& state,
 
 // The kept bytes of op `s` become `next` (`bytes` bytes) without a patch.
 Status keepDense(TrainerDeltaState& state, const TrainerDeltaState::Op& s, const uint8_t* next,
-                 size_t bytes, const DeltaSendSources& from) {
+                 size_t bytes) {
   if (!state.device.on) {
     std::memcpy(state.kept.data() + s.kept_offset, next, bytes);
     return Status::ok();
@@ -113,16 +113,12 @@ Status allocateDeviceDelta(const RankPlan& plan, size_t kept_bytes, TrainerDelta
     if (!op.converts() && !sourceContiguous(plan.region(op)))
       gather = std::max(gather, static_cast<size_t>(n) * dtypeSize(op.src_dtype));
   }
-  const auto allocate = [&d](size_t bytes, DeviceBuffer& buffer) -> Status {
-    if (bytes == 0) return Status::ok();
-    WSYNC_ASSIGN_OR_RETURN(buffer, DeviceBuffer::allocate(bytes, d.device));
-    return Status::ok();
-  };
   WSYNC_ASSIGN_OR_RETURN(d.stream, DeviceStream::create(d.device));
-  WSYNC_RETURN_IF_ERROR(allocate(kept_bytes, d.kept));
-  WSYNC_RETURN_IF_ERROR(allocate(patch, d.patch));
-  WSYNC_RETURN_IF_ERROR(allocate(scratch, d.scratch));
-  return allocate(gather, d.gather);
+  WSYNC_ASSIGN_OR_RETURN(d.kept, DeviceBuffer::allocate(kept_bytes, d.device));
+  WSYNC_ASSIGN_OR_RETURN(d.patch, DeviceBuffer::allocate(patch, d.device));
+  WSYNC_ASSIGN_OR_RETURN(d.scratch, DeviceBuffer::allocate(scratch, d.device));
+  WSYNC_ASSIGN_OR_RETURN(d.gather, DeviceBuffer::allocate(gather, d.device));
+  return Status::ok();
 }
 
 }  // namespace
@@ -224,7 +220,7 @@ Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState
           s.patched = true;
         }
       } else {
-        WSYNC_RETURN_IF_ERROR(keepDense(state, s, next, bytes, from));
+        WSYNC_RETURN_IF_ERROR(keepDense(state, s, next, bytes));
         device_work = state.device.on;
       }
       s.kept_version = go.version;

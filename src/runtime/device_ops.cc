@@ -83,6 +83,31 @@ DeviceBuffer::~DeviceBuffer() {
   }
 }
 
+Result<PinnedHostBuffer> PinnedHostBuffer::allocate(size_t bytes) {
+  PinnedHostBuffer b;
+  void* p = nullptr;
+  WSYNC_RETURN_IF_ERROR(cudaStatus(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable),
+                                   "cudaHostAlloc of " + std::to_string(bytes) + " bytes"));
+  b.data_ = static_cast<uint8_t*>(p);
+  b.size_ = bytes;
+  return b;
+}
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_) cudaFreeHost(data_);
+}
+
+Result<HostRegistration> HostRegistration::pin(void* data, size_t bytes) {
+  HostRegistration r;
+  if (bytes == 0) return r;
+  WSYNC_RETURN_IF_ERROR(cudaStatus(cudaHostRegister(data, bytes, cudaHostRegisterPortable),
+                                   "cudaHostRegister of " + std::to_string(bytes) + " bytes"));
+  r.data_ = data;
+  return r;
+}
+HostRegistration::~HostRegistration() {
+  if (data_) cudaHostUnregister(data_);
+}
+
 Result<DeviceStream> DeviceStream::create(int device) {
   WSYNC_RETURN_IF_ERROR(setDevice(device));
   DeviceStream s;
@@ -162,6 +187,14 @@ DeviceBuffer::~DeviceBuffer() = default;
 Result<DeviceStream> DeviceStream::create(int) {
   return noCuda();
 }
+Result<PinnedHostBuffer> PinnedHostBuffer::allocate(size_t) {
+  return noCuda();
+}
+PinnedHostBuffer::~PinnedHostBuffer() = default;
+Result<HostRegistration> HostRegistration::pin(void*, size_t) {
+  return noCuda();
+}
+HostRegistration::~HostRegistration() = default;
 DeviceStream::~DeviceStream() = default;
 Status streamWaitFor(CudaStreamHandle, CudaStreamHandle) {
   return noCuda();
@@ -192,6 +225,25 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     device_ = o.device_;
+  }
+  return *this;
+}
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
+  if (this != &o) {
+    PinnedHostBuffer old(std::move(*this));
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+HostRegistration::HostRegistration(HostRegistration&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)) {}
+HostRegistration& HostRegistration::operator=(HostRegistration&& o) noexcept {
+  if (this != &o) {
+    HostRegistration old(std::move(*this));
+    data_ = std::exchange(o.data_, nullptr);
   }
   return *this;
 }

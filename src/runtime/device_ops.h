@@ -60,6 +60,42 @@ class DeviceStream {
   int device_ = 0;
 };
 
+// Owned page-locked host memory (cudaHostAlloc / cudaFreeHost). Copies between it and the
+// device run at PCIe speed; from pageable memory they go through a driver bounce buffer.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  static Result<PinnedHostBuffer> allocate(size_t bytes);
+  PinnedHostBuffer(PinnedHostBuffer&& o) noexcept;
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& o) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer();  // NOLINT(performance-trivially-destructible): cudaFreeHost with CUDA
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Page-locks an existing host range for CUDA copies (cudaHostRegister, portable) until it goes.
+// The range must outlive the registration.
+class HostRegistration {
+ public:
+  HostRegistration() = default;
+  static Result<HostRegistration> pin(void* data, size_t bytes);
+  HostRegistration(HostRegistration&& o) noexcept;
+  HostRegistration& operator=(HostRegistration&& o) noexcept;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+  ~HostRegistration();  // NOLINT(performance-trivially-destructible): cudaHostUnregister
+  bool pinned() const { return data_ != nullptr; }
+
+ private:
+  void* data_ = nullptr;
+};
+
 Status setDevice(int device);
 // Work enqueued on `waiter` after this call starts after the work enqueued on `producer` so far
 // (an event; no host wait). A null stream is the legacy default stream.

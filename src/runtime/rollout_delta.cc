@@ -48,6 +48,11 @@ Status RolloutDelta::exposeLanding(bool enabled, WriteTransport& transport, Memo
   *descriptor = state_.landing->descriptor();
   state_.device.on = memory == MemoryKind::kDevice;
   state_.device.device = device;
+  if (state_.device.on) {
+    Result<HostRegistration> pinned =
+        HostRegistration::pin(state_.landing->data(), state_.landing->size());
+    if (pinned.isOk()) state_.landing_pinned = std::move(*pinned);
+  }
   return Status::ok();
 }
 

@@ -39,9 +39,12 @@ struct RolloutDeltaState {
     DeviceBuffer patch, scratch, packed;
   };
   std::unique_ptr<ExposedMemory> landing;  // none: this rank takes no patches
-  std::vector<FromTrainer> trainers;       // by trainer rank
-  uint64_t base = 0;                       // the last Go's base for this rank's replica
-  std::vector<uint8_t> scratch;            // a strided region, packed (host slots)
+  // Device slots: the landing area page-locked for the patches' copies to the device (declared
+  // after `landing`, so released before it). Not pinned where CUDA refuses: the copies still run.
+  HostRegistration landing_pinned;
+  std::vector<FromTrainer> trainers;  // by trainer rank
+  uint64_t base = 0;                  // the last Go's base for this rank's replica
+  std::vector<uint8_t> scratch;       // a strided region, packed (host slots)
   Device device;
 };
 

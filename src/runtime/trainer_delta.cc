@@ -68,21 +68,28 @@ Result<const uint8_t*> deltaBytesOf(const RankPlan& plan, TrainerDeltaState& sta
 
 // The patch of `next` against the kept bytes of op `s` into state.patch (host), the kept bytes
 // becoming `next` (only the changed elements are written), on the host or on the device.
-Status encodeKeptPatch(const delta::PatchShape& shape, TrainerDeltaState& state,
-                       const TrainerDeltaState::Op& s, const uint8_t* next,
-                       const DeltaSendSources& from) {
+// One op's encoded patch, in host memory.
+struct HostPatch {
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+Result<HostPatch> encodeKeptPatch(const delta::PatchShape& shape, TrainerDeltaState& state,
+                                  const TrainerDeltaState::Op& s, const uint8_t* next,
+                                  const DeltaSendSources& from) {
   if (!state.device.on) {
-    return delta::encodePatchAndAdvance(shape, state.kept.data() + s.kept_offset, next,
-                                        &state.patch);
+    WSYNC_RETURN_IF_ERROR(
+        delta::encodePatchAndAdvance(shape, state.kept.data() + s.kept_offset, next, &state.patch));
+    return HostPatch{state.patch.data(), state.patch.size()};
   }
   TrainerDeltaState::Device& d = state.device;
   WSYNC_ASSIGN_OR_RETURN(const size_t bytes,
                          encodePatchAndAdvanceDevice(
                              shape, d.kept.data() + s.kept_offset, next, d.patch.data(),
                              d.patch.size(), d.scratch.data(), d.scratch.size(), d.stream.get()));
-  state.patch.resize(bytes);
-  WSYNC_RETURN_IF_ERROR(copyAsync(state.patch.data(), d.patch.data(), bytes, d.stream.get()));
-  return streamSync(d.stream.get(), from.timeout);
+  WSYNC_RETURN_IF_ERROR(copyAsync(d.patch_host.data(), d.patch.data(), bytes, d.stream.get()));
+  WSYNC_RETURN_IF_ERROR(streamSync(d.stream.get(), from.timeout));
+  return HostPatch{d.patch_host.data(), bytes};
 }
 
 // The kept bytes of op `s` become `next` (`bytes` bytes) without a patch.
@@ -116,6 +123,7 @@ Status allocateDeviceDelta(const RankPlan& plan, size_t kept_bytes, TrainerDelta
   WSYNC_ASSIGN_OR_RETURN(d.stream, DeviceStream::create(d.device));
   WSYNC_ASSIGN_OR_RETURN(d.kept, DeviceBuffer::allocate(kept_bytes, d.device));
   WSYNC_ASSIGN_OR_RETURN(d.patch, DeviceBuffer::allocate(patch, d.device));
+  WSYNC_ASSIGN_OR_RETURN(d.patch_host, PinnedHostBuffer::allocate(patch));
   WSYNC_ASSIGN_OR_RETURN(d.scratch, DeviceBuffer::allocate(scratch, d.device));
   WSYNC_ASSIGN_OR_RETURN(d.gather, DeviceBuffer::allocate(gather, d.device));
   return Status::ok();
@@ -210,12 +218,13 @@ Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState
       WSYNC_ASSIGN_OR_RETURN(const uint8_t* next, deltaBytesOf(plan, state, i, from));
       if (base != 0 && s.kept_version == base) {
         // The kept bytes become this version's as the patch is encoded, whether it is sent or not.
-        WSYNC_RETURN_IF_ERROR(
+        WSYNC_ASSIGN_OR_RETURN(
+            const HostPatch patch,
             encodeKeptPatch(delta::shapeFor(n, static_cast<int>(dsz)), state, s, next, from));
-        const uint64_t patch_bytes = state.patch.size();
+        const uint64_t patch_bytes = patch.bytes;
         if (static_cast<double>(patch_bytes) <= state.max_share * static_cast<double>(bytes) &&
             writer.fits(patch_bytes)) {
-          writer.add(s.ordinal, state.patch.data(), patch_bytes);
+          writer.add(s.ordinal, patch.data, patch_bytes);
           patch_end += patch_bytes;
           s.patched = true;
         }

@@ -54,11 +54,12 @@ struct TrainerDeltaState {
   struct Device {
     bool on = false;
     int device = 0;
-    DeviceStream stream;   // the encode's own (broadcasts on the trainer's stream go on beside it)
-    DeviceBuffer kept;     // every delta op's last sent bytes
-    DeviceBuffer patch;    // one op's patch (the largest op's maxPatchBytes)
-    DeviceBuffer scratch;  // the encode's scratch (the largest op's)
-    DeviceBuffer gather;   // a strided op's bytes, packed (the largest strided op's)
+    DeviceStream stream;  // the encode's own (broadcasts on the trainer's stream go on beside it)
+    DeviceBuffer kept;    // every delta op's last sent bytes
+    DeviceBuffer patch;   // one op's patch (the largest op's maxPatchBytes)
+    PinnedHostBuffer patch_host;  // the same, copied back for the staging (pinned: PCIe speed)
+    DeviceBuffer scratch;         // the encode's scratch (the largest op's)
+    DeviceBuffer gather;          // a strided op's bytes, packed (the largest strided op's)
   };
   double max_share = 0.25;
   std::vector<Pair> pairs;
@@ -67,7 +68,7 @@ struct TrainerDeltaState {
   Device device;
   std::vector<uint8_t> staging;  // every pair's area, registered with the transports
   std::vector<uint8_t> scratch;  // a strided op's bytes, packed
-  std::vector<uint8_t> patch;    // one op's patch
+  std::vector<uint8_t> patch;    // one op's patch (host trainers)
   uint64_t wire_bytes = 0;       // this send: what went on the wire
   uint64_t full_bytes = 0;       // this send: the same writes dense
   bool active() const { return !pairs.empty(); }

@@ -244,7 +244,7 @@ inline constexpr size_t kNumOptions = 0
 // checksum_retries, delta, delta_max_share). The coordinator takes them from its own resolved
 // Options (trainer rank 0's under mpirun, wsync-coordinator's own otherwise); other ranks' values
 // are not used, and checkJobSettingsAgree() tells when they differ. Passed down as this one struct
-// (BootstrapOptions::job, CoordinatorOptions::job, SequencerOptions::job).
+// (ContextOptions::settings.job, CoordinatorOptions::job, SequencerOptions::job).
 struct JobSettings {
   WSYNC_JOB_OPTION_LIST(WSYNC_OPTION_FIELD_)
 

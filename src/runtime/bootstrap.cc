@@ -42,43 +42,44 @@ Result<Frame> expectFrame(FrameChannel& channel, MessageType expected,
   return frame;
 }
 
-Result<JobConnection> joinJob(const BootstrapOptions& options) {
+Result<JobConnection> joinJob(const JobIdentity& who, const Options& settings) {
+  const auto spin_wait = std::chrono::microseconds(std::max(0, settings.spin_wait_us));
   JobConnection job;
-  std::string address = options.coordinator_address;
-  std::string secret = options.secret;
+  std::string address = who.coordinator_address;
+  std::string secret = who.secret;
   HelloMsg hello;
-  hello.role = options.role;
-  hello.replica = options.replica;
+  hello.role = who.role;
+  hello.replica = who.replica;
   hello.host = hostName();
-  for (const auto& [variable, value] : options.job_set_here)
+  for (const auto& [variable, value] : explicitJobSettings(settings))
     hello.job_settings.push_back({variable, value});
-  if (options.use_mpi) {
+  if (who.use_mpi) {
     WSYNC_RETURN_IF_ERROR(ensureMpiInitialized());
     job.mpi = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &job.world_rank);
     hello.world_rank = job.world_rank;
     if (job.world_rank == 0) {
-      if (options.role != Role::kTrainer) {
+      if (who.role != Role::kTrainer) {
         return invalidUsage(
             "under MPI bootstrap, world rank 0 must be a trainer (it hosts the "
             "coordinator) or the wsync-coordinator program");
       }
       CoordinatorOptions copt;
-      copt.timeout = options.timeout;
-      copt.max_staleness = options.max_staleness;
-      copt.job = options.job;
+      copt.timeout = who.timeout;
+      copt.max_staleness = who.max_staleness;
+      copt.job = settings.job;
       copt.first_participant_world_rank = 0;
       copt.control.secret = secret.empty() ? randomSecret() : secret;
-      copt.control.spin_wait = options.spin_wait;
+      copt.control.spin_wait = spin_wait;
       secret = copt.control.secret;
-      if (options.log_coordinator) {
+      if (settings.log) {
         copt.log = [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); };
       }
       WSYNC_ASSIGN_OR_RETURN(job.hosted_coordinator,
-                             hostCoordinatorForMpiJob(std::move(copt), options.coordinator_host));
+                             hostCoordinatorForMpiJob(std::move(copt), settings.coordinator_host));
       address = "127.0.0.1:" + std::to_string(job.hosted_coordinator->port());
     } else {
-      WSYNC_ASSIGN_OR_RETURN(auto received, receiveCoordinatorAddress(options.timeout));
+      WSYNC_ASSIGN_OR_RETURN(auto received, receiveCoordinatorAddress(who.timeout));
       address = received.first;
       secret = received.second;
       // A coordinator on this very host is reached over loopback.
@@ -88,9 +89,9 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
       }
     }
   } else {
-    hello.role_rank = options.replica_size > 0 ? -1 : options.rank;
-    hello.replica_size = options.replica_size;
-    hello.replica_rank = options.replica_rank;
+    hello.role_rank = who.replica_size > 0 ? -1 : who.rank;
+    hello.replica_size = who.replica_size;
+    hello.replica_rank = who.replica_rank;
     if (secret.empty()) return invalidArgument("explicit bootstrap needs a secret (config.secret)");
   }
   WSYNC_ASSIGN_OR_RETURN(auto host_port, splitAddress(address));
@@ -98,14 +99,14 @@ Result<JobConnection> joinJob(const BootstrapOptions& options) {
   // yet or answers busy (too many connections in the handshake); a refused secret fails at once.
   ControlOptions control;
   control.secret = secret;
-  control.spin_wait = options.spin_wait;
-  control.handshake_timeout = std::min(control.handshake_timeout, options.timeout);
-  WSYNC_ASSIGN_OR_RETURN(job.channel, FrameChannel::connect(host_port.first, host_port.second,
-                                                            control, options.timeout));
+  control.spin_wait = spin_wait;
+  control.handshake_timeout = std::min(control.handshake_timeout, who.timeout);
+  WSYNC_ASSIGN_OR_RETURN(
+      job.channel, FrameChannel::connect(host_port.first, host_port.second, control, who.timeout));
   WSYNC_RETURN_IF_ERROR(
       job.channel->send(static_cast<uint16_t>(MessageType::kHello), encode(hello)));
   WSYNC_ASSIGN_OR_RETURN(Frame welcome, expectFrame(*job.channel, MessageType::kWelcome,
-                                                    options.timeout + kCoordinatorReplyGrace));
+                                                    who.timeout + kCoordinatorReplyGrace));
   WSYNC_RETURN_IF_ERROR(decode(welcome.payload, job.welcome));
   return job;
 }

@@ -18,7 +18,9 @@
 
 namespace wsync {
 
-struct BootstrapOptions {
+// Who a rank is in the job and how it reaches the coordinator, from its config. ContextOptions
+// holds it (as its base), so joinJob reads the context's own fields.
+struct JobIdentity {
   bool use_mpi = true;
   Role role = Role::kTrainer;
   int32_t replica = -1;
@@ -28,17 +30,6 @@ struct BootstrapOptions {
   int32_t rank = -1;
   std::string coordinator_address;  // "host:port"
   std::string secret;
-  // MPI bootstrap, world rank 0: the address its coordinator advertises and binds (empty: every
-  // interface, advertised by host name), and whether that coordinator logs its decisions.
-  std::string coordinator_host;
-  bool log_coordinator = false;
-  // MPI bootstrap, world rank 0: the job-wide settings its coordinator decides for the job
-  // (CoordinatorOptions::job): this rank's resolved ones.
-  JobSettings job;
-  // The job-wide settings this rank set explicitly (HelloMsg::job_settings).
-  NamedSettingValues job_set_here;
-  // ControlOptions::spin_wait of this rank's channel and of the coordinator rank 0 hosts.
-  std::chrono::microseconds spin_wait{0};
   // A rollout joining a running job (explicit bootstrap): HelloMsg::replica_size / replica_rank.
   int32_t replica_size = 0;
   int32_t replica_rank = -1;
@@ -54,9 +45,14 @@ struct JobConnection {
 
 // Joins the job and returns once the coordinator has welcomed this rank (every rank of the job
 // has joined). A coordinator that is not listening yet or is busy (too many connections in the
-// handshake) is retried with backoff within options.timeout. TIMEOUT names what did not arrive
+// handshake) is retried with backoff within who.timeout. TIMEOUT names what did not arrive
 // (or that the coordinator stayed busy); PROTOCOL, at once, when it refuses the secret.
-Result<JobConnection> joinJob(const BootstrapOptions& options);
+// `settings`: the rank's resolved options. Read here: spin_wait_us (ControlOptions::spin_wait of
+// the rank's channel), the job-wide settings it set explicitly (HelloMsg::job_settings); on MPI
+// world rank 0, which hosts the coordinator, also coordinator_host (the address it advertises and
+// binds; empty: every interface, advertised by host name), log, and the job-wide `job` settings
+// its coordinator decides for the job (CoordinatorOptions::job).
+Result<JobConnection> joinJob(const JobIdentity& who, const Options& settings);
 
 // Replies the coordinator itself bounds by the job's timeout are awaited this much longer, so its
 // error (which names the missing rank) arrives before the rank's own wait gives up.

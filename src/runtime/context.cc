@@ -88,23 +88,7 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
 Context::~Context() = default;
 
 Status Context::joinJob() {
-  BootstrapOptions b;
-  b.use_mpi = options_.use_mpi;
-  b.role = options_.role;
-  b.replica = options_.replica;
-  b.timeout = options_.timeout;
-  b.max_staleness = options_.max_staleness;
-  b.rank = options_.rank;
-  b.coordinator_address = options_.coordinator_address;
-  b.secret = options_.secret;
-  b.coordinator_host = options_.settings.coordinator_host;
-  b.log_coordinator = options_.settings.log;
-  b.replica_size = options_.replica_size;
-  b.replica_rank = options_.replica_rank;
-  b.job = options_.settings.job;
-  b.job_set_here = explicitJobSettings(options_.settings);
-  b.spin_wait = std::chrono::microseconds(std::max(0, options_.settings.spin_wait_us));
-  WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(b));
+  WSYNC_ASSIGN_OR_RETURN(job_, wsync::joinJob(options_, options_.settings));
   registration_.role = options_.role;
   registration_.rank = job_.welcome.role_rank;
   registration_.replica = options_.replica;

@@ -24,25 +24,15 @@
 
 namespace wsync {
 
-struct ContextOptions {
-  Role role = Role::kTrainer;
-  bool use_mpi = true;
-  int32_t replica = -1;
+// A context's options: its identity in the job (JobIdentity: role, bootstrap, replica, timeout,
+// max_staleness, joining replica's size and rank), passed to joinJob as it is, and the rest.
+struct ContextOptions : JobIdentity {
   int32_t num_slots = 2;
-  std::chrono::milliseconds timeout{60000};
-  int max_staleness = -1;
   bool snapshot = false;
   int cuda_device = -1;  // the CUDA device of device-memory buffers; -1: host memory only
-  // Explicit bootstrap:
-  int32_t rank = -1;
+  // Explicit bootstrap with fixed membership: the job's counts (a joining replica needs none).
   int32_t num_trainers = 0;
   int32_t num_rollouts = 0;
-  std::string coordinator_address;
-  std::string secret;
-  // A rollout replica joining a running job (explicit bootstrap; rank and num_rollouts unused):
-  // its number of ranks (> 0) and this rank's index among them. 0: fixed membership.
-  int32_t replica_size = 0;
-  int32_t replica_rank = -1;
   // Every WSYNC_ option, resolved once at creation (options/options.h: the environment over the
   // config over the defaults): this rank's data plane (device_transport, cuda_ipc_export), its
   // control plane (spin_wait_us), the debug switches, and, on the rank that hosts the coordinator

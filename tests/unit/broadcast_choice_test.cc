@@ -161,7 +161,7 @@ struct RankResult {
 
 RankResult registerAndGetAssignment(uint16_t port, const RankSetup& setup, int parts) {
   RankResult out;
-  BootstrapOptions b;
+  JobIdentity b;
   b.use_mpi = false;
   b.role = setup.role;
   b.rank = setup.rank;
@@ -169,7 +169,7 @@ RankResult registerAndGetAssignment(uint16_t port, const RankSetup& setup, int p
   b.timeout = kTimeout;
   b.coordinator_address = "127.0.0.1:" + std::to_string(port);
   b.secret = kSecret;
-  Result<JobConnection> job = joinJob(b);
+  Result<JobConnection> job = joinJob(b, Options{});
   if (!job.isOk()) return {job.status(), {}, {}};
   Registration reg;
   reg.role = setup.role;

@@ -24,8 +24,9 @@ if [ -d .carry/new ]; then
   echo "== A/B"; mkdir -p /tmp/ab; ROUNDS=1 NPS="2 4" timeout 240 bash benchmarks/ab_library_bench.sh "$PWD/.carry/new" "$F" /tmp/ab > $OUT/ab_library.txt 2>&1; cat $OUT/ab_library.txt
 fi
 echo "== fp8 e2e"; M="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x LD_LIBRARY_PATH -x WSYNC_LOG=1"
-LD_LIBRARY_PATH=$F timeout 150 $M -np 2 "$F/wsync-block-fp8-bench" --memory device --model llama3-8b --phases bf16,fp8 --iters 10 --threads 8 --check-every 4 2>&1 | grep -v coordinator | tail -12 > $OUT/e2e_fp8.txt; grep -E "median|checked" $OUT/e2e_fp8.txt
+LD_LIBRARY_PATH=$F timeout 150 $M -np 2 "$F/wsync-block-fp8-bench" --memory device --model llama3-8b --phases bf16,fp8,mxfp8 --iters 10 --threads 8 --check-every 4 2>&1 | grep -v coordinator | tail -14 > $OUT/e2e_fp8.txt; grep -E "median|checked" $OUT/e2e_fp8.txt
 echo "== fp8 2 -> 2 (TP 2), blocks cut by the trainers' boundaries"
 LD_LIBRARY_PATH=$F timeout 150 $M -np 4 "$F/wsync-block-fp8-bench" --memory device --model llama3-8b --phases bf16,fp8 --iters 10 --threads 8 --check-every 4 --cut-offset 64 2>&1 | grep -v coordinator | tail -12 > $OUT/e2e_fp8_2to2.txt; grep -E "median|checked" $OUT/e2e_fp8_2to2.txt
 echo "== quantize kernels against a device copy"
 LD_LIBRARY_PATH=$F timeout 120 "$F/wsync-block-fp8-bench" --kernel --model llama3-8b --kernel-repeats 5 > $OUT/kernel_fp8.txt 2>&1; echo "rc=$?"; grep -v "^{" $OUT/kernel_fp8.txt | tail -12
+LD_LIBRARY_PATH=$F timeout 120 "$F/wsync-block-fp8-bench" --kernel --model llama3-8b --kernel-repeats 5 --kernel-mxfp8 > $OUT/kernel_mxfp8.txt 2>&1; echo "rc=$?"; grep -v "^{" $OUT/kernel_mxfp8.txt | tail -8

@@ -216,7 +216,7 @@ void Coordinator::Impl::tellTrainersDone() {
     if (!trainer(t).said_bye) return;
   }
   if (trainers_finished_) return;
-  const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
+  const uint64_t last = versions_.sequencer() ? versions_.sequencer()->lastStartedVersion() : 0;
   trainers_finished_ = last;
   log("the trainers finished at version " + std::to_string(last));
   sendTrainersDone();
@@ -248,6 +248,23 @@ void Coordinator::Impl::maybeAllGone() {
     log("every rank said goodbye");
     finish(Status::ok());
   }
+}
+
+// ---- versions (coordinator/running_versions.h) ---------------------------------------------
+Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType type,
+                                           const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning) {
+    return invalidUsage(std::string(messageTypeName(type)) + " before commit completed");
+  }
+  return versions_.onMessage(p, type, payload);
+}
+
+// A rollout rank can now acquire the version: the last confirmation releases Delivered.
+Status Coordinator::Impl::onReadied(const Participant& p, const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning || p.hello.role != Role::kRollout) {
+    return protocolError("unexpected Readied");
+  }
+  return versions_.onReadied(p, payload);
 }
 
 // ---- joining (coordinator/admission.h) --------------------------------------------------
@@ -371,14 +388,11 @@ void Coordinator::Impl::checkTimers() {
     return;
   }
   if (phase_ == Phase::kRunning) {
-    Result<SequencerOutput> advanced = sequencer_->advance(now);
-    const std::vector<int32_t> stalled =
-        advanced.isOk() ? advanced->stalled_replicas : std::vector<int32_t>{};
-    Status s = apply(std::move(advanced));
-    if (!s.isOk()) return fail(s);
-    dropStalled(stalled, now);
+    Result<std::vector<int32_t>> stalled = versions_.advance(now);
+    if (!stalled.isOk()) return fail(stalled.status());
+    dropStalled(*stalled, now);
     if (phase_ != Phase::kRunning) return;
-    if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
+    if (auto late = versions_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
     sendDueLefts();
     if (Status s = restart_.tick(now); !s.isOk()) return fail(s);
@@ -399,9 +413,11 @@ TrainerRestartOptions Coordinator::Impl::restartOptions() const {
 
 TrainerRestartJob Coordinator::Impl::restartJob() {
   TrainerRestartJob job;
-  job.has_replica = [this](int32_t replica) { return sequencer_->hasReplica(replica); };
-  job.rollout_in_versions = [this](int32_t r) { return sequencer_->replicaOf(r).has_value(); };
-  job.last_started_version = [this] { return sequencer_->lastStartedVersion(); };
+  job.has_replica = [this](int32_t replica) { return versions_.sequencer()->hasReplica(replica); };
+  job.rollout_in_versions = [this](int32_t r) {
+    return versions_.sequencer()->replicaOf(r).has_value();
+  };
+  job.last_started_version = [this] { return versions_.sequencer()->lastStartedVersion(); };
   job.as_planned = [this](Registration& reg) { return block_scaling_.addQuantizedSourcesTo(reg); };
   job.complete_assignment = [this](int32_t t, PlanAssignmentMsg& msg) {
     block_scaling_.addTo(t, msg);
@@ -423,9 +439,8 @@ void Coordinator::Impl::beginTrainerRestart(const Status& cause) {
     return remoteError("the trainers were lost while replica " + std::to_string(id) +
                        " joined: " + cause.message());
   });
-  Status s = apply(sequencer_->abortVersions());
+  Status s = versions_.abort();
   if (!s.isOk()) return fail(s);
-  delivery_gate_.abandonAll();
   block_scaling_.forgetVersions();
 }
 
@@ -444,10 +459,12 @@ ReplicaJoinsJob Coordinator::Impl::joinJob() {
   ReplicaJoinsJob job;
   job.running = [this] { return phase_ == Phase::kRunning; };
   job.ended = [this] { return phase_ == Phase::kDone || phase_ == Phase::kFailed; };
-  job.has_replica = [this](int32_t id) { return sequencer_ && sequencer_->hasReplica(id); };
-  job.ready_version = [this](int32_t id) { return sequencer_->readyVersion(id); };
-  job.in_flight_version = [this] { return sequencer_ ? sequencer_->inFlightVersion() : 0; };
-  job.add_replica = [this](const ReplicaSpec& spec) { return sequencer_->addReplica(spec); };
+  job.has_replica = [this](int32_t id) {
+    return versions_.sequencer() && versions_.sequencer()->hasReplica(id);
+  };
+  job.ready_version = [this](int32_t id) { return versions_.sequencer()->readyVersion(id); };
+  job.in_flight_version = [this] { return versions_.inFlightVersion(); };
+  job.add_replica = [this](const ReplicaSpec& spec) { return versions_.addReplica(spec); };
   job.trainers_finished = [this] { return trainers_finished_; };
   job.trainer_registrations = [this] { return &trainer_registrations_; };
   job.registration = [this](const Participant& p) { return decodeRegistrationOf(p); };

@@ -55,7 +55,8 @@ Clock::time_point Coordinator::Impl::nextWakeup() const {
   auto t = Clock::now() + std::chrono::milliseconds(100);
   if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
   if (phase_ == Phase::kRunning) {
-    if (std::optional<Clock::time_point> d = sequencer_->nextDeadline()) t = std::min(t, *d);
+    if (std::optional<Clock::time_point> d = versions_.sequencer()->nextDeadline())
+      t = std::min(t, *d);
   }
   return t;
 }

@@ -28,10 +28,10 @@
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_wire.h"
-#include "coordinator/delivery_gate.h"
 #include "coordinator/metrics.h"
 #include "coordinator/participants.h"
 #include "coordinator/replica_joins.h"
+#include "coordinator/running_versions.h"
 #include "coordinator/trainer_restart.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration.h"
@@ -97,7 +97,7 @@ class Coordinator::Impl {
   void run();
   Clock::time_point nextWakeup() const;
   // A version is in flight (busy polling applies, see run()).
-  bool versionMoving() const { return sequencer_ && sequencer_->inFlightVersion() != 0; }
+  bool versionMoving() const { return versions_.inFlightVersion() != 0; }
   void log(const std::string& line) { wire_.log(line); }
   void finish(const Status& status);
   void fail(const Status& status);
@@ -145,11 +145,9 @@ class Coordinator::Impl {
   void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
 
-  // ---- versions (coordinator_versions.cc; timers: coordinator.cc) ----
+  // ---- versions (coordinator/running_versions.h; timers: coordinator.cc) ----
   Status onVersionMessage(const Participant& p, MessageType type,
                           const std::vector<uint8_t>& payload);
-  Status apply(Result<SequencerOutput> output);
-  void send(const OutgoingMessage& m);
   Status onReadied(const Participant& p, const std::vector<uint8_t>& payload);
   void checkTimers();
 
@@ -217,9 +215,15 @@ class Coordinator::Impl {
   Clock::time_point phase_deadline_;
   ParticipantTable participants_;
   std::optional<BroadcastOffer> broadcast_backend_;  // chosen at planning; none: writes only
-  DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
-  uint64_t delta_first_go_ = 0;  // delta versions: the newest version whose first Go was sent
-  std::optional<VersionSequencer> sequencer_;        // from planning on
+  // The sequencer (from planning on), the delivery gate, delta bases.
+  RunningVersions versions_{opt_.job,
+                            *opt_.metrics,
+                            participants_,
+                            wire_,
+                            [this] {
+                              if (!joins_.empty()) joins_.onDelivered();
+                            },
+                            [] { return Clock::now(); }};
   std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
   CoordinatorBlockScaling block_scaling_{participants_, wire_};
   std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)

@@ -26,7 +26,7 @@ void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason,
                                      "that can be are started with explicit bootstrap)"));
   }
   // Trainers may write into the replica until the version in flight now is delivered.
-  const uint64_t in_flight = sequencer_ ? sequencer_->inFlightVersion() : 0;
+  const uint64_t in_flight = versions_.inFlightVersion();
   ReplicaMsg dropped{id, {}};
   const Status notice = remoteError(replicaName(id) + " was dropped from the job: " + reason);
   for (Participant& q : participants_) {
@@ -47,14 +47,7 @@ void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason,
       ") " + (crashed ? "dropped: " : "left: ") + reason);
   if (crashed) opt_.metrics->onReplicaDropped();
   sendToTrainers(MessageType::kReplicaDropped, encode(dropped));
-  for (int32_t rank : dropped.ranks) {  // no confirmation of Ready is awaited from it any more
-    for (const OutgoingMessage& released : delivery_gate_.forget(rank))
-      send(released);
-  }
-  if (sequencer_ && sequencer_->hasReplica(id)) {
-    Status s = apply(sequencer_->removeReplica(id, Clock::now()));
-    if (!s.isOk()) fail(s);
-  }
+  if (Status s = versions_.dropReplica(id, dropped.ranks); !s.isOk()) fail(s);
   joins_.onSourceLost(id);
 }
 
@@ -67,7 +60,7 @@ void Coordinator::Impl::onLeave(Participant& p) {
 }
 
 void Coordinator::Impl::sendDueLefts() {
-  const uint64_t in_flight = sequencer_ ? sequencer_->inFlightVersion() : 0;
+  const uint64_t in_flight = versions_.inFlightVersion();
   for (Participant& p : participants_) {
     if (!p.awaiting_left) continue;
     if (p.written_until != 0 && p.written_until == in_flight) continue;  // still being written
@@ -109,7 +102,7 @@ std::chrono::milliseconds Coordinator::Impl::heartbeatInterval() const {
 // exceed the job's timeout): the version completes for the others and the trainers go on.
 void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now) {
   const std::string bound = std::to_string(replicaBound().count()) + " ms";
-  const uint64_t version = sequencer_->inFlightVersion();
+  const uint64_t version = versions_.inFlightVersion();
   std::vector<std::pair<int32_t, std::string>> drops;  // replica, reason
   drops.reserve(stalled.size());
   for (int32_t id : stalled) {
@@ -121,7 +114,7 @@ void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::
   // not busy with readers: it is dropped too.
   if (opt_.job.heartbeatTimeout().count() > 0) {
     const std::chrono::milliseconds silence = 2 * heartbeatInterval();
-    for (int32_t id : sequencer_->holdingGo(now)) {
+    for (int32_t id : versions_.sequencer()->holdingGo(now)) {
       for (const Participant& q : participants_) {
         if (q.hello.role != Role::kRollout || q.hello.replica != id || q.dropped ||
             now - q.last_heard < silence)
@@ -133,7 +126,7 @@ void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::
       }
     }
   }
-  for (int32_t r : delivery_gate_.overdueRanks(now, replicaBound())) {
+  for (int32_t r : versions_.overdueRanks(now, replicaBound())) {
     const std::vector<int32_t>& replica_of = participants_.replicaOfRollout();
     if (static_cast<size_t>(r) >= replica_of.size()) continue;
     drops.emplace_back(replica_of[static_cast<size_t>(r)],

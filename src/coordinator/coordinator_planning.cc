@@ -136,7 +136,7 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
   SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.job,
                            /*prepare_ahead=*/true};
   options.replica_timeout = replicaBound();
-  sequencer_.emplace(options, numTrainers());
+  std::vector<ReplicaSpec> replicas;
   for (auto& [id, ranks] : members) {
     const auto num_slots = static_cast<int32_t>(rollout(ranks[0]).reg.slot_descriptors.size());
     for (int32_t r : ranks) {
@@ -149,8 +149,9 @@ Status Coordinator::Impl::setupReplicas(const std::vector<Registration>& rollout
                                std::to_string(n));
       }
     }
-    WSYNC_RETURN_IF_ERROR(sequencer_->addReplica({id, ranks, num_slots}));
+    replicas.push_back({id, ranks, num_slots});
   }
+  WSYNC_RETURN_IF_ERROR(versions_.start(options, numTrainers(), replicas));
   participants_.setReplicaOfRollout(std::move(replica_of));
   return Status::ok();
 }

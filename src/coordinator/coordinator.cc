@@ -3,14 +3,8 @@
 #include <algorithm>
 #include <map>
 
-#include "codec/plan_codec.h"
-#include "codec/registration_codec.h"
-#include "coordinator/broadcast_comms.h"
 #include "coordinator/coordinator_impl.h"
 #include "coordinator/delta_assign.h"
-#include "layout/registration_checks.h"
-#include "plan/block_scaling_plan.h"
-#include "plan/planner.h"
 
 namespace wsync {
 namespace {
@@ -250,6 +244,52 @@ void Coordinator::Impl::maybeAllGone() {
   }
 }
 
+// ---- registering and planning (coordinator/job_planning.h) ----------------------------------
+Status Coordinator::Impl::onRegister(Participant& p, const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRegistering) {
+    return invalidUsage("Register out of order (twice, or before every rank joined)");
+  }
+  WSYNC_ASSIGN_OR_RETURN(const bool all_registered, planning_.onRegister(p, payload));
+  return all_registered ? planAll() : Status::ok();
+}
+
+Status Coordinator::Impl::planAll() {
+  Result<Plan> plan = planning_.plan();
+  if (!plan.isOk()) {  // blame the rank that sent it, not the one whose message came last
+    fail(plan.status());
+    return Status::ok();
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::vector<ReplicaSpec> replicas, planning_.replicas());
+  SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.job,
+                           /*prepare_ahead=*/true};
+  options.replica_timeout = replicaBound();
+  WSYNC_RETURN_IF_ERROR(versions_.start(options, numTrainers(), replicas));
+  opt_.metrics->setReplicaBytes(replicaBytes(*plan, participants_.replicaOfRollout()));
+  planning_.sendAssignments(*plan);
+  restart_.keepPlan(std::move(plan).value(), &planning_.trainerRegistrations());
+  phase_ = Phase::kCommitting;
+  return Status::ok();
+}
+
+Status Coordinator::Impl::onCommitDone(Participant& p) {
+  if (p.joiner) return joins_.onCommitDone(p);
+  if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
+  p.committed = true;
+  if (std::all_of(participants_.begin(), participants_.end(),
+                  [](const Participant& q) { return q.joiner || q.committed; })) {
+    const auto now = Clock::now();
+    for (Participant& q : participants_) {
+      if (q.joiner) continue;
+      q.last_heard = now;
+      sendTo(q, MessageType::kCommitOk, {});
+    }
+    phase_ = Phase::kRunning;
+    log("commit complete");
+    joins_.welcomeWaiting();  // replicas that asked to join before the job ran
+  }
+  return Status::ok();
+}
+
 // ---- versions (coordinator/running_versions.h) ---------------------------------------------
 Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType type,
                                            const std::vector<uint8_t>& payload) {
@@ -466,8 +506,8 @@ ReplicaJoinsJob Coordinator::Impl::joinJob() {
   job.in_flight_version = [this] { return versions_.inFlightVersion(); };
   job.add_replica = [this](const ReplicaSpec& spec) { return versions_.addReplica(spec); };
   job.trainers_finished = [this] { return trainers_finished_; };
-  job.trainer_registrations = [this] { return &trainer_registrations_; };
-  job.registration = [this](const Participant& p) { return decodeRegistrationOf(p); };
+  job.trainer_registrations = [this] { return &planning_.trainerRegistrations(); };
+  job.registration = [this](const Participant& p) { return planning_.registrationOf(p); };
   job.check_scalings = [this](const Participant& p) {
     return block_scaling_.checkJoiner(p, elastic());
   };

@@ -28,6 +28,7 @@
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_wire.h"
+#include "coordinator/job_planning.h"
 #include "coordinator/metrics.h"
 #include "coordinator/participants.h"
 #include "coordinator/replica_joins.h"
@@ -135,14 +136,9 @@ class Coordinator::Impl {
   std::vector<const HelloMsg*> joinedHellos() const;
   void onHello(ConnectionId conn, const std::vector<uint8_t>& payload);
   void admitAll();
+  // Register, the plan once every fixed rank registered (coordinator/job_planning.h), CommitDone.
   Status onRegister(Participant& p, const std::vector<uint8_t>& payload);
-  // p's registration, decoded and checked against its identity (rollouts: slots and offsets);
-  // a rollout's block-scaled tensors renamed (plan/block_scaling_plan.h) when `scaled`.
-  Result<Registration> decodeRegistrationOf(const Participant& p, bool scaled = true) const;
   Status planAll();
-  std::vector<RankBroadcastFacts> broadcastFacts();
-  Status setupReplicas(const std::vector<Registration>& rollouts);
-  void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
 
   // ---- versions (coordinator/running_versions.h; timers: coordinator.cc) ----
@@ -214,7 +210,6 @@ class Coordinator::Impl {
   Phase phase_ = Phase::kJoining;
   Clock::time_point phase_deadline_;
   ParticipantTable participants_;
-  std::optional<BroadcastOffer> broadcast_backend_;  // chosen at planning; none: writes only
   // The sequencer (from planning on), the delivery gate, delta bases.
   RunningVersions versions_{opt_.job,
                             *opt_.metrics,
@@ -224,12 +219,13 @@ class Coordinator::Impl {
                               if (!joins_.empty()) joins_.onDelivered();
                             },
                             [] { return Clock::now(); }};
-  std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
   CoordinatorBlockScaling block_scaling_{participants_, wire_};
+  // The plan at commit; keeps the trainers' registrations for joining replicas.
+  JobPlanning planning_{{opt_.mpi_world_size, opt_.job}, participants_, wire_, block_scaling_};
   std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)
   TrainerRestart restart_{restartOptions(), participants_, wire_, restartJob()};
   // Replicas joining the running job. Declared last: destroyed first, waiting for its planner
-  // threads, which read trainer_registrations_ and post to the queue.
+  // threads, which read planning_'s trainer registrations and post to the queue.
   ReplicaJoins joins_{joinOptions(), participants_, wire_, joinJob()};
 };
 

@@ -262,7 +262,7 @@ Status Coordinator::Impl::planAll() {
   WSYNC_ASSIGN_OR_RETURN(std::vector<ReplicaSpec> replicas, planning_.replicas());
   SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.job,
                            /*prepare_ahead=*/true};
-  options.replica_timeout = replicaBound();
+  options.replica_timeout = membership_.replicaBound();
   WSYNC_RETURN_IF_ERROR(versions_.start(options, numTrainers(), replicas));
   opt_.metrics->setReplicaBytes(replicaBytes(*plan, participants_.replicaOfRollout()));
   planning_.sendAssignments(*plan);
@@ -389,7 +389,7 @@ void Coordinator::Impl::admitAll() {
   WelcomeMsg welcome;
   welcome.num_trainers = numTrainers();
   welcome.num_rollouts = participants_.numRollouts();
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  welcome.heartbeat_interval_ms = static_cast<int32_t>(membership_.heartbeatInterval().count());
   describeJobSettings(opt_.job, welcome);
   if (opt_.mpi_world_size > 0) {
     for (int32_t i : participants_.trainerIndices())
@@ -434,10 +434,72 @@ void Coordinator::Impl::checkTimers() {
     if (phase_ != Phase::kRunning) return;
     if (auto late = versions_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
-    sendDueLefts();
+    membership_.sendDueLefts(versions_.inFlightVersion());
     if (Status s = restart_.tick(now); !s.isOk()) return fail(s);
   }
   if (phase_ != Phase::kDone && phase_ != Phase::kFailed) joins_.tick(now);
+}
+
+// ---- membership of the running job (coordinator/job_membership.h) ---------------------------
+void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason, bool crashed) {
+  const int32_t id = p.hello.replica;
+  if (joins_.joining(id)) return joins_.abort(id, remoteError(reason), /*left_cleanly=*/!crashed);
+  Result<std::vector<int32_t>> ranks =
+      membership_.drop(p, reason, crashed, versions_.inFlightVersion());
+  if (!ranks.isOk()) return fail(ranks.status());
+  if (Status s = versions_.dropReplica(id, *ranks); !s.isOk()) fail(s);
+  joins_.onSourceLost(id);
+}
+
+// Leave (finalize): the replica leaves at once; Left follows once no trainer can still be writing
+// into it (JobMembership::sendDueLefts), so the rank may free its slots.
+void Coordinator::Impl::onLeave(Participant& p) {
+  if (!p.dropped) dropReplicaOf(p, nameOf(p) + " left", /*crashed=*/false);
+  p.awaiting_left = true;
+  membership_.sendDueLefts(versions_.inFlightVersion());
+}
+
+void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
+  for (Participant& p : participants_) {
+    // A joining replica's heartbeats start at CommitOk.
+    if (joins_.joining(p.hello.replica) && !joins_.committedOk(p.hello.replica)) continue;
+    if (std::optional<std::string> why = membership_.silence(p, now))
+      dropReplicaOf(p, *why, /*crashed=*/true);
+  }
+}
+
+void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now) {
+  const std::chrono::milliseconds bound = membership_.replicaBound();
+  const auto drops = membership_.stalledReplicas(stalled, versions_.inFlightVersion(),
+                                                 versions_.sequencer()->holdingGo(now),
+                                                 versions_.overdueRanks(now, bound), now);
+  for (const auto& [id, reason] : drops) {
+    if (phase_ != Phase::kRunning) return;
+    if (Participant* p = membership_.stalledRank(id)) dropReplicaOf(*p, reason, /*crashed=*/true);
+  }
+}
+
+// The job-wide settings the admitted ranks set explicitly against the coordinator's (trainers,
+// then rollouts, by rank).
+Status Coordinator::Impl::checkRanksJobSettings() const {
+  std::vector<std::pair<std::string, const HelloMsg*>> named;
+  for (const auto* index : {&participants_.trainerIndices(), &participants_.rolloutIndices()}) {
+    for (int32_t i : *index) {
+      if (i >= 0)
+        named.emplace_back(nameOf(participants_[static_cast<size_t>(i)]),
+                           &participants_[static_cast<size_t>(i)].hello);
+    }
+  }
+  return checkExplicitJobSettings(opt_.job, named);
+}
+
+Status Coordinator::Impl::onExtensionDone(const Participant& p,
+                                          const std::vector<uint8_t>& payload) {
+  if (p.hello.role != Role::kTrainer) return protocolError("ExtensionDone from a rollout");
+  ReplicaMsg m;
+  WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  if (restart_.extending()) return restart_.onExtensionDone(p, m.replica);
+  return joins_.onExtensionDone(p, m.replica);
 }
 
 // ---- trainer restart (coordinator/trainer_restart.h) ----------------------------------------
@@ -447,7 +509,7 @@ TrainerRestartOptions Coordinator::Impl::restartOptions() const {
   options.restart_timeout = opt_.trainer_restart_timeout;
   options.timeout = opt_.timeout;
   options.job = opt_.job;
-  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  options.heartbeat_interval_ms = static_cast<int32_t>(membership_.heartbeatInterval().count());
   return options;
 }
 
@@ -489,7 +551,7 @@ ReplicaJoinsOptions Coordinator::Impl::joinOptions() const {
   ReplicaJoinsOptions options;
   options.timeout = opt_.timeout;
   options.job = opt_.job;
-  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  options.heartbeat_interval_ms = static_cast<int32_t>(membership_.heartbeatInterval().count());
   options.mpi_job = opt_.mpi_world_size > 0;
   options.debug_plan_delay = opt_.debug_join_plan_delay;
   return options;

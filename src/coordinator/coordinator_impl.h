@@ -28,6 +28,7 @@
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_wire.h"
+#include "coordinator/job_membership.h"
 #include "coordinator/job_planning.h"
 #include "coordinator/metrics.h"
 #include "coordinator/participants.h"
@@ -147,23 +148,15 @@ class Coordinator::Impl {
   Status onReadied(const Participant& p, const std::vector<uint8_t>& payload);
   void checkTimers();
 
-  // ---- membership of the running job (coordinator_membership.cc) ----
+  // ---- membership of the running job (coordinator/job_membership.h) ----
   // Drops the replica of rollout participant `p` (connection closed, silent, left): the
   // sequencer stops waiting for it, the trainers are told. `crashed`: its other ranks get an
   // Error saying why (a clean leave tells them nothing).
   void dropReplicaOf(Participant& p, const std::string& reason, bool crashed);
   void onLeave(Participant& p);
-  void sendDueLefts();
   void checkHeartbeats(Clock::time_point now);
-  // How long a version waits on one replica (or its confirmation of Ready) before the replica is
-  // dropped as stalled: the heartbeat timeout, at most half the job's timeout (so the version
-  // still completes for the others within it, whatever the two settings are).
-  std::chrono::milliseconds replicaBound() const;
-  // How often rollouts heartbeat (Welcome): a quarter of the heartbeat timeout, at most an eighth
-  // of the job's timeout (so a stopped rank's silence shows within replicaBound()); 0: none.
-  std::chrono::milliseconds heartbeatInterval() const;
-  // Drops the replicas the version in flight waited on past replicaBound() (`stalled`, from the
-  // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
+  // Drops the replicas the version in flight waited on past the replica bound (`stalled`, from
+  // the sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
   void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
   Status checkRanksJobSettings() const;  // at admission (coordinator/admission.h)
   // A trainer applied a joining (or, after a trainer restart, joined) replica's plan extension.
@@ -210,6 +203,9 @@ class Coordinator::Impl {
   Phase phase_ = Phase::kJoining;
   Clock::time_point phase_deadline_;
   ParticipantTable participants_;
+  // Drops, leaves, heartbeats and the liveness bounds.
+  JobMembership membership_{
+      {opt_.timeout, opt_.job, opt_.mpi_world_size > 0}, participants_, wire_, *opt_.metrics};
   // The sequencer (from planning on), the delivery gate, delta bases.
   RunningVersions versions_{opt_.job,
                             *opt_.metrics,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
 #include "coordinator/coordinator_impl.h"
 #include "coordinator/delta_assign.h"
@@ -86,6 +87,58 @@ void Coordinator::Impl::fail(const Status& status) {
 void Coordinator::Impl::sendToTrainers(MessageType type, const std::vector<uint8_t>& payload) {
   for (int32_t t = 0; t < numTrainers(); ++t)
     sendTo(trainer(t), type, payload);
+}
+
+void Coordinator::Impl::push(Event e) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(std::move(e));
+    queued_.fetch_add(1);
+  }
+  queue_cv_.notify_one();
+}
+
+void Coordinator::Impl::run() {
+  // Busy polling (ControlOptions::spin_wait) while versions move: from each event handled while a
+  // version was in flight (or that started or ended one), this thread and the server's loop poll
+  // without sleeping for spin_wait, so each message is taken at once instead of after a wake-up.
+  Clock::time_point spin_until{};
+  while (true) {
+    std::optional<Event> event;
+    const Clock::time_point wakeup = nextWakeup();
+    while (queued_.load() == 0 && !stop_requested_.load() &&
+           Clock::now() < std::min(spin_until, wakeup))
+      std::this_thread::yield();
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait_until(lock, wakeup, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      if (!queue_.empty()) {
+        event = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.fetch_sub(1);
+      }
+    }
+    if (event) {
+      const bool moving = versionMoving();
+      handle(*event);
+      if ((moving || versionMoving()) && opt_.control.spin_wait.count() > 0) {
+        spin_until = Clock::now() + opt_.control.spin_wait;
+        if (server_) server_->spinUntil(spin_until);
+      }
+    }
+    checkTimers();
+  }
+}
+
+Clock::time_point Coordinator::Impl::nextWakeup() const {
+  auto t = Clock::now() + std::chrono::milliseconds(100);
+  if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
+  if (phase_ == Phase::kRunning) {
+    if (std::optional<Clock::time_point> d = versions_.sequencer()->nextDeadline())
+      t = std::min(t, *d);
+  }
+  return t;
 }
 
 // ---- events --------------------------------------------------------------------------------
@@ -307,16 +360,7 @@ Status Coordinator::Impl::onReadied(const Participant& p, const std::vector<uint
   return versions_.onReadied(p, payload);
 }
 
-// ---- joining (coordinator/admission.h) --------------------------------------------------
-std::vector<const HelloMsg*> Coordinator::Impl::joinedHellos() const {
-  std::vector<const HelloMsg*> hellos;
-  hellos.reserve(participants_.size());
-  for (const Participant& p : participants_) {
-    if (!p.joiner) hellos.push_back(&p.hello);
-  }
-  return hellos;
-}
-
+// ---- joining (coordinator/job_admission.h) ---------------------------------------------
 void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
   HelloMsg hello;
   Status s = decode(payload, hello);
@@ -339,71 +383,13 @@ void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& p
         "the job is past joining; a rollout replica joins a running job with "
         "config.replica_size > 0 (explicit bootstrap)");
   }
-  if (s.isOk()) s = checkHello(jobShape(), hello, joinedHellos());
   if (!s.isOk()) {
     log("refused a connection: " + s.toString());
     refuse(conn, s);
     return;
   }
-  Participant p;
-  p.conn = conn;
-  p.hello = hello;
-  p.role_rank = hello.role_rank;
-  participants_.admit(std::move(p));
-  if (static_cast<int>(joinedHellos().size()) == expectedParticipants(jobShape())) admitAll();
-}
-
-void Coordinator::Impl::admitAll() {
-  std::vector<size_t> order;
-  for (size_t i = 0; i < participants_.size(); ++i) {
-    if (!participants_[i].joiner) order.push_back(i);
-  }
-  if (opt_.mpi_world_size > 0) {
-    std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
-      return participants_[a].hello.world_rank < participants_[b].hello.world_rank;
-    });
-    int32_t next[2] = {0, 0};
-    for (size_t i : order) {
-      Participant& p = participants_[i];
-      p.role_rank = next[static_cast<int>(p.hello.role)]++;
-    }
-  }
-  std::vector<int32_t> by_rank[2];  // participants_ index by trainer rank, by rollout rank
-  for (size_t i : order) {
-    auto& index = by_rank[static_cast<int>(participants_[i].hello.role)];
-    const auto r = static_cast<size_t>(participants_[i].role_rank);
-    if (index.size() <= r) index.resize(r + 1, -1);
-    index[r] = static_cast<int32_t>(i);
-  }
-  participants_.assignRanks(std::move(by_rank[static_cast<int>(Role::kTrainer)]),
-                            std::move(by_rank[static_cast<int>(Role::kRollout)]));
-  if (Status s = checkRanksJobSettings(); !s.isOk()) return fail(s);
-  if (participants_.numTrainers() == 0) return fail(invalidUsage("the job has no trainer rank"));
-  // An explicit-bootstrap job may have no fixed rollout rank (num_rollouts 0): every replica joins
-  // at run time, and until one does, each version completes at once, ready on no replica.
-  if (participants_.numRollouts() == 0 && opt_.mpi_world_size > 0) {
-    return fail(invalidUsage(
-        "the MPI job has no rollout rank (a job whose replicas all join at run time is "
-        "bootstrapped explicitly: wsync-coordinator --trainers N --rollouts 0)"));
-  }
-  WelcomeMsg welcome;
-  welcome.num_trainers = numTrainers();
-  welcome.num_rollouts = participants_.numRollouts();
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(membership_.heartbeatInterval().count());
-  describeJobSettings(opt_.job, welcome);
-  if (opt_.mpi_world_size > 0) {
-    for (int32_t i : participants_.trainerIndices())
-      welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
-    for (int32_t i : participants_.rolloutIndices())
-      welcome.rollout_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
-  }
-  for (size_t i : order) {
-    welcome.role_rank = participants_[i].role_rank;
-    sendTo(participants_[i], MessageType::kWelcome, encode(welcome));
-  }
-  log("all " + std::to_string(order.size()) + " ranks joined (" +
-      std::to_string(welcome.num_trainers) + " trainers, " + std::to_string(welcome.num_rollouts) +
-      " rollouts)");
+  if (!admission_.onHello(conn, hello)) return;
+  if (Status admitted = admission_.admitAll(); !admitted.isOk()) return fail(admitted);
   phase_ = Phase::kRegistering;
 }
 
@@ -413,7 +399,7 @@ void Coordinator::Impl::checkTimers() {
   if (phase_ < Phase::kRunning && now >= phase_deadline_) {
     std::string missing;
     if (phase_ == Phase::kJoining) {
-      missing = describeAbsentRanks(jobShape(), joinedHellos());
+      missing = admission_.absentRanks();
     } else {
       for (const Participant& p : participants_) {
         if (p.joiner) continue;
@@ -477,20 +463,6 @@ void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::
     if (phase_ != Phase::kRunning) return;
     if (Participant* p = membership_.stalledRank(id)) dropReplicaOf(*p, reason, /*crashed=*/true);
   }
-}
-
-// The job-wide settings the admitted ranks set explicitly against the coordinator's (trainers,
-// then rollouts, by rank).
-Status Coordinator::Impl::checkRanksJobSettings() const {
-  std::vector<std::pair<std::string, const HelloMsg*>> named;
-  for (const auto* index : {&participants_.trainerIndices(), &participants_.rolloutIndices()}) {
-    for (int32_t i : *index) {
-      if (i >= 0)
-        named.emplace_back(nameOf(participants_[static_cast<size_t>(i)]),
-                           &participants_[static_cast<size_t>(i)].hello);
-    }
-  }
-  return checkExplicitJobSettings(opt_.job, named);
 }
 
 Status Coordinator::Impl::onExtensionDone(const Participant& p,

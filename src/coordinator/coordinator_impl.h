@@ -1,6 +1,7 @@
-// The coordinator's event loop (coordinator/coordinator.h): its queue, the job's phase, the fixed
-// membership's joining and planning, versions and drops; it forwards events to its components
-// (ParticipantTable, ReplicaJoins, TrainerRestart, VersionSequencer; docs/architecture.md).
+// The coordinator's event loop (coordinator/coordinator.h; all of it in coordinator.cc): its
+// queue, the job's phase and the dispatch of events to its components (JobAdmission, JobPlanning,
+// RunningVersions, JobMembership, ReplicaJoins, TrainerRestart, CoordinatorBlockScaling;
+// docs/architecture.md), each owning its state; the glue between them.
 // Everything here runs on the coordinator's event thread unless said otherwise.
 #pragma once
 
@@ -28,6 +29,7 @@
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_wire.h"
+#include "coordinator/job_admission.h"
 #include "coordinator/job_membership.h"
 #include "coordinator/job_planning.h"
 #include "coordinator/metrics.h"
@@ -126,17 +128,11 @@ class Coordinator::Impl {
   void tellTrainersDone();
   void sendTrainersDone();  // TrainersDone to every running rollout not joining
 
-  // ---- the fixed membership: joining (coordinator.cc), registering, planning, committing ----
-  JobShape jobShape() const {
-    return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
-            opt_.num_rollouts};
-  }
+  // ---- the fixed membership: joining, registering, planning, committing ----
   // An elastic job: explicit bootstrap with no fixed rollout rank (every replica joins at run time;
   // until one did, each version completes at once, ready on no replica).
   bool elastic() const { return opt_.mpi_world_size <= 0 && opt_.num_rollouts == 0; }
-  std::vector<const HelloMsg*> joinedHellos() const;
   void onHello(ConnectionId conn, const std::vector<uint8_t>& payload);
-  void admitAll();
   // Register, the plan once every fixed rank registered (coordinator/job_planning.h), CommitDone.
   Status onRegister(Participant& p, const std::vector<uint8_t>& payload);
   Status planAll();
@@ -158,7 +154,6 @@ class Coordinator::Impl {
   // Drops the replicas the version in flight waited on past the replica bound (`stalled`, from
   // the sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
   void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
-  Status checkRanksJobSettings() const;  // at admission (coordinator/admission.h)
   // A trainer applied a joining (or, after a trainer restart, joined) replica's plan extension.
   Status onExtensionDone(const Participant& p, const std::vector<uint8_t>& payload);
 
@@ -206,6 +201,13 @@ class Coordinator::Impl {
   // Drops, leaves, heartbeats and the liveness bounds.
   JobMembership membership_{
       {opt_.timeout, opt_.job, opt_.mpi_world_size > 0}, participants_, wire_, *opt_.metrics};
+  // The fixed ranks' Hellos, their role ranks and Welcome.
+  JobAdmission admission_{{{opt_.mpi_world_size, opt_.first_participant_world_rank,
+                            opt_.num_trainers, opt_.num_rollouts},
+                           opt_.job,
+                           static_cast<int32_t>(membership_.heartbeatInterval().count())},
+                          participants_,
+                          wire_};
   // The sequencer (from planning on), the delivery gate, delta bases.
   RunningVersions versions_{opt_.job,
                             *opt_.metrics,

@@ -2,15 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
-#include "codec/plan_codec.h"
-#include "codec/registration_codec.h"
-#include "coordinator/broadcast_comms.h"
 #include "coordinator/coordinator_impl.h"
 #include "coordinator/delta_assign.h"
-#include "layout/registration_checks.h"
-#include "plan/block_scaling_plan.h"
-#include "plan/planner.h"
 
 namespace wsync {
 namespace {
@@ -92,6 +87,58 @@ void Coordinator::Impl::fail(const Status& status) {
 void Coordinator::Impl::sendToTrainers(MessageType type, const std::vector<uint8_t>& payload) {
   for (int32_t t = 0; t < numTrainers(); ++t)
     sendTo(trainer(t), type, payload);
+}
+
+void Coordinator::Impl::push(Event e) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(std::move(e));
+    queued_.fetch_add(1);
+  }
+  queue_cv_.notify_one();
+}
+
+void Coordinator::Impl::run() {
+  // Busy polling (ControlOptions::spin_wait) while versions move: from each event handled while a
+  // version was in flight (or that started or ended one), this thread and the server's loop poll
+  // without sleeping for spin_wait, so each message is taken at once instead of after a wake-up.
+  Clock::time_point spin_until{};
+  while (true) {
+    std::optional<Event> event;
+    const Clock::time_point wakeup = nextWakeup();
+    while (queued_.load() == 0 && !stop_requested_.load() &&
+           Clock::now() < std::min(spin_until, wakeup))
+      std::this_thread::yield();
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait_until(lock, wakeup, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      if (!queue_.empty()) {
+        event = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.fetch_sub(1);
+      }
+    }
+    if (event) {
+      const bool moving = versionMoving();
+      handle(*event);
+      if ((moving || versionMoving()) && opt_.control.spin_wait.count() > 0) {
+        spin_until = Clock::now() + opt_.control.spin_wait;
+        if (server_) server_->spinUntil(spin_until);
+      }
+    }
+    checkTimers();
+  }
+}
+
+Clock::time_point Coordinator::Impl::nextWakeup() const {
+  auto t = Clock::now() + std::chrono::milliseconds(100);
+  if (phase_ < Phase::kRunning) t = std::min(t, phase_deadline_);
+  if (phase_ == Phase::kRunning) {
+    if (std::optional<Clock::time_point> d = versions_.sequencer()->nextDeadline())
+      t = std::min(t, *d);
+  }
+  return t;
 }
 
 // ---- events --------------------------------------------------------------------------------
@@ -216,7 +263,7 @@ void Coordinator::Impl::tellTrainersDone() {
     if (!trainer(t).said_bye) return;
   }
   if (trainers_finished_) return;
-  const uint64_t last = sequencer_ ? sequencer_->lastStartedVersion() : 0;
+  const uint64_t last = versions_.sequencer() ? versions_.sequencer()->lastStartedVersion() : 0;
   trainers_finished_ = last;
   log("the trainers finished at version " + std::to_string(last));
   sendTrainersDone();
@@ -250,16 +297,70 @@ void Coordinator::Impl::maybeAllGone() {
   }
 }
 
-// ---- joining (coordinator/admission.h) --------------------------------------------------
-std::vector<const HelloMsg*> Coordinator::Impl::joinedHellos() const {
-  std::vector<const HelloMsg*> hellos;
-  hellos.reserve(participants_.size());
-  for (const Participant& p : participants_) {
-    if (!p.joiner) hellos.push_back(&p.hello);
+// ---- registering and planning (coordinator/job_planning.h) ----------------------------------
+Status Coordinator::Impl::onRegister(Participant& p, const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRegistering) {
+    return invalidUsage("Register out of order (twice, or before every rank joined)");
   }
-  return hellos;
+  WSYNC_ASSIGN_OR_RETURN(const bool all_registered, planning_.onRegister(p, payload));
+  return all_registered ? planAll() : Status::ok();
 }
 
+Status Coordinator::Impl::planAll() {
+  Result<Plan> plan = planning_.plan();
+  if (!plan.isOk()) {  // blame the rank that sent it, not the one whose message came last
+    fail(plan.status());
+    return Status::ok();
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::vector<ReplicaSpec> replicas, planning_.replicas());
+  SequencerOptions options{opt_.timeout, opt_.skip_grace, opt_.max_staleness, opt_.job,
+                           /*prepare_ahead=*/true};
+  options.replica_timeout = membership_.replicaBound();
+  WSYNC_RETURN_IF_ERROR(versions_.start(options, numTrainers(), replicas));
+  opt_.metrics->setReplicaBytes(replicaBytes(*plan, participants_.replicaOfRollout()));
+  planning_.sendAssignments(*plan);
+  restart_.keepPlan(std::move(plan).value(), &planning_.trainerRegistrations());
+  phase_ = Phase::kCommitting;
+  return Status::ok();
+}
+
+Status Coordinator::Impl::onCommitDone(Participant& p) {
+  if (p.joiner) return joins_.onCommitDone(p);
+  if (phase_ != Phase::kCommitting || p.committed) return invalidUsage("CommitDone out of order");
+  p.committed = true;
+  if (std::all_of(participants_.begin(), participants_.end(),
+                  [](const Participant& q) { return q.joiner || q.committed; })) {
+    const auto now = Clock::now();
+    for (Participant& q : participants_) {
+      if (q.joiner) continue;
+      q.last_heard = now;
+      sendTo(q, MessageType::kCommitOk, {});
+    }
+    phase_ = Phase::kRunning;
+    log("commit complete");
+    joins_.welcomeWaiting();  // replicas that asked to join before the job ran
+  }
+  return Status::ok();
+}
+
+// ---- versions (coordinator/running_versions.h) ---------------------------------------------
+Status Coordinator::Impl::onVersionMessage(const Participant& p, MessageType type,
+                                           const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning) {
+    return invalidUsage(std::string(messageTypeName(type)) + " before commit completed");
+  }
+  return versions_.onMessage(p, type, payload);
+}
+
+// A rollout rank can now acquire the version: the last confirmation releases Delivered.
+Status Coordinator::Impl::onReadied(const Participant& p, const std::vector<uint8_t>& payload) {
+  if (phase_ != Phase::kRunning || p.hello.role != Role::kRollout) {
+    return protocolError("unexpected Readied");
+  }
+  return versions_.onReadied(p, payload);
+}
+
+// ---- joining (coordinator/job_admission.h) ---------------------------------------------
 void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& payload) {
   HelloMsg hello;
   Status s = decode(payload, hello);
@@ -282,71 +383,13 @@ void Coordinator::Impl::onHello(ConnectionId conn, const std::vector<uint8_t>& p
         "the job is past joining; a rollout replica joins a running job with "
         "config.replica_size > 0 (explicit bootstrap)");
   }
-  if (s.isOk()) s = checkHello(jobShape(), hello, joinedHellos());
   if (!s.isOk()) {
     log("refused a connection: " + s.toString());
     refuse(conn, s);
     return;
   }
-  Participant p;
-  p.conn = conn;
-  p.hello = hello;
-  p.role_rank = hello.role_rank;
-  participants_.admit(std::move(p));
-  if (static_cast<int>(joinedHellos().size()) == expectedParticipants(jobShape())) admitAll();
-}
-
-void Coordinator::Impl::admitAll() {
-  std::vector<size_t> order;
-  for (size_t i = 0; i < participants_.size(); ++i) {
-    if (!participants_[i].joiner) order.push_back(i);
-  }
-  if (opt_.mpi_world_size > 0) {
-    std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
-      return participants_[a].hello.world_rank < participants_[b].hello.world_rank;
-    });
-    int32_t next[2] = {0, 0};
-    for (size_t i : order) {
-      Participant& p = participants_[i];
-      p.role_rank = next[static_cast<int>(p.hello.role)]++;
-    }
-  }
-  std::vector<int32_t> by_rank[2];  // participants_ index by trainer rank, by rollout rank
-  for (size_t i : order) {
-    auto& index = by_rank[static_cast<int>(participants_[i].hello.role)];
-    const auto r = static_cast<size_t>(participants_[i].role_rank);
-    if (index.size() <= r) index.resize(r + 1, -1);
-    index[r] = static_cast<int32_t>(i);
-  }
-  participants_.assignRanks(std::move(by_rank[static_cast<int>(Role::kTrainer)]),
-                            std::move(by_rank[static_cast<int>(Role::kRollout)]));
-  if (Status s = checkRanksJobSettings(); !s.isOk()) return fail(s);
-  if (participants_.numTrainers() == 0) return fail(invalidUsage("the job has no trainer rank"));
-  // An explicit-bootstrap job may have no fixed rollout rank (num_rollouts 0): every replica joins
-  // at run time, and until one does, each version completes at once, ready on no replica.
-  if (participants_.numRollouts() == 0 && opt_.mpi_world_size > 0) {
-    return fail(invalidUsage(
-        "the MPI job has no rollout rank (a job whose replicas all join at run time is "
-        "bootstrapped explicitly: wsync-coordinator --trainers N --rollouts 0)"));
-  }
-  WelcomeMsg welcome;
-  welcome.num_trainers = numTrainers();
-  welcome.num_rollouts = participants_.numRollouts();
-  welcome.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
-  describeJobSettings(opt_.job, welcome);
-  if (opt_.mpi_world_size > 0) {
-    for (int32_t i : participants_.trainerIndices())
-      welcome.trainer_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
-    for (int32_t i : participants_.rolloutIndices())
-      welcome.rollout_world_ranks.push_back(participants_[static_cast<size_t>(i)].hello.world_rank);
-  }
-  for (size_t i : order) {
-    welcome.role_rank = participants_[i].role_rank;
-    sendTo(participants_[i], MessageType::kWelcome, encode(welcome));
-  }
-  log("all " + std::to_string(order.size()) + " ranks joined (" +
-      std::to_string(welcome.num_trainers) + " trainers, " + std::to_string(welcome.num_rollouts) +
-      " rollouts)");
+  if (!admission_.onHello(conn, hello)) return;
+  if (Status admitted = admission_.admitAll(); !admitted.isOk()) return fail(admitted);
   phase_ = Phase::kRegistering;
 }
 
@@ -356,7 +399,7 @@ void Coordinator::Impl::checkTimers() {
   if (phase_ < Phase::kRunning && now >= phase_deadline_) {
     std::string missing;
     if (phase_ == Phase::kJoining) {
-      missing = describeAbsentRanks(jobShape(), joinedHellos());
+      missing = admission_.absentRanks();
     } else {
       for (const Participant& p : participants_) {
         if (p.joiner) continue;
@@ -371,19 +414,64 @@ void Coordinator::Impl::checkTimers() {
     return;
   }
   if (phase_ == Phase::kRunning) {
-    Result<SequencerOutput> advanced = sequencer_->advance(now);
-    const std::vector<int32_t> stalled =
-        advanced.isOk() ? advanced->stalled_replicas : std::vector<int32_t>{};
-    Status s = apply(std::move(advanced));
-    if (!s.isOk()) return fail(s);
-    dropStalled(stalled, now);
+    Result<std::vector<int32_t>> stalled = versions_.advance(now);
+    if (!stalled.isOk()) return fail(stalled.status());
+    dropStalled(*stalled, now);
     if (phase_ != Phase::kRunning) return;
-    if (auto late = delivery_gate_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
+    if (auto late = versions_.overdue(now, opt_.timeout)) return fail(timeoutError(*late));
     checkHeartbeats(now);
-    sendDueLefts();
+    membership_.sendDueLefts(versions_.inFlightVersion());
     if (Status s = restart_.tick(now); !s.isOk()) return fail(s);
   }
   if (phase_ != Phase::kDone && phase_ != Phase::kFailed) joins_.tick(now);
+}
+
+// ---- membership of the running job (coordinator/job_membership.h) ---------------------------
+void Coordinator::Impl::dropReplicaOf(Participant& p, const std::string& reason, bool crashed) {
+  const int32_t id = p.hello.replica;
+  if (joins_.joining(id)) return joins_.abort(id, remoteError(reason), /*left_cleanly=*/!crashed);
+  Result<std::vector<int32_t>> ranks =
+      membership_.drop(p, reason, crashed, versions_.inFlightVersion());
+  if (!ranks.isOk()) return fail(ranks.status());
+  if (Status s = versions_.dropReplica(id, *ranks); !s.isOk()) fail(s);
+  joins_.onSourceLost(id);
+}
+
+// Leave (finalize): the replica leaves at once; Left follows once no trainer can still be writing
+// into it (JobMembership::sendDueLefts), so the rank may free its slots.
+void Coordinator::Impl::onLeave(Participant& p) {
+  if (!p.dropped) dropReplicaOf(p, nameOf(p) + " left", /*crashed=*/false);
+  p.awaiting_left = true;
+  membership_.sendDueLefts(versions_.inFlightVersion());
+}
+
+void Coordinator::Impl::checkHeartbeats(Clock::time_point now) {
+  for (Participant& p : participants_) {
+    // A joining replica's heartbeats start at CommitOk.
+    if (joins_.joining(p.hello.replica) && !joins_.committedOk(p.hello.replica)) continue;
+    if (std::optional<std::string> why = membership_.silence(p, now))
+      dropReplicaOf(p, *why, /*crashed=*/true);
+  }
+}
+
+void Coordinator::Impl::dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now) {
+  const std::chrono::milliseconds bound = membership_.replicaBound();
+  const auto drops = membership_.stalledReplicas(stalled, versions_.inFlightVersion(),
+                                                 versions_.sequencer()->holdingGo(now),
+                                                 versions_.overdueRanks(now, bound), now);
+  for (const auto& [id, reason] : drops) {
+    if (phase_ != Phase::kRunning) return;
+    if (Participant* p = membership_.stalledRank(id)) dropReplicaOf(*p, reason, /*crashed=*/true);
+  }
+}
+
+Status Coordinator::Impl::onExtensionDone(const Participant& p,
+                                          const std::vector<uint8_t>& payload) {
+  if (p.hello.role != Role::kTrainer) return protocolError("ExtensionDone from a rollout");
+  ReplicaMsg m;
+  WSYNC_RETURN_IF_ERROR(decode(payload, m));
+  if (restart_.extending()) return restart_.onExtensionDone(p, m.replica);
+  return joins_.onExtensionDone(p, m.replica);
 }
 
 // ---- trainer restart (coordinator/trainer_restart.h) ----------------------------------------
@@ -393,15 +481,17 @@ TrainerRestartOptions Coordinator::Impl::restartOptions() const {
   options.restart_timeout = opt_.trainer_restart_timeout;
   options.timeout = opt_.timeout;
   options.job = opt_.job;
-  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  options.heartbeat_interval_ms = static_cast<int32_t>(membership_.heartbeatInterval().count());
   return options;
 }
 
 TrainerRestartJob Coordinator::Impl::restartJob() {
   TrainerRestartJob job;
-  job.has_replica = [this](int32_t replica) { return sequencer_->hasReplica(replica); };
-  job.rollout_in_versions = [this](int32_t r) { return sequencer_->replicaOf(r).has_value(); };
-  job.last_started_version = [this] { return sequencer_->lastStartedVersion(); };
+  job.has_replica = [this](int32_t replica) { return versions_.sequencer()->hasReplica(replica); };
+  job.rollout_in_versions = [this](int32_t r) {
+    return versions_.sequencer()->replicaOf(r).has_value();
+  };
+  job.last_started_version = [this] { return versions_.sequencer()->lastStartedVersion(); };
   job.as_planned = [this](Registration& reg) { return block_scaling_.addQuantizedSourcesTo(reg); };
   job.complete_assignment = [this](int32_t t, PlanAssignmentMsg& msg) {
     block_scaling_.addTo(t, msg);
@@ -423,9 +513,8 @@ void Coordinator::Impl::beginTrainerRestart(const Status& cause) {
     return remoteError("the trainers were lost while replica " + std::to_string(id) +
                        " joined: " + cause.message());
   });
-  Status s = apply(sequencer_->abortVersions());
+  Status s = versions_.abort();
   if (!s.isOk()) return fail(s);
-  delivery_gate_.abandonAll();
   block_scaling_.forgetVersions();
 }
 
@@ -434,7 +523,7 @@ ReplicaJoinsOptions Coordinator::Impl::joinOptions() const {
   ReplicaJoinsOptions options;
   options.timeout = opt_.timeout;
   options.job = opt_.job;
-  options.heartbeat_interval_ms = static_cast<int32_t>(heartbeatInterval().count());
+  options.heartbeat_interval_ms = static_cast<int32_t>(membership_.heartbeatInterval().count());
   options.mpi_job = opt_.mpi_world_size > 0;
   options.debug_plan_delay = opt_.debug_join_plan_delay;
   return options;
@@ -444,13 +533,15 @@ ReplicaJoinsJob Coordinator::Impl::joinJob() {
   ReplicaJoinsJob job;
   job.running = [this] { return phase_ == Phase::kRunning; };
   job.ended = [this] { return phase_ == Phase::kDone || phase_ == Phase::kFailed; };
-  job.has_replica = [this](int32_t id) { return sequencer_ && sequencer_->hasReplica(id); };
-  job.ready_version = [this](int32_t id) { return sequencer_->readyVersion(id); };
-  job.in_flight_version = [this] { return sequencer_ ? sequencer_->inFlightVersion() : 0; };
-  job.add_replica = [this](const ReplicaSpec& spec) { return sequencer_->addReplica(spec); };
+  job.has_replica = [this](int32_t id) {
+    return versions_.sequencer() && versions_.sequencer()->hasReplica(id);
+  };
+  job.ready_version = [this](int32_t id) { return versions_.sequencer()->readyVersion(id); };
+  job.in_flight_version = [this] { return versions_.inFlightVersion(); };
+  job.add_replica = [this](const ReplicaSpec& spec) { return versions_.addReplica(spec); };
   job.trainers_finished = [this] { return trainers_finished_; };
-  job.trainer_registrations = [this] { return &trainer_registrations_; };
-  job.registration = [this](const Participant& p) { return decodeRegistrationOf(p); };
+  job.trainer_registrations = [this] { return &planning_.trainerRegistrations(); };
+  job.registration = [this](const Participant& p) { return planning_.registrationOf(p); };
   job.check_scalings = [this](const Participant& p) {
     return block_scaling_.checkJoiner(p, elastic());
   };

@@ -1,6 +1,7 @@
-// The coordinator's event loop (coordinator/coordinator.h): its queue, the job's phase, the fixed
-// membership's joining and planning, versions and drops; it forwards events to its components
-// (ParticipantTable, ReplicaJoins, TrainerRestart, VersionSequencer; docs/architecture.md).
+// The coordinator's event loop (coordinator/coordinator.h; all of it in coordinator.cc): its
+// queue, the job's phase and the dispatch of events to its components (JobAdmission, JobPlanning,
+// RunningVersions, JobMembership, ReplicaJoins, TrainerRestart, CoordinatorBlockScaling;
+// docs/architecture.md), each owning its state; the glue between them.
 // Everything here runs on the coordinator's event thread unless said otherwise.
 #pragma once
 
@@ -28,10 +29,13 @@
 #include "coordinator/cold_start.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_wire.h"
-#include "coordinator/delivery_gate.h"
+#include "coordinator/job_admission.h"
+#include "coordinator/job_membership.h"
+#include "coordinator/job_planning.h"
 #include "coordinator/metrics.h"
 #include "coordinator/participants.h"
 #include "coordinator/replica_joins.h"
+#include "coordinator/running_versions.h"
 #include "coordinator/trainer_restart.h"
 #include "coordinator/version_sequencer.h"
 #include "layout/registration.h"
@@ -97,7 +101,7 @@ class Coordinator::Impl {
   void run();
   Clock::time_point nextWakeup() const;
   // A version is in flight (busy polling applies, see run()).
-  bool versionMoving() const { return sequencer_ && sequencer_->inFlightVersion() != 0; }
+  bool versionMoving() const { return versions_.inFlightVersion() != 0; }
   void log(const std::string& line) { wire_.log(line); }
   void finish(const Status& status);
   void fail(const Status& status);
@@ -124,54 +128,32 @@ class Coordinator::Impl {
   void tellTrainersDone();
   void sendTrainersDone();  // TrainersDone to every running rollout not joining
 
-  // ---- the fixed membership: joining (coordinator.cc), registering, planning, committing ----
-  JobShape jobShape() const {
-    return {opt_.mpi_world_size, opt_.first_participant_world_rank, opt_.num_trainers,
-            opt_.num_rollouts};
-  }
+  // ---- the fixed membership: joining, registering, planning, committing ----
   // An elastic job: explicit bootstrap with no fixed rollout rank (every replica joins at run time;
   // until one did, each version completes at once, ready on no replica).
   bool elastic() const { return opt_.mpi_world_size <= 0 && opt_.num_rollouts == 0; }
-  std::vector<const HelloMsg*> joinedHellos() const;
   void onHello(ConnectionId conn, const std::vector<uint8_t>& payload);
-  void admitAll();
+  // Register, the plan once every fixed rank registered (coordinator/job_planning.h), CommitDone.
   Status onRegister(Participant& p, const std::vector<uint8_t>& payload);
-  // p's registration, decoded and checked against its identity (rollouts: slots and offsets);
-  // a rollout's block-scaled tensors renamed (plan/block_scaling_plan.h) when `scaled`.
-  Result<Registration> decodeRegistrationOf(const Participant& p, bool scaled = true) const;
   Status planAll();
-  std::vector<RankBroadcastFacts> broadcastFacts();
-  Status setupReplicas(const std::vector<Registration>& rollouts);
-  void sendAssignments(const Plan& plan);
   Status onCommitDone(Participant& p);
 
-  // ---- versions (coordinator_versions.cc; timers: coordinator.cc) ----
+  // ---- versions (coordinator/running_versions.h; timers: coordinator.cc) ----
   Status onVersionMessage(const Participant& p, MessageType type,
                           const std::vector<uint8_t>& payload);
-  Status apply(Result<SequencerOutput> output);
-  void send(const OutgoingMessage& m);
   Status onReadied(const Participant& p, const std::vector<uint8_t>& payload);
   void checkTimers();
 
-  // ---- membership of the running job (coordinator_membership.cc) ----
+  // ---- membership of the running job (coordinator/job_membership.h) ----
   // Drops the replica of rollout participant `p` (connection closed, silent, left): the
   // sequencer stops waiting for it, the trainers are told. `crashed`: its other ranks get an
   // Error saying why (a clean leave tells them nothing).
   void dropReplicaOf(Participant& p, const std::string& reason, bool crashed);
   void onLeave(Participant& p);
-  void sendDueLefts();
   void checkHeartbeats(Clock::time_point now);
-  // How long a version waits on one replica (or its confirmation of Ready) before the replica is
-  // dropped as stalled: the heartbeat timeout, at most half the job's timeout (so the version
-  // still completes for the others within it, whatever the two settings are).
-  std::chrono::milliseconds replicaBound() const;
-  // How often rollouts heartbeat (Welcome): a quarter of the heartbeat timeout, at most an eighth
-  // of the job's timeout (so a stopped rank's silence shows within replicaBound()); 0: none.
-  std::chrono::milliseconds heartbeatInterval() const;
-  // Drops the replicas the version in flight waited on past replicaBound() (`stalled`, from the
-  // sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
+  // Drops the replicas the version in flight waited on past the replica bound (`stalled`, from
+  // the sequencer) and those whose ranks did not confirm a Ready within it (the delivery gate).
   void dropStalled(const std::vector<int32_t>& stalled, Clock::time_point now);
-  Status checkRanksJobSettings() const;  // at admission (coordinator/admission.h)
   // A trainer applied a joining (or, after a trainer restart, joined) replica's plan extension.
   Status onExtensionDone(const Participant& p, const std::vector<uint8_t>& payload);
 
@@ -216,16 +198,32 @@ class Coordinator::Impl {
   Phase phase_ = Phase::kJoining;
   Clock::time_point phase_deadline_;
   ParticipantTable participants_;
-  std::optional<BroadcastOffer> broadcast_backend_;  // chosen at planning; none: writes only
-  DeliveryGate delivery_gate_;                       // holds Delivered until Ready is confirmed
-  uint64_t delta_first_go_ = 0;  // delta versions: the newest version whose first Go was sent
-  std::optional<VersionSequencer> sequencer_;        // from planning on
-  std::vector<Registration> trainer_registrations_;  // kept for planning joining replicas
+  // Drops, leaves, heartbeats and the liveness bounds.
+  JobMembership membership_{
+      {opt_.timeout, opt_.job, opt_.mpi_world_size > 0}, participants_, wire_, *opt_.metrics};
+  // The fixed ranks' Hellos, their role ranks and Welcome.
+  JobAdmission admission_{{{opt_.mpi_world_size, opt_.first_participant_world_rank,
+                            opt_.num_trainers, opt_.num_rollouts},
+                           opt_.job,
+                           static_cast<int32_t>(membership_.heartbeatInterval().count())},
+                          participants_,
+                          wire_};
+  // The sequencer (from planning on), the delivery gate, delta bases.
+  RunningVersions versions_{opt_.job,
+                            *opt_.metrics,
+                            participants_,
+                            wire_,
+                            [this] {
+                              if (!joins_.empty()) joins_.onDelivered();
+                            },
+                            [] { return Clock::now(); }};
   CoordinatorBlockScaling block_scaling_{participants_, wire_};
+  // The plan at commit; keeps the trainers' registrations for joining replicas.
+  JobPlanning planning_{{opt_.mpi_world_size, opt_.job}, participants_, wire_, block_scaling_};
   std::optional<uint64_t> trainers_finished_;  // the version the trainers finished at (all Bye)
   TrainerRestart restart_{restartOptions(), participants_, wire_, restartJob()};
   // Replicas joining the running job. Declared last: destroyed first, waiting for its planner
-  // threads, which read trainer_registrations_ and post to the queue.
+  // threads, which read planning_'s trainer registrations and post to the queue.
   ReplicaJoins joins_{joinOptions(), participants_, wire_, joinJob()};
 };
 

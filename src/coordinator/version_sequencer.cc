@@ -1,6 +1,3 @@
-// The version sequencer's membership, queries and events (version_sequencer.h). Starting a
-// version (slot choice, Prepare, Go, skips): version_sequencer_start.cc; finishing it (Ready,
-// checksum verification and re-sends, Delivered): version_sequencer_finish.cc.
 #include "coordinator/version_sequencer.h"
 
 #include <algorithm>
@@ -18,44 +15,10 @@ VersionSequencer::VersionSequencer(SequencerOptions options, int32_t num_trainer
 // ---- membership ------------------------------------------------------------------------------
 
 Status VersionSequencer::addReplica(const ReplicaSpec& spec) {
-  const std::string what = "replica " + std::to_string(spec.id);
-  if (spec.id < 0) return invalidArgument(what + ": a replica id must be >= 0");
-  if (replicas_.count(spec.id) != 0) return invalidArgument(what + " already exists");
-  if (spec.ranks.empty()) return invalidArgument(what + " has no rank");
-  if (spec.num_slots < 2) {
-    return invalidArgument(what + " has " + std::to_string(spec.num_slots) +
-                           " slots; at least 2 are needed");
+  if (replicas_.count(spec.id) != 0) {
+    return invalidArgument("replica " + std::to_string(spec.id) + " already exists");
   }
-  std::set<int32_t> seen;
-  for (int32_t r : spec.ranks) {
-    if (r < 0) return invalidArgument(what + ": rank " + std::to_string(r) + " is not a rank");
-    if (!seen.insert(r).second)
-      return invalidArgument(what + " lists " + rolloutName(r) + " twice");
-    auto it = replica_of_.find(r);
-    if (it != replica_of_.end()) {
-      return invalidArgument(what + ": " + rolloutName(r) + " is already in replica " +
-                             std::to_string(it->second));
-    }
-  }
-  const bool holds = spec.ready_version != 0 || spec.ready_slot != -1;
-  if (holds &&
-      (spec.ready_version == 0 || spec.ready_slot < 0 || spec.ready_slot >= spec.num_slots)) {
-    return invalidArgument(what + ": ready " + versionName(spec.ready_version) + " in slot " +
-                           std::to_string(spec.ready_slot) + " is not a version in one of its " +
-                           std::to_string(spec.num_slots) + " slots");
-  }
-  if (spec.ready_version > last_started_) {
-    return invalidArgument(what + " holds " + versionName(spec.ready_version) + ", but only " +
-                           versionName(last_started_) + " started");
-  }
-  Replica replica;
-  replica.ranks = spec.ranks;
-  replica.slot_version.assign(static_cast<size_t>(spec.num_slots), 0);
-  if (holds) {
-    replica.ready_version = spec.ready_version;
-    replica.ready_slot = spec.ready_slot;
-    replica.slot_version[static_cast<size_t>(spec.ready_slot)] = spec.ready_version;
-  }
+  WSYNC_ASSIGN_OR_RETURN(Replica replica, Replica::make(spec, replica_of_, last_started_));
   for (int32_t r : spec.ranks) {
     replica_of_[r] = spec.id;
     departed_.erase(r);
@@ -121,7 +84,7 @@ std::optional<SequencerTime> VersionSequencer::nextDeadline() const {
   }
   if (options_.replica_timeout.count() > 0) {
     for (const auto& [id, replica] : replicas_) {
-      if (!replica.stall_reported && owesAnswer(replica))
+      if (!replica.stall_reported && replica.owesAnswer(in_flight_->go_sent))
         deadline = std::min(deadline, replica.asked + options_.replica_timeout);
     }
   }
@@ -320,7 +283,7 @@ Result<SequencerOutput> VersionSequencer::advance(SequencerTime now) {
   tryComplete(now, out);  // a replica skipped late may have been the last one
   if (options_.replica_timeout.count() > 0) {
     for (auto& [id, replica] : replicas_) {
-      if (replica.stall_reported || !owesAnswer(replica) ||
+      if (replica.stall_reported || !replica.owesAnswer(in_flight_->go_sent) ||
           now - replica.asked < options_.replica_timeout)
         continue;
       replica.stall_reported = true;
@@ -347,8 +310,8 @@ SequencerOutput VersionSequencer::abortVersions() {
     replica.stage = Stage::kOut;
     if (!writing) continue;
     ended += (ended.empty() ? "" : ", ") + std::to_string(id);
-    for (int32_t r : replica.ranks)
-      give_back.to.push_back({Role::kRollout, r});
+    const std::vector<RankRef> ranks = replica.rankRefs();
+    give_back.to.insert(give_back.to.end(), ranks.begin(), ranks.end());
   }
   if (!give_back.to.empty()) out.messages.push_back(std::move(give_back));
   out.notes.push_back(versionName(v) + " aborted" +
@@ -360,6 +323,270 @@ SequencerOutput VersionSequencer::abortVersions() {
 
 bool VersionSequencer::isAborted(uint64_t version) const {
   return aborted_version_ != 0 && version == aborted_version_ && version != inFlightVersion();
+}
+
+// ---- starting a version: slots, Prepare (also ahead), Go, skips ----------------------------
+
+std::vector<RankRef> VersionSequencer::trainerRanks() const {
+  std::vector<RankRef> to;
+  to.reserve(static_cast<size_t>(num_trainers_));
+  for (int32_t t = 0; t < num_trainers_; ++t)
+    to.push_back({Role::kTrainer, t});
+  return to;
+}
+
+void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
+  if (in_flight_ || pending_.empty()) return;
+  const uint64_t v = *pending_.begin();
+  pending_.erase(pending_.begin());
+  last_started_ = v;
+  in_flight_.emplace();
+  in_flight_->version = v;
+  in_flight_->started = now;
+  in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), 0);
+  for (auto& [id, replica] : replicas_) {
+    if (replica.startVersion(v, now)) continue;  // prepared ahead: its ranks' answers stand
+    replica.target_slot = replica.nextSlot();
+    replica.prepared.clear();
+    replica.busy.clear();
+    out.messages.push_back(
+        {MessageType::kPrepare, replica.rankRefs(), SlotMsg{v, replica.target_slot}});
+  }
+  tryGo(now, out);  // a zero grace skips at once
+}
+
+void VersionSequencer::prepareAhead(SequencerOutput& out) {
+  if (!options_.prepare_ahead || in_flight_ || !pending_.empty()) return;
+  const uint64_t v = last_started_ + 1;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.ahead_version == v) continue;  // asked already
+    const std::optional<int32_t> slot = replica.aheadSlot();
+    if (!slot) continue;
+    replica.ahead_version = v;
+    replica.target_slot = *slot;
+    replica.prepared.clear();
+    replica.busy.clear();
+    out.messages.push_back(
+        {MessageType::kPrepare, replica.rankRefs(), SlotMsg{v, replica.target_slot}});
+  }
+}
+
+bool VersionSequencer::canSkip(const Replica& r) const {
+  if (r.ready_version == 0) return false;  // it must get a first version
+  return options_.max_staleness < 0 ||
+         in_flight_->version - r.ready_version <= static_cast<uint64_t>(options_.max_staleness);
+}
+
+// The first Go: once every replica is prepared, busy (readers hold its slot: it gets a late Go)
+// or skippable past the grace, and at least one replica takes the version or none is busy.
+void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
+  if (!in_flight_ || in_flight_->go_sent) return;
+  const bool grace_over = now - in_flight_->started >= options_.skip_grace;
+  if (grace_over) in_flight_->grace_applied = true;
+  auto prepared = [](const Replica& r) { return r.prepared.size() == r.ranks.size(); };
+  auto skipped = [&](const Replica& r) { return !prepared(r) && grace_over && canSkip(r); };
+  bool any_prepared = false;
+  bool any_late = false;
+  for (const auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kPreparing) continue;
+    any_prepared = any_prepared || prepared(replica);
+    if (prepared(replica) || skipped(replica)) continue;
+    if (replica.busy.empty()) return;  // wait for its answer
+    any_late = true;
+  }
+  if (any_late && !any_prepared) return;  // nothing to start yet
+  const uint64_t v = in_flight_->version;
+  GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
+  OutgoingMessage message{MessageType::kGo, trainerRanks(), {}};
+  std::vector<int32_t> taking;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kPreparing) continue;
+    if (prepared(replica)) {
+      replica.stage = Stage::kTaking;
+      replica.asked = now;
+      taking.push_back(id);
+      go.slot_of_replica[static_cast<size_t>(id)] = replica.target_slot;
+    } else if (skipped(replica)) {
+      replica.stage = Stage::kSkipped;
+      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
+                          " skipped (its readers still hold slot " +
+                          std::to_string(replica.target_slot) + ")");
+    } else {
+      continue;  // busy: a late Go of its own (tryLateGo), its ranks hear nothing now
+    }
+    const std::vector<RankRef> ranks = replica.rankRefs();
+    message.to.insert(message.to.end(), ranks.begin(), ranks.end());
+  }
+  message.payload = std::move(go);
+  in_flight_->go_batches.push_back(std::move(taking));
+  in_flight_->go_sent = true;
+  out.messages.push_back(std::move(message));
+}
+
+void VersionSequencer::tryLateGo(SequencerTime now, SequencerOutput& out) {
+  if (!in_flight_ || !in_flight_->go_sent) return;
+  const bool grace_over = now - in_flight_->started >= options_.skip_grace;
+  if (grace_over) in_flight_->grace_applied = true;
+  const uint64_t v = in_flight_->version;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage != Stage::kPreparing) continue;
+    std::vector<RankRef> ranks = replica.rankRefs();
+    if (replica.prepared.size() == replica.ranks.size()) {
+      replica.stage = Stage::kTaking;
+      replica.asked = now;
+      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
+                          " goes late (its readers held slot " +
+                          std::to_string(replica.target_slot) + ")");
+      std::vector<RankRef> to = trainerRanks();
+      to.insert(to.end(), ranks.begin(), ranks.end());
+      out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});
+      in_flight_->go_batches.push_back({id});
+    } else if (grace_over && canSkip(replica)) {
+      replica.stage = Stage::kSkipped;
+      out.notes.push_back(versionName(v) + ": replica " + std::to_string(id) +
+                          " skipped (its readers still hold slot " +
+                          std::to_string(replica.target_slot) + ")");
+      out.messages.push_back({MessageType::kGo, std::move(ranks), goFor(id, -1)});
+    }
+  }
+}
+
+bool VersionSequencer::anyLate() const {
+  return std::any_of(replicas_.begin(), replicas_.end(),
+                     [](const auto& entry) { return entry.second.stage == Stage::kPreparing; });
+}
+
+// ---- finishing a version: Ready, checksum verification and re-sends, Delivered -------------
+
+void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
+  if (!in_flight_ || !in_flight_->go_sent) return;
+  const uint64_t v = in_flight_->version;
+  bool all_done = true;
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage == Stage::kTaking &&
+        replica.sent.size() == static_cast<size_t>(num_trainers_) &&
+        replica.received.size() == replica.ranks.size()) {
+      if (options_.job.checksums) {
+        replica.asked = now;
+        sendVerify(replica, out);
+      } else {
+        markReady(replica, out);
+      }
+    }
+    all_done = all_done && replica.stage != Stage::kTaking && replica.stage != Stage::kVerifying &&
+               replica.stage != Stage::kPreparing;
+  }
+  if (!all_done || !allTrainersSentEveryGo()) return;
+  VersionOutcome outcome;
+  outcome.version = v;
+  outcome.lost_replicas = std::move(in_flight_->lost);
+  std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
+  outcome.ready_replicas = std::move(in_flight_->departed_ready);
+  outcome.rejected_replicas = std::move(in_flight_->rejected);
+  std::sort(outcome.rejected_replicas.begin(), outcome.rejected_replicas.end());
+  for (auto& [id, replica] : replicas_) {
+    if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
+    if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
+    if (replica.checksum_failures > 0) outcome.checksum_failures[id] = replica.checksum_failures;
+    if (replica.retries > 0) outcome.retries[id] = replica.retries;
+    replica.stage = Stage::kOut;
+  }
+  std::sort(outcome.ready_replicas.begin(), outcome.ready_replicas.end());
+  out.messages.push_back(
+      {MessageType::kDelivered, trainerRanks(),
+       DeliveredMsg{
+           v, outcome.ready_replicas, outcome.skipped_replicas, outcome.lost_replicas, false, {}}});
+  out.delivered = std::move(outcome);
+  in_flight_.reset();
+  startNext(now, out);
+  prepareAhead(out);
+}
+
+bool VersionSequencer::allTrainersSentEveryGo() const {
+  const size_t gos = in_flight_->go_batches.size();
+  return std::all_of(in_flight_->trainer_sent.begin(), in_flight_->trainer_sent.end(),
+                     [gos](size_t sent) { return sent == gos; });
+}
+
+void VersionSequencer::markReady(Replica& replica, SequencerOutput& out) {
+  replica.ready(in_flight_->version);
+  out.messages.push_back(
+      {MessageType::kReady, replica.rankRefs(), SlotMsg{in_flight_->version, replica.target_slot}});
+}
+
+void VersionSequencer::sendVerify(Replica& replica, SequencerOutput& out) {
+  replica.stage = Stage::kVerifying;
+  replica.verified.clear();
+  replica.verify_failed = false;
+  for (int32_t r : replica.ranks) {
+    VerifyMsg verify{in_flight_->version, replica.target_slot, {}};
+    for (const auto& [trainer, sum] : replica.expected[r])
+      verify.sums.push_back({trainer, sum});
+    out.messages.push_back({MessageType::kVerify, {{Role::kRollout, r}}, std::move(verify)});
+  }
+}
+
+GoMsg VersionSequencer::goFor(int32_t replica, int32_t slot) const {
+  GoMsg go{in_flight_->version,
+           std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
+  go.slot_of_replica[static_cast<size_t>(replica)] = slot;
+  return go;
+}
+
+// Every rank of replica `id` answered Verify: ready, re-sent, or (out of re-sends) skipped.
+void VersionSequencer::finishVerification(int32_t id, Replica& replica, SequencerOutput& out,
+                                          SequencerTime now) {
+  replica.asked = now;  // a re-send asks the ranks again
+  if (!replica.verify_failed) {
+    markReady(replica, out);
+    return;
+  }
+  const uint64_t v = in_flight_->version;
+  ++replica.checksum_failures;
+  std::vector<RankRef> ranks = replica.rankRefs();
+  const std::string what = versionName(v) + ": replica " + std::to_string(id);
+  if (replica.retries >= static_cast<uint32_t>(std::max(0, options_.job.checksum_retries))) {
+    replica.stage = Stage::kSkipped;
+    in_flight_->rejected.push_back(id);
+    out.notes.push_back(what + " skips the version: its checksums failed " +
+                        std::to_string(replica.checksum_failures) + " times");
+    out.messages.push_back({MessageType::kGo, std::move(ranks), goFor(id, -1)});
+    return;
+  }
+  ++replica.retries;
+  replica.stage = Stage::kTaking;
+  replica.sent.clear();
+  replica.received.clear();
+  replica.expected.clear();
+  out.notes.push_back(what + " re-sent (checksum retry " + std::to_string(replica.retries) +
+                      " of " + std::to_string(options_.job.checksum_retries) + ")");
+  std::vector<RankRef> to = trainerRanks();
+  to.insert(to.end(), ranks.begin(), ranks.end());
+  out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});
+  in_flight_->go_batches.push_back({id});
+}
+
+// Who the in-flight version waits for, for the timeout error.
+std::string VersionSequencer::lateReport() const {
+  std::string late;
+  for (const auto& [id, replica] : replicas_) {
+    if (!replica.waitsOn(in_flight_->go_sent)) continue;
+    late += (late.empty() ? "" : ", ") + std::string("replica ") + std::to_string(id);
+    if (replica.stage == Stage::kPreparing) {
+      late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";
+    } else if (replica.stage == Stage::kVerifying) {
+      late += " (verifying checksums: " + std::to_string(replica.verified.size()) + " of " +
+              std::to_string(replica.ranks.size()) + " ranks answered)";
+    }
+  }
+  std::string report = "waiting on " + (late.empty() ? std::string("no replica") : late);
+  if (in_flight_->go_sent) {
+    const size_t gos = in_flight_->go_batches.size();
+    const auto& sent = in_flight_->trainer_sent;
+    report += "; trainers done: " + std::to_string(std::count(sent.begin(), sent.end(), gos)) +
+              " of " + std::to_string(num_trainers_);
+  }
+  return report;
 }
 
 }  // namespace wsync

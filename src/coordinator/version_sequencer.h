@@ -62,13 +62,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordinator/sequencer_replica.h"
 #include "layout/registration.h"  // Role
 #include "options/options.h"      // JobSettings
 #include "protocol/protocol.h"
 
 namespace wsync {
-
-using SequencerTime = std::chrono::steady_clock::time_point;
 
 struct SequencerOptions {
   // Bound on one version's progress, from its start to its delivery.
@@ -88,22 +87,6 @@ struct SequencerOptions {
   // not bounded by it: readers' leases may hold a slot (the replica is skipped, or with the
   // staleness bound the version waits up to `timeout`, as before).
   std::chrono::milliseconds replica_timeout{0};
-};
-
-struct ReplicaSpec {
-  int32_t id = -1;             // >= 0, unique
-  std::vector<int32_t> ranks;  // rollout ranks (>= 0), in no other replica; not empty
-  int32_t num_slots = 0;       // slots on each of its ranks; >= 2
-  // A replica that already holds a version (filled from a peer replica: peer cold start): slot
-  // `ready_slot` of every rank holds `ready_version`, readable. 0 / -1: it holds none.
-  uint64_t ready_version = 0;
-  int32_t ready_slot = -1;
-};
-
-struct RankRef {
-  Role role = Role::kTrainer;
-  int32_t rank = -1;  // role rank
-  bool operator==(const RankRef& o) const { return role == o.role && rank == o.rank; }
 };
 
 // One message: the same payload to every rank in `to`.
@@ -200,34 +183,8 @@ class VersionSequencer {
   uint64_t readyVersion(int32_t replica) const;  // newest version ready on it; 0: none or unknown
 
  private:
-  // A replica's part in the in-flight version.
-  enum class Stage { kOut, kPreparing, kTaking, kVerifying, kSkipped, kReady };
-
-  struct Replica {
-    std::vector<int32_t> ranks;
-    std::vector<uint64_t> slot_version;  // per slot; 0: empty
-    uint64_t ready_version = 0;          // 0: none yet
-    int32_t ready_slot = -1;
-    Stage stage = Stage::kOut;
-    int32_t target_slot = -1;
-    std::set<int32_t> prepared;  // ranks that drained target_slot
-    std::set<int32_t> busy;      // ranks whose readers hold target_slot (SlotBusy), not prepared
-    uint64_t ahead_version = 0;  // prepare ahead: target_slot was asked for it (0: not asked)
-    std::set<int32_t> received;  // ranks that received their broadcasts
-    // Checksums: the trainers that sent the replica's current attempt, what they sent each rank
-    // (rollout rank -> trainer -> checksum), the ranks that answered Verify and whether one failed,
-    // and the version's failed verifications and re-sends so far.
-    std::set<int32_t> sent;
-    std::map<int32_t, std::map<int32_t, uint64_t>> expected;
-    std::set<int32_t> verified;
-    bool verify_failed = false;
-    uint32_t checksum_failures = 0;
-    uint32_t retries = 0;
-    // replica_timeout: when its ranks were asked for what they owe now (Prepare: the version's
-    // start; Go; Verify), and whether advance() reported it stalled in this version.
-    SequencerTime asked;
-    bool stall_reported = false;
-  };
+  using Replica = SequencerReplica;
+  using Stage = SequencerReplica::Stage;
 
   struct InFlight {
     // User-provided: clang (14) cannot tell that a nested class with member initializers is
@@ -251,7 +208,6 @@ class VersionSequencer {
   // The replica of `rollout`: nullptr with OK status when the rank departed (ignore its message).
   Result<Replica*> replicaForMessage(int32_t rollout);
   std::vector<RankRef> trainerRanks() const;
-  int32_t chooseSlot(const Replica& r) const;
 
   void startNext(SequencerTime now, SequencerOutput& out);
   void prepareAhead(SequencerOutput& out);  // when no version is in flight or queued
@@ -270,10 +226,6 @@ class VersionSequencer {
   GoMsg goFor(int32_t replica, int32_t slot) const;  // a Go giving only `replica` a slot
   bool allTrainersSentEveryGo() const;
   std::string lateReport() const;
-  bool waitsOn(const Replica& r) const;  // the in-flight version waits for a message of its ranks
-  // Its ranks owe the in-flight version an answer their receiver gives at once (Received after
-  // Go, a Verify answer): replica_timeout applies.
-  bool owesAnswer(const Replica& r) const;
 
   SequencerOptions options_;
   int32_t num_trainers_;

@@ -321,66 +321,66 @@ bool decodeStats(Decoder& d, PlanStats& s) {
   return true;
 }
 
+// The tensor table, the broadcast groups and the writes (with their shapes): the part a Plan and a
+// RankPlan both carry, in this order.
+template <typename P>
+void putTables(ByteWriter& w, const P& plan) {
+  putTensors(w, plan.tensors);
+  putGroups(w, plan.groups);
+  putWrites(w, plan.writes, plan.shapes);
+}
+
+template <typename P>
+bool decodeTables(Decoder& d, P& plan) {
+  return decodeTensors(d, plan.tensors) && decodeGroups(d, plan.tensors, plan.groups) &&
+         decodeWrites(d, plan.tensors.size(), plan.writes, plan.shapes);
+}
+
 }  // namespace
 
 std::vector<uint8_t> encodePlan(const Plan& plan) {
-  ByteWriter w;
-  codec_detail::beginRecord(w, codec_detail::kPlanRecord);
-  putTensors(w, plan.tensors);
-  putGroups(w, plan.groups);
-  putWrites(w, plan.writes, plan.shapes);
-  putStats(w, plan.stats);
-  return codec_detail::finishRecord(std::move(w));
+  return codec_detail::encodeRecord(codec_detail::kPlanRecord, [&](ByteWriter& w) {
+    putTables(w, plan);
+    putStats(w, plan.stats);
+  });
 }
 
 Result<Plan> decodePlan(const uint8_t* data, size_t size) {
-  WSYNC_RETURN_IF_ERROR(codec_detail::openRecord(codec_detail::kPlanRecord, data, size));
-  Decoder d(codec_detail::kPlanRecord, data, size);
-  Plan plan;
-  if (!decodeTensors(d, plan.tensors) || !decodeGroups(d, plan.tensors, plan.groups) ||
-      !decodeWrites(d, plan.tensors.size(), plan.writes, plan.shapes) ||
-      !decodeStats(d, plan.stats) || !d.finish()) {
-    return d.status();
-  }
-  return plan;
+  return codec_detail::decodeRecord<Plan>(
+      codec_detail::kPlanRecord, data, size,
+      [](Decoder& d, Plan& plan) { return decodeTables(d, plan) && decodeStats(d, plan.stats); });
 }
 
 std::vector<uint8_t> encodeRankPlan(const RankPlan& plan) {
-  ByteWriter w;
-  codec_detail::beginRecord(w, codec_detail::kRankPlanRecord);
-  w.u8(static_cast<uint8_t>(plan.role));
-  putU(w, plan.rank);
-  putTensors(w, plan.tensors);
-  putGroups(w, plan.groups);
-  putWrites(w, plan.writes, plan.shapes);
-  w.varu(plan.peers.size());
-  for (int32_t p : plan.peers)
-    putU(w, p);
-  putStats(w, plan.stats);
-  return codec_detail::finishRecord(std::move(w));
+  return codec_detail::encodeRecord(codec_detail::kRankPlanRecord, [&](ByteWriter& w) {
+    w.u8(static_cast<uint8_t>(plan.role));
+    putU(w, plan.rank);
+    putTables(w, plan);
+    w.varu(plan.peers.size());
+    for (int32_t p : plan.peers)
+      putU(w, p);
+    putStats(w, plan.stats);
+  });
 }
 
 Result<RankPlan> decodeRankPlan(const uint8_t* data, size_t size) {
-  WSYNC_RETURN_IF_ERROR(codec_detail::openRecord(codec_detail::kRankPlanRecord, data, size));
-  Decoder d(codec_detail::kRankPlanRecord, data, size);
-  RankPlan plan;
-  size_t n = 0;
-  if (!d.role(plan.role, "role") || !d.nonNeg32(plan.rank, "rank") ||
-      !decodeTensors(d, plan.tensors) || !decodeGroups(d, plan.tensors, plan.groups) ||
-      !decodeWrites(d, plan.tensors.size(), plan.writes, plan.shapes) ||
-      !d.count(n, 1, "peers.size")) {
-    return d.status();
-  }
-  plan.peers.resize(n);
-  {
-    Decoder::Scope scope(d, "peers");
-    for (size_t i = 0; i < n; ++i) {
-      scope.at(i);
-      if (!d.nonNeg32(plan.peers[i], "rank")) return d.status();
-    }
-  }
-  if (!decodeStats(d, plan.stats) || !d.finish()) return d.status();
-  return plan;
+  return codec_detail::decodeRecord<RankPlan>(
+      codec_detail::kRankPlanRecord, data, size, [](Decoder& d, RankPlan& plan) {
+        size_t n = 0;
+        if (!d.role(plan.role, "role") || !d.nonNeg32(plan.rank, "rank") ||
+            !decodeTables(d, plan) || !d.count(n, 1, "peers.size")) {
+          return false;
+        }
+        plan.peers.resize(n);
+        {
+          Decoder::Scope scope(d, "peers");
+          for (size_t i = 0; i < n; ++i) {
+            scope.at(i);
+            if (!d.nonNeg32(plan.peers[i], "rank")) return false;
+          }
+        }
+        return decodeStats(d, plan.stats);
+      });
 }
 
 }  // namespace wsync

@@ -181,30 +181,29 @@ using codec_detail::Decoder;
 //   piece:  tensor varu, box, local_offset vari, local_strides dimsI
 std::vector<uint8_t> encodeRegistration(const Registration& reg) {
   using namespace codec_detail;
-  ByteWriter w;
-  beginRecord(w, kRegistrationRecord);
-  w.u8(static_cast<uint8_t>(reg.role));
-  putU(w, reg.rank);
-  w.vari(reg.replica);
-  w.varu(reg.tensors.size());
-  for (const TensorDecl& t : reg.tensors) {
-    w.str(t.name);
-    putDimsU(w, t.shape);
-  }
-  w.varu(reg.buffers.size());
-  for (const LocalBuffer& b : reg.buffers) {
-    w.str(b.name);
-    w.u8(packNibbles(static_cast<uint8_t>(b.memory), static_cast<uint8_t>(b.dtype)));
-    putU(w, b.num_elements);
-    w.varu(b.pieces.size());
-    for (const Piece& p : b.pieces) {
-      putU(w, p.tensor);
-      putBox(w, p.box);
-      w.vari(p.local_offset);
-      putDimsI(w, p.local_strides);
+  return encodeRecord(kRegistrationRecord, [&](ByteWriter& w) {
+    w.u8(static_cast<uint8_t>(reg.role));
+    putU(w, reg.rank);
+    w.vari(reg.replica);
+    w.varu(reg.tensors.size());
+    for (const TensorDecl& t : reg.tensors) {
+      w.str(t.name);
+      putDimsU(w, t.shape);
     }
-  }
-  return finishRecord(std::move(w));
+    w.varu(reg.buffers.size());
+    for (const LocalBuffer& b : reg.buffers) {
+      w.str(b.name);
+      w.u8(packNibbles(static_cast<uint8_t>(b.memory), static_cast<uint8_t>(b.dtype)));
+      putU(w, b.num_elements);
+      w.varu(b.pieces.size());
+      for (const Piece& p : b.pieces) {
+        putU(w, p.tensor);
+        putBox(w, p.box);
+        w.vari(p.local_offset);
+        putDimsI(w, p.local_strides);
+      }
+    }
+  });
 }
 
 namespace {
@@ -248,36 +247,35 @@ bool decodeBuffer(Decoder& d, size_t num_tensors, LocalBuffer& b) {
 
 Result<Registration> decodeRegistration(const uint8_t* data, size_t size) {
   using namespace codec_detail;
-  WSYNC_RETURN_IF_ERROR(openRecord(kRegistrationRecord, data, size));
-  Decoder d(kRegistrationRecord, data, size);
-  Registration reg;
-  size_t n = 0;
-  if (!d.role(reg.role, "role") || !d.nonNeg32(reg.rank, "rank") ||
-      !d.signed32(reg.replica, -1, "replica") || !d.count(n, 2, "tensors.size")) {
-    return d.status();
-  }
-  reg.tensors.resize(n);
-  {
-    Decoder::Scope scope(d, "tensors");
-    for (size_t i = 0; i < n; ++i) {
-      scope.at(i);
-      TensorDecl& t = reg.tensors[i];
-      if (!d.str(t.name, kMaxNameBytes, "name") || !d.dims(t.shape, true, "shape")) {
-        return d.status();
-      }
-    }
-  }
-  if (!d.count(n, 4, "buffers.size")) return d.status();
-  reg.buffers.resize(n);
-  {
-    Decoder::Scope scope(d, "buffers");
-    for (size_t i = 0; i < n; ++i) {
-      scope.at(i);
-      if (!decodeBuffer(d, reg.tensors.size(), reg.buffers[i])) return d.status();
-    }
-  }
-  if (!d.finish()) return d.status();
-  return reg;
+  return decodeRecord<Registration>(
+      kRegistrationRecord, data, size, [](Decoder& d, Registration& reg) {
+        size_t n = 0;
+        if (!d.role(reg.role, "role") || !d.nonNeg32(reg.rank, "rank") ||
+            !d.signed32(reg.replica, -1, "replica") || !d.count(n, 2, "tensors.size")) {
+          return false;
+        }
+        reg.tensors.resize(n);
+        {
+          Decoder::Scope scope(d, "tensors");
+          for (size_t i = 0; i < n; ++i) {
+            scope.at(i);
+            TensorDecl& t = reg.tensors[i];
+            if (!d.str(t.name, kMaxNameBytes, "name") || !d.dims(t.shape, true, "shape")) {
+              return false;
+            }
+          }
+        }
+        if (!d.count(n, 4, "buffers.size")) return false;
+        reg.buffers.resize(n);
+        {
+          Decoder::Scope scope(d, "buffers");
+          for (size_t i = 0; i < n; ++i) {
+            scope.at(i);
+            if (!decodeBuffer(d, reg.tensors.size(), reg.buffers[i])) return false;
+          }
+        }
+        return true;
+      });
 }
 
 }  // namespace wsync

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -293,6 +294,26 @@ class Decoder {
   int depth_ = 0;
   Status status_;
 };
+
+// A record of `kind` whose payload is what put(ByteWriter&) writes.
+template <typename Put>
+std::vector<uint8_t> encodeRecord(const RecordKind& kind, Put put) {
+  ByteWriter w;
+  beginRecord(w, kind);
+  put(w);
+  return finishRecord(std::move(w));
+}
+
+// Opens a record of `kind` and reads a T from its payload with get(Decoder&, T&), which returns
+// false at the first failure; the payload must end there. The Decoder's error otherwise.
+template <typename T, typename Get>
+Result<T> decodeRecord(const RecordKind& kind, const uint8_t* data, size_t size, Get get) {
+  WSYNC_RETURN_IF_ERROR(openRecord(kind, data, size));
+  Decoder d(kind, data, size);
+  T value;
+  if (!get(d, value) || !d.finish()) return d.status();
+  return value;
+}
 
 }  // namespace codec_detail
 }  // namespace wsync

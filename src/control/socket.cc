@@ -51,6 +51,11 @@ Result<AddrInfoPtr> resolve(const std::string& host, uint16_t port, bool passive
   return AddrInfoPtr(res);
 }
 
+// A nonblocking call found nothing to do now (EAGAIN, or EWOULDBLOCK where it differs).
+bool wouldBlock(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK;
+}
+
 void setNoDelay(int fd) {
   int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -215,22 +220,11 @@ Result<Fd> tcpAccept(int listen_fd) {
       setNoDelay(fd);
       return Fd(fd);
     }
-    switch (errno) {
-      case EINTR:
-        continue;
-      case EAGAIN:
-#if EWOULDBLOCK != EAGAIN
-      case EWOULDBLOCK:
-#endif
-        return Fd();
-      // The connection died in the backlog: nothing to accept, not a server failure.
-      case ECONNABORTED:
-      case EPROTO:
-      case EPERM:
-        continue;
-      default:
-        return systemError("accept failed: " + errnoText(errno));
-    }
+    if (errno == EINTR) continue;
+    if (wouldBlock(errno)) return Fd();
+    // The connection died in the backlog: nothing to accept, not a server failure.
+    if (errno == ECONNABORTED || errno == EPROTO || errno == EPERM) continue;
+    return systemError("accept failed: " + errnoText(errno));
   }
 }
 
@@ -262,15 +256,9 @@ Result<size_t> sendSome(int fd, const iovec* iov, int iovcnt) {
   for (;;) {
     const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (wouldBlock(errno) || errno == ENOBUFS) return size_t{0};
     switch (errno) {
-      case EINTR:
-        continue;
-      case EAGAIN:
-#if EWOULDBLOCK != EAGAIN
-      case EWOULDBLOCK:
-#endif
-      case ENOBUFS:
-        return size_t{0};
       case EPIPE:
       case ECONNRESET:
       case ENOTCONN:

@@ -257,53 +257,53 @@ void replicaSample(std::string& out, const char* name, int32_t replica, double v
 
 std::string prometheusText(const MetricsSnapshot& s) {
   std::string out;
-  const auto job = [&](const char* name, const char* type, const char* help, double value) {
+  // A metric with one sample; `value` any number (the counters are integers).
+  const auto metric = [&](const char* name, const char* type, const char* help, auto value) {
     header(out, name, type, help);
-    sample(out, name, value);
+    sample(out, name, static_cast<double>(value));
   };
-  job("wsync_versions_started_total", "counter", "Versions the coordinator started.",
-      static_cast<double>(s.versions_started));
-  job("wsync_versions_delivered_total", "counter", "Versions delivered to every taking replica.",
-      static_cast<double>(s.versions_delivered));
-  job("wsync_newest_version", "gauge", "The newest delivered version.",
-      static_cast<double>(s.newest_delivered));
-  job("wsync_delivered_bytes_total", "counter",
-      "Bytes delivered to rollout replicas over all versions.", static_cast<double>(s.bytes));
-  job("wsync_version_seconds_total", "counter",
-      "Sum over delivered versions of start-to-delivered seconds.", s.seconds);
+  const auto counter = [&](const char* name, const char* help, auto value) {
+    metric(name, "counter", help, value);
+  };
+  const auto gauge = [&](const char* name, const char* help, auto value) {
+    metric(name, "gauge", help, value);
+  };
+  counter("wsync_versions_started_total", "Versions the coordinator started.", s.versions_started);
+  counter("wsync_versions_delivered_total", "Versions delivered to every taking replica.",
+          s.versions_delivered);
+  gauge("wsync_newest_version", "The newest delivered version.", s.newest_delivered);
+  counter("wsync_delivered_bytes_total", "Bytes delivered to rollout replicas over all versions.",
+          s.bytes);
+  counter("wsync_version_seconds_total",
+          "Sum over delivered versions of start-to-delivered seconds.", s.seconds);
   const double last_seconds = s.recent.empty() ? 0.0 : s.recent.back().seconds;
-  job("wsync_last_version_seconds", "gauge",
-      "Start-to-delivered seconds of the newest delivered version.", last_seconds);
-  job("wsync_replica_skips_total", "counter", "Replica-versions skipped (replica busy).",
-      static_cast<double>(s.skipped));
-  job("wsync_lost_replicas_total", "counter", "Replicas lost while a version was in flight.",
-      static_cast<double>(s.lost));
-  job("wsync_dropped_replicas_total", "counter",
-      "Replicas dropped from the running job (died, silent, stalled), any time.",
-      static_cast<double>(s.dropped));
-  job("wsync_retries_total", "counter",
-      "Versions re-sent to a replica after a failed checksum verification.",
-      static_cast<double>(s.retries));
-  job("wsync_checksum_failures_total", "counter",
-      "Failed checksum verifications (one per replica and attempt).",
-      static_cast<double>(s.checksum_failures));
-  job("wsync_checksum_verifications_total", "counter",
-      "Checksum verifications asked of rollout ranks (one per rank and attempt).",
-      static_cast<double>(s.checksum_verifications));
-  job("wsync_write_wire_bytes_total", "counter",
-      "Bytes the trainers' one-sided writes put on the wire (patches with delta versions, "
-      "re-sends included), over all versions.",
-      static_cast<double>(s.wire_bytes));
-  job("wsync_write_full_bytes_total", "counter",
-      "Bytes the same one-sided writes carry dense (the full versions), over all versions.",
-      static_cast<double>(s.full_bytes));
+  gauge("wsync_last_version_seconds", "Start-to-delivered seconds of the newest delivered version.",
+        last_seconds);
+  counter("wsync_replica_skips_total", "Replica-versions skipped (replica busy).", s.skipped);
+  counter("wsync_lost_replicas_total", "Replicas lost while a version was in flight.", s.lost);
+  counter("wsync_dropped_replicas_total",
+          "Replicas dropped from the running job (died, silent, stalled), any time.", s.dropped);
+  counter("wsync_retries_total",
+          "Versions re-sent to a replica after a failed checksum verification.", s.retries);
+  counter("wsync_checksum_failures_total",
+          "Failed checksum verifications (one per replica and attempt).", s.checksum_failures);
+  counter("wsync_checksum_verifications_total",
+          "Checksum verifications asked of rollout ranks (one per rank and attempt).",
+          s.checksum_verifications);
+  counter("wsync_write_wire_bytes_total",
+          "Bytes the trainers' one-sided writes put on the wire (patches with delta versions, "
+          "re-sends included), over all versions.",
+          s.wire_bytes);
+  counter("wsync_write_full_bytes_total",
+          "Bytes the same one-sided writes carry dense (the full versions), over all versions.",
+          s.full_bytes);
   const VersionStats* last = s.recent.empty() ? nullptr : &s.recent.back();
-  job("wsync_last_version_wire_bytes", "gauge",
-      "Bytes on the wire of the newest delivered version's one-sided writes.",
-      last != nullptr ? static_cast<double>(last->wire_bytes) : 0.0);
-  job("wsync_last_version_full_bytes", "gauge",
-      "Bytes of the newest delivered version's one-sided writes, dense.",
-      last != nullptr ? static_cast<double>(last->full_bytes) : 0.0);
+  gauge("wsync_last_version_wire_bytes",
+        "Bytes on the wire of the newest delivered version's one-sided writes.",
+        last != nullptr ? last->wire_bytes : 0);
+  gauge("wsync_last_version_full_bytes",
+        "Bytes of the newest delivered version's one-sided writes, dense.",
+        last != nullptr ? last->full_bytes : 0);
 
   struct PerReplica {
     const char* name;

@@ -22,19 +22,12 @@ Status RolloutChecksums::build() {
   for (const BroadcastGroup& g : plan.groups) {
     for (const BufferSpan& d : g.dst) {
       if (d.rank != rank_) continue;
-      Region run;
-      run.count[0] = g.num_elements;
-      run.dst_offset = d.offset;
-      ChecksumSpan s = landingSpan(run, d.buffer, g.dst_dtype, static_cast<uint32_t>(g.src.rank));
+      ChecksumSpan s = groupLandingSpan(g, d, static_cast<uint32_t>(g.src.rank));
       s.src = offsets[static_cast<size_t>(d.buffer)] + s.dst_offset;
       spans.push_back(s);
     }
   }
-  uint32_t outputs = 0;
-  for (const ChecksumSpan& s : spans)
-    outputs = std::max(outputs, s.output + 1);
-  WSYNC_ASSIGN_OR_RETURN(checksums_,
-                         VersionChecksums::create(std::move(spans), outputs, memory_, device_));
+  WSYNC_ASSIGN_OR_RETURN(checksums_, VersionChecksums::create(std::move(spans), memory_, device_));
   built_ = true;
   return Status::ok();
 }

@@ -1,6 +1,5 @@
 #include "runtime/trainer_checksums.h"
 
-#include <algorithm>
 #include <utility>
 
 namespace wsync {
@@ -45,10 +44,7 @@ void TrainerChecksums::addGroups(const RankPlan& plan, const SourceOf& source,
             ? staging(i)
             : source(g.src.buffer) + static_cast<size_t>(g.src.offset) * dtypeSize(g.src_dtype);
     for (const BufferSpan& d : g.dst) {
-      Region run;  // the group's elements, one contiguous run at the receiver's span
-      run.count[0] = g.num_elements;
-      run.dst_offset = d.offset;
-      ChecksumSpan s = landingSpan(run, d.buffer, g.dst_dtype, static_cast<uint32_t>(d.rank));
+      ChecksumSpan s = groupLandingSpan(g, d, static_cast<uint32_t>(d.rank));
       s.src = addressOf(data);
       collected_.push_back(s);
     }
@@ -58,11 +54,7 @@ void TrainerChecksums::addGroups(const RankPlan& plan, const SourceOf& source,
 Status TrainerChecksums::build(size_t extensions, MemoryKind memory, int device) {
   std::vector<ChecksumSpan> spans = std::move(collected_);
   collected_.clear();
-  uint32_t outputs = 0;
-  for (const ChecksumSpan& s : spans)
-    outputs = std::max(outputs, s.output + 1);
-  WSYNC_ASSIGN_OR_RETURN(checksums_,
-                         VersionChecksums::create(std::move(spans), outputs, memory, device));
+  WSYNC_ASSIGN_OR_RETURN(checksums_, VersionChecksums::create(std::move(spans), memory, device));
   covered_extensions_ = extensions;
   return Status::ok();
 }

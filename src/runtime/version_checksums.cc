@@ -1,6 +1,7 @@
 #include "runtime/version_checksums.h"
 
 #include <algorithm>
+#include <utility>
 
 #ifdef WSYNC_HAVE_CUDA
 #include "kernels/checksum_kernels.h"
@@ -23,6 +24,21 @@ ChecksumSpan landingSpan(const Region& region, int32_t dst_buffer, DType dst_dty
   s.dst_plane_pitch = static_cast<uint64_t>(region.dst_stride[1]) * dsz;
   s.output = output;
   return s;
+}
+
+ChecksumSpan groupLandingSpan(const BroadcastGroup& g, const BufferSpan& dst, uint32_t output) {
+  Region run;
+  run.count[0] = g.num_elements;
+  run.dst_offset = dst.offset;
+  return landingSpan(run, dst.buffer, g.dst_dtype, output);
+}
+
+Result<VersionChecksums> VersionChecksums::create(std::vector<ChecksumSpan> spans,
+                                                  MemoryKind memory, int device) {
+  uint32_t outputs = 0;
+  for (const ChecksumSpan& s : spans)
+    outputs = std::max(outputs, s.output + 1);
+  return create(std::move(spans), outputs, memory, device);
 }
 
 Result<VersionChecksums> VersionChecksums::create(std::vector<ChecksumSpan> spans,

@@ -23,6 +23,8 @@ namespace wsync {
 // packed region): callers set it.
 ChecksumSpan landingSpan(const Region& region, int32_t dst_buffer, DType dst_dtype,
                          uint32_t output);
+// landingSpan of broadcast group `g`'s elements, one contiguous run at receiver span `dst`.
+ChecksumSpan groupLandingSpan(const BroadcastGroup& g, const BufferSpan& dst, uint32_t output);
 
 class VersionChecksums {
  public:
@@ -30,6 +32,9 @@ class VersionChecksums {
   // `spans` read `memory` (device: CUDA device `device`); each span's output < num_outputs.
   static Result<VersionChecksums> create(std::vector<ChecksumSpan> spans, uint32_t num_outputs,
                                          MemoryKind memory, int device);
+  // As above with num_outputs one past the highest output a span adds to (0 without spans).
+  static Result<VersionChecksums> create(std::vector<ChecksumSpan> spans, MemoryKind memory,
+                                         int device);
   VersionChecksums(VersionChecksums&&) noexcept = default;
   VersionChecksums& operator=(VersionChecksums&&) noexcept = default;
 

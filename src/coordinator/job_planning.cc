@@ -19,10 +19,7 @@ namespace wsync {
 
 JobPlanning::JobPlanning(JobPlanningOptions options, ParticipantTable& participants,
                          CoordinatorWire& wire, CoordinatorBlockScaling& block_scaling)
-    : options_(options),
-      participants_(participants),
-      wire_(wire),
-      block_scaling_(block_scaling) {}
+    : options_(options), participants_(participants), wire_(wire), block_scaling_(block_scaling) {}
 
 Result<bool> JobPlanning::onRegister(Participant& p, const std::vector<uint8_t>& payload) {
   if (p.registered) {

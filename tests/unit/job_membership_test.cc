@@ -31,12 +31,7 @@ JobMembershipOptions membershipOptions(int heartbeat_timeout_ms, bool mpi_job = 
 class JobMembershipComponent : public ::testing::Test {
  protected:
   JobMembershipComponent() {
-    participants_.admit(committedParticipant(1, Role::kTrainer, 0, -1));
-    participants_.admit(committedParticipant(2, Role::kTrainer, 1, -1));
-    participants_.admit(committedParticipant(11, Role::kRollout, 0, 0));
-    participants_.admit(committedParticipant(12, Role::kRollout, 1, 0));
-    participants_.admit(committedParticipant(13, Role::kRollout, 2, 1));
-    participants_.assignRanks({0, 1}, {2, 3, 4});
+    admitTwoTrainersThreeRollouts(participants_, committedParticipant);
     participants_.setReplicaOfRollout({0, 0, 1});
     for (Participant& p : participants_)
       p.last_heard = kT0;

@@ -16,14 +16,6 @@
 namespace wsync {
 namespace {
 
-Registration trainerRegistration(int32_t rank) {
-  Registration reg;
-  reg.role = Role::kTrainer;
-  reg.rank = rank;
-  EXPECT_TRUE(addSplit(reg, "w", Dims{16, 8}, DType::kBFloat16, 0, 2, rank).isOk());
-  return reg;
-}
-
 Registration rolloutRegistration(int32_t rank) {
   Registration reg;
   reg.role = Role::kRollout;
@@ -53,14 +45,7 @@ Participant joinedRank(ConnectionId conn, Role role, int32_t rank, int32_t repli
 // rollout 2 (connection 13) of replica 1.
 class JobPlanningComponent : public ::testing::Test {
  protected:
-  JobPlanningComponent() {
-    participants_.admit(joinedRank(1, Role::kTrainer, 0, -1));
-    participants_.admit(joinedRank(2, Role::kTrainer, 1, -1));
-    participants_.admit(joinedRank(11, Role::kRollout, 0, 0));
-    participants_.admit(joinedRank(12, Role::kRollout, 1, 0));
-    participants_.admit(joinedRank(13, Role::kRollout, 2, 1));
-    participants_.assignRanks({0, 1}, {2, 3, 4});
-  }
+  JobPlanningComponent() { admitTwoTrainersThreeRollouts(participants_, joinedRank); }
 
   Result<bool> registerRank(ConnectionId conn, const std::vector<uint8_t>& payload) {
     return planning_.onRegister(participants_[*participants_.indexOf(conn)], payload);
@@ -69,7 +54,7 @@ class JobPlanningComponent : public ::testing::Test {
   void registerAll(size_t rollout1_slots = 2) {
     for (int32_t t = 0; t < 2; ++t) {
       Result<bool> all =
-          registerRank(1 + static_cast<ConnectionId>(t), registerPayload(trainerRegistration(t)));
+          registerRank(1 + static_cast<ConnectionId>(t), registerPayload(halfRowsTrainer(t)));
       ASSERT_TRUE(all.isOk()) << all.status().toString();
       EXPECT_FALSE(*all);
     }
@@ -132,8 +117,8 @@ TEST_F(JobPlanningComponent, PlansAndAssignsEveryRank) {
 // Registering twice is refused; a rollout's registration that does not fit it fails planning,
 // naming the rank.
 TEST_F(JobPlanningComponent, RefusesBadRegistrations) {
-  ASSERT_TRUE(registerRank(1, registerPayload(trainerRegistration(0))).isOk());
-  EXPECT_EQ(registerRank(1, registerPayload(trainerRegistration(0))).status().code(),
+  ASSERT_TRUE(registerRank(1, registerPayload(halfRowsTrainer(0))).isOk());
+  EXPECT_EQ(registerRank(1, registerPayload(halfRowsTrainer(0))).status().code(),
             WSYNC_ERR_INVALID_USAGE);
 
   Participant& rollout = participants_.rollout(0);

@@ -1,5 +1,6 @@
 // A CoordinatorWire (coordinator/coordinator_wire.h) that records what a coordinator component
-// sends, closes and logs, so that the component runs in a unit test without sockets.
+// sends, closes and logs, so that the component runs in a unit test without sockets; and the ranks
+// and registrations of the small jobs those tests share.
 #pragma once
 
 #include <algorithm>
@@ -8,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "coordinator/coordinator_wire.h"
 #include "coordinator/participants.h"
+#include "layout/builders.h"
+#include "layout/registration.h"
 
 namespace wsync {
 
@@ -68,6 +73,28 @@ inline Participant committedParticipant(ConnectionId conn, Role role, int32_t ra
   p.registered = true;
   p.committed = true;
   return p;
+}
+
+// The small job several component tests use: trainers 0 and 1 (connections 1, 2); rollouts 0 and
+// 1 of replica 0 (connections 11, 12) and rollout 2 of replica 1 (connection 13), each made by
+// `make` (committedParticipant, or a rank that has only joined), admitted and ranked.
+template <typename Make>
+void admitTwoTrainersThreeRollouts(ParticipantTable& participants, Make make) {
+  participants.admit(make(1, Role::kTrainer, 0, -1));
+  participants.admit(make(2, Role::kTrainer, 1, -1));
+  participants.admit(make(11, Role::kRollout, 0, 0));
+  participants.admit(make(12, Role::kRollout, 1, 0));
+  participants.admit(make(13, Role::kRollout, 2, 1));
+  participants.assignRanks({0, 1}, {2, 3, 4});
+}
+
+// Trainer `rank` of two, holding half of the rows of a 16 x 8 bf16 tensor "w".
+inline Registration halfRowsTrainer(int32_t rank) {
+  Registration reg;
+  reg.role = Role::kTrainer;
+  reg.rank = rank;
+  EXPECT_TRUE(addSplit(reg, "w", Dims{16, 8}, DType::kBFloat16, 0, 2, rank).isOk());
+  return reg;
 }
 
 }  // namespace wsync

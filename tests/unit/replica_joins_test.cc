@@ -23,14 +23,6 @@ using Time = CoordinatorClock::time_point;
 constexpr int32_t kJoiner = 5;  // the joining replica: two ranks, connections 31 and 32
 constexpr ConnectionId kJoinerConn = 31;
 
-Registration trainerRegistration(int32_t rank) {
-  Registration reg;
-  reg.role = Role::kTrainer;
-  reg.rank = rank;
-  EXPECT_TRUE(addSplit(reg, "w", Dims{16, 8}, DType::kBFloat16, 0, 2, rank).isOk());
-  return reg;
-}
-
 // Rank `index` of a TP-2 rollout replica.
 std::vector<uint8_t> rolloutRegisterPayload(int32_t index) {
   Registration reg;
@@ -60,7 +52,7 @@ class ReplicaJoinsComponent : public ::testing::Test {
  protected:
   ReplicaJoinsComponent() {
     for (int32_t t = 0; t < 2; ++t) {
-      trainer_registrations_.push_back(trainerRegistration(t));
+      trainer_registrations_.push_back(halfRowsTrainer(t));
       add(1 + static_cast<ConnectionId>(t), Role::kTrainer, t, -1);
     }
     add(11, Role::kRollout, 0, 0);

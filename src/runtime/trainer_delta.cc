@@ -66,27 +66,36 @@ Result<const uint8_t*> deltaBytesOf(const RankPlan& plan, TrainerDeltaState& sta
   return state.scratch.data();
 }
 
-// The patch of `next` against the kept bytes of op `s` into state.patch (host), the kept bytes
-// becoming `next` (only the changed elements are written), on the host or on the device.
-// One op's encoded patch, in host memory.
+// One op's encoded patch in host memory; data is null when the patch is not to be sent.
 struct HostPatch {
   const uint8_t* data = nullptr;
   uint64_t bytes = 0;
 };
 
+// The patch of `next` against the kept bytes of op `s`, the kept bytes becoming `next` (only the
+// changed elements are written), on the host or on the device. A device patch comes back to the
+// host only when `sendable(its bytes)`: a larger one goes dense, so its bytes are never read.
+template <typename Sendable>
 Result<HostPatch> encodeKeptPatch(const delta::PatchShape& shape, TrainerDeltaState& state,
                                   const TrainerDeltaState::Op& s, const uint8_t* next,
-                                  const DeltaSendSources& from) {
+                                  const Sendable& sendable, const DeltaSendSources& from) {
   if (!state.device.on) {
     WSYNC_RETURN_IF_ERROR(
         delta::encodePatchAndAdvance(shape, state.kept.data() + s.kept_offset, next, &state.patch));
-    return HostPatch{state.patch.data(), state.patch.size()};
+    const uint64_t bytes = state.patch.size();
+    return HostPatch{sendable(bytes) ? state.patch.data() : nullptr, bytes};
   }
   TrainerDeltaState::Device& d = state.device;
   WSYNC_ASSIGN_OR_RETURN(const size_t bytes,
                          encodePatchAndAdvanceDevice(
                              shape, d.kept.data() + s.kept_offset, next, d.patch.data(),
                              d.patch.size(), d.scratch.data(), d.scratch.size(), d.stream.get()));
+  if (!sendable(bytes)) return HostPatch{nullptr, bytes};
+  if (bytes > d.patch_host.size()) {  // sendable patches fit a pair's part, which sized it
+    return internalError("a delta patch of " + std::to_string(bytes) +
+                         " bytes, larger than the host buffer of " +
+                         std::to_string(d.patch_host.size()));
+  }
   WSYNC_RETURN_IF_ERROR(copyAsync(d.patch_host.data(), d.patch.data(), bytes, d.stream.get()));
   WSYNC_RETURN_IF_ERROR(streamSync(d.stream.get(), from.timeout));
   return HostPatch{d.patch_host.data(), bytes};
@@ -123,7 +132,12 @@ Status allocateDeviceDelta(const RankPlan& plan, size_t kept_bytes, TrainerDelta
   WSYNC_ASSIGN_OR_RETURN(d.stream, DeviceStream::create(d.device));
   WSYNC_ASSIGN_OR_RETURN(d.kept, DeviceBuffer::allocate(kept_bytes, d.device));
   WSYNC_ASSIGN_OR_RETURN(d.patch, DeviceBuffer::allocate(patch, d.device));
-  WSYNC_ASSIGN_OR_RETURN(d.patch_host, PinnedHostBuffer::allocate(patch));
+  // Only a patch that fits a pair's part is read back (encodeKeptPatch).
+  uint64_t largest_part = 0;
+  for (const TrainerDeltaState::Pair& pair : state.pairs)
+    largest_part = std::max(largest_part, pair.capacity);
+  WSYNC_ASSIGN_OR_RETURN(d.patch_host, PinnedHostBuffer::allocate(std::min<size_t>(
+                                           patch, static_cast<size_t>(largest_part))));
   WSYNC_ASSIGN_OR_RETURN(d.scratch, DeviceBuffer::allocate(scratch, d.device));
   WSYNC_ASSIGN_OR_RETURN(d.gather, DeviceBuffer::allocate(gather, d.device));
   return Status::ok();
@@ -218,14 +232,16 @@ Status sendDeltaPatches(const GoMsg& go, const RankPlan& plan, TrainerDeltaState
       WSYNC_ASSIGN_OR_RETURN(const uint8_t* next, deltaBytesOf(plan, state, i, from));
       if (base != 0 && s.kept_version == base) {
         // The kept bytes become this version's as the patch is encoded, whether it is sent or not.
-        WSYNC_ASSIGN_OR_RETURN(
-            const HostPatch patch,
-            encodeKeptPatch(delta::shapeFor(n, static_cast<int>(dsz)), state, s, next, from));
-        const uint64_t patch_bytes = patch.bytes;
-        if (static_cast<double>(patch_bytes) <= state.max_share * static_cast<double>(bytes) &&
-            writer.fits(patch_bytes)) {
-          writer.add(s.ordinal, patch.data, patch_bytes);
-          patch_end += patch_bytes;
+        const auto sendable = [&](uint64_t patch_bytes) {
+          return static_cast<double>(patch_bytes) <= state.max_share * static_cast<double>(bytes) &&
+                 writer.fits(patch_bytes);
+        };
+        WSYNC_ASSIGN_OR_RETURN(const HostPatch patch,
+                               encodeKeptPatch(delta::shapeFor(n, static_cast<int>(dsz)), state, s,
+                                               next, sendable, from));
+        if (patch.data != nullptr) {
+          writer.add(s.ordinal, patch.data, patch.bytes);
+          patch_end += patch.bytes;
           s.patched = true;
         }
       } else {

@@ -57,7 +57,7 @@ struct TrainerDeltaState {
     DeviceStream stream;  // the encode's own (broadcasts on the trainer's stream go on beside it)
     DeviceBuffer kept;    // every delta op's last sent bytes
     DeviceBuffer patch;   // one op's patch (the largest op's maxPatchBytes)
-    PinnedHostBuffer patch_host;  // the same, copied back for the staging (pinned: PCIe speed)
+    PinnedHostBuffer patch_host;  // a sendable patch read back (page-locked; the largest part)
     DeviceBuffer scratch;         // the encode's scratch (the largest op's)
     DeviceBuffer gather;          // a strided op's bytes, packed (the largest strided op's)
   };

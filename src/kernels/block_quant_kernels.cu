@@ -90,6 +90,71 @@ __device__ __forceinline__ uint32_t groupMax(uint32_t v, uint32_t* shared) {
   }
 }
 
+// The multiplier of cover block `b` of task `t` in `mode` (not kAmax): read from the scales, or
+// from the block's maximum (`amax`: the group's, merged with amax_in in kFused; amax_in alone in
+// kScaleAndQuantize), its scale written by the `writer` thread.
+__device__ __forceinline__ float multiplierOf(const QuantTask& t, int64_t b, QuantMode mode,
+                                              float amax, bool writer) {
+  const bool e8m0 = t.format == static_cast<int>(ScaleFormat::kE8M0);
+  if (mode == QuantMode::kQuantizeWithScales) return bk::multiplierAt(t.scales, e8m0, b);
+  float a = mode == QuantMode::kScaleAndQuantize ? t.amax_in[b] : amax;
+  if (mode == QuantMode::kFused && t.amax_in != nullptr) a = qm::mergeAmax(a, t.amax_in[b]);
+  if (e8m0) {
+    const uint8_t e = qm::e8m0Scale(a);
+    if (writer) static_cast<uint8_t*>(t.scales)[b] = e;
+    return qm::multiplierOfE8m0(e);
+  }
+  const float s = qm::floatScale(t.format, a);
+  if (writer) static_cast<float*>(t.scales)[b] = s;
+  return qm::multiplierOfFloatScale(s);
+}
+
+// The full-tile path (quant/block_quant_geometry.h) for task `t`: the same for every thread.
+__device__ __forceinline__ bool fullTiles(const QuantTask& t) {
+  return bk::holdsFullTiles(t.g, reinterpret_cast<uint64_t>(t.g.data),
+                            reinterpret_cast<uint64_t>(t.dst));
+}
+
+// processUnit for a task whose blocks pass fullTiles, with a group of all kThreads threads: each
+// thread's 8 vectors (bk::fullTilePlace) stay in registers between the maximum and the bytes; the
+// index arithmetic is 32-bit and once per block.
+__device__ __forceinline__ void processFullTile(const QuantTask& t, uint64_t unit, bool active,
+                                                QuantMode mode, float* list_out, uint32_t* shared) {
+  static_assert(kThreads == bk::kFullTileThreads, "one group of the whole thread block");
+  const Geometry& g = t.g;
+  const int dtype = g.dtype;
+  const uint32_t b = active ? static_cast<uint32_t>(unit - t.first_tile) : 0;
+  const bk::FullTilePlace at = bk::fullTilePlace(g, b, threadIdx.x);
+  const bk::FullTilePlace step = bk::fullTileStep(g);
+  const auto* src = static_cast<const uint16_t*>(g.data) + at.src;
+  uint8_t* out = t.dst + at.dst;
+  const int64_t src_step = step.src;
+  const int64_t out_step = step.dst;
+  uint4 v[kCache];
+  uint32_t acc = 0;
+  if (active) {
+#pragma unroll
+    for (int k = 0; k < kCache; ++k)
+      v[k] = __ldg(reinterpret_cast<const uint4*>(src + k * src_step));
+#pragma unroll
+    for (int k = 0; k < kCache; ++k)
+      acc = absMaxOf(v[k], dtype, acc);
+  }
+  const bool data_amax = mode == QuantMode::kAmax || mode == QuantMode::kFused;
+  float amax = 0.0F;
+  if (data_amax)
+    amax = bk::amaxOfBits(groupMax<kThreads>(bk::floatBitsOfAccumulator(acc, dtype), shared));
+  if (!active) return;
+  if (mode == QuantMode::kAmax) {
+    if (threadIdx.x == 0) *(list_out != nullptr ? list_out : t.amax_out + b) = amax;
+    return;
+  }
+  const float m = multiplierOf(t, b, mode, amax, threadIdx.x == 0);
+#pragma unroll
+  for (int k = 0; k < kCache; ++k)
+    storeQuantized(v[k], dtype, m, out + k * out_step);
+}
+
 // The work of one group on cover block `unit` of task `t` (inactive: past the last unit; the
 // group still takes part in groupMax). `list_out`: where a kAmax maximum goes (else amax_out).
 template <int G>
@@ -161,23 +226,7 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
     return;
   }
 
-  const bool e8m0 = t.format == static_cast<int>(ScaleFormat::kE8M0);
-  float m;
-  if (mode == QuantMode::kQuantizeWithScales) {
-    m = bk::multiplierAt(t.scales, e8m0, b);
-  } else {
-    float a = mode == QuantMode::kScaleAndQuantize ? t.amax_in[b] : amax;
-    if (mode == QuantMode::kFused && t.amax_in != nullptr) a = qm::mergeAmax(a, t.amax_in[b]);
-    if (e8m0) {
-      const uint8_t e = qm::e8m0Scale(a);
-      if (lane == 0) static_cast<uint8_t*>(t.scales)[b] = e;
-      m = qm::multiplierOfE8m0(e);
-    } else {
-      const float s = qm::floatScale(t.format, a);
-      if (lane == 0) static_cast<float*>(t.scales)[b] = s;
-      m = qm::multiplierOfFloatScale(s);
-    }
-  }
+  const float m = multiplierOf(t, b, mode, amax, lane == 0);
 #pragma unroll
   for (int k = 0; k < kCache; ++k) {
     const int64_t v = lane + static_cast<int64_t>(k) * G;
@@ -212,9 +261,18 @@ __global__ void __launch_bounds__(kThreads, 4)
     const bool active = item < items;
     const uint64_t unit = !active ? 0 : units != nullptr ? units[item] : item;
     float* list_out = active && list_amax != nullptr ? list_amax + item : nullptr;
+    // With G == kThreads the whole thread block works on one item: `active` and the task are
+    // the same for every thread, so the full-tile path's barriers are reached by all or none.
     if constexpr (kTable) {
       if (active) owner = kernels::nextTileOwner(tasks, num_tasks, unit, owner);
-      processUnit<G>(tasks[owner], unit, active, mode, list_out, shared);
+      const QuantTask& t = tasks[owner];
+      if (G == kThreads && fullTiles(t)) {
+        processFullTile(t, unit, active, mode, list_out, shared);
+      } else {
+        processUnit<G>(t, unit, active, mode, list_out, shared);
+      }
+    } else if (G == kThreads && fullTiles(one)) {
+      processFullTile(one, unit, active, mode, list_out, shared);
     } else {
       processUnit<G>(one, unit, active, mode, list_out, shared);
     }

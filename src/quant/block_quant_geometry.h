@@ -281,6 +281,42 @@ WSYNC_QUANT_HD void quantizeVector(const uint32_t (&w)[4], int dtype, float m, u
 // Threads per cover block in the block-parallel kernels (4, 32 or 256): the fewest of these that
 // hold a whole block of `s` in kCachedVectors vectors each, else 256 (the block is read twice).
 inline constexpr int kCachedVectors = 8;
+
+// ---- the full-tile path: whole 128 x 128 blocks (DeepSeek-style fp8 checkpoints) of 16-bit
+// elements, walked by a group of kFullTileThreads threads with 32-bit block indices. Thread i holds
+// the 8-element column vector i % 16 of rows i / 16 + 16 k (k < kCachedVectors) of its block.
+inline constexpr int64_t kFullTileSide = 128;
+inline constexpr int kFullTileThreads = 256;
+
+// Whether every cover block of the piece (`data`: g.data, `dst`: its output, as addresses) is a
+// whole 128 x 128 block of 16-bit elements of a 2-D weight, its rows 16-byte aligned and its
+// output 8-byte aligned.
+WSYNC_QUANT_HD bool holdsFullTiles(const Geometry& g, uint64_t data, uint64_t dst) {
+  return g.rank == 2 && g.dtype != 0 && g.block_rows == kFullTileSide &&
+         g.block_cols == kFullTileSide && g.offset[0] % kFullTileSide == 0 &&
+         g.offset[1] % kFullTileSide == 0 && g.extent[0] % kFullTileSide == 0 &&
+         g.extent[1] % kFullTileSide == 0 && g.stride[0] % 8 == 0 && g.stride[1] == 1 &&
+         g.cover_volume < (int64_t{1} << 31) && data % 16 == 0 && dst % 8 == 0;
+}
+
+// A thread's first vector in cover block `b` of a piece that holdsFullTiles: its first element
+// (elements from g.data) and its first output byte (from the piece's output); its vector k is
+// k * FullTileStep away in both.
+struct FullTilePlace {
+  int64_t src = 0;
+  int64_t dst = 0;
+};
+WSYNC_QUANT_HD FullTilePlace fullTilePlace(const Geometry& g, uint32_t b, uint32_t thread) {
+  const auto cover_cols = static_cast<uint32_t>(g.cover_extent[1]);
+  const uint32_t brow = b / cover_cols;
+  const uint32_t bcol = b - brow * cover_cols;
+  const uint32_t row = brow * static_cast<uint32_t>(kFullTileSide) + thread / 16;
+  const uint32_t col = bcol * static_cast<uint32_t>(kFullTileSide) + (thread % 16) * 8;
+  return {int64_t{row} * g.stride[0] + col, int64_t{row} * g.extent[1] + col};
+}
+WSYNC_QUANT_HD FullTilePlace fullTileStep(const Geometry& g) {
+  return {16 * g.stride[0], 16 * g.extent[1]};
+}
 WSYNC_QUANT_HD int groupSizeFor(int64_t block_rows, int64_t block_cols, int dtype) {
   const int64_t per_vector = dtype == 0 ? 4 : 8;
   const int64_t vectors = (block_rows * block_cols + per_vector - 1) / per_vector;

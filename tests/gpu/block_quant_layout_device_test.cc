@@ -254,6 +254,26 @@ TEST(BlockQuantDeviceLayouts, EveryLauncherEqualsTheHostBitForBit) {
   }
 }
 
+// Weights of whole 128 x 128 blocks of 16-bit elements (the kernels' full-tile path), some
+// pieces cut through blocks or with rows padded off the path's alignment (the general path in
+// the same table), every scale format, with inf and NaN.
+TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const ScaleFormat formats[] = {ScaleFormat::kFloat32, ScaleFormat::kPow2Float32,
+                                 ScaleFormat::kE8M0, ScaleFormat::kFloat32Gpu};
+  const DType dtypes[] = {DType::kBFloat16, DType::kFloat16};
+  std::mt19937_64 rng(128128);
+  for (int it = 0; it < 32; ++it) {
+    const bqt::LayoutCase c = bqt::layoutCase(rng, bqt::Layout::kFullTiles, formats[it % 4],
+                                              dtypes[(it / 4) % 2], it % 3 == 0 ? 3000 : 0);
+    std::vector<DevicePiece> pieces = preparePieces(c);
+    checkPerPieceLaunchers(c, pieces, 0);
+    checkBatched(c, pieces);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // Large 128x128 bf16 and fp32 weights (many blocks per launch, the register cache full and, for
 // fp32, the second read), and 1x32 blocks with groups of 4.
 TEST(BlockQuantDeviceLayouts, LargeWeightsEqualTheReference) {

@@ -20,9 +20,13 @@ enum class Layout : int {
   kShifted = 1,    // as kAligned, the piece's first element one element past 16-byte alignment
   kOddWidths = 2,  // cuts anywhere, row strides padded by 0-5 elements
   kStrided = 3,    // cuts at multiples of 32 columns, rows padded by whole vectors, 3-D weights
+  // 128 x 128 blocks, 2-D weights of whole blocks, cuts at multiples of 128 (and, in about half
+  // the cases, one row cut at a multiple of 64 that splits blocks), rows padded by 0-2 vectors or
+  // by 3 elements: the kernels' full-tile path beside the general one in one table.
+  kFullTiles = 4,
 };
 inline const char* layoutName(Layout l) {
-  static const char* const names[] = {"aligned", "shifted", "odd widths", "strided"};
+  static const char* const names[] = {"aligned", "shifted", "odd widths", "strided", "full tiles"};
   return names[static_cast<int>(l)];
 }
 
@@ -86,7 +90,11 @@ inline LayoutCase layoutCase(std::mt19937_64& rng, Layout layout, ScaleFormat f,
   c.s.format = f;
   c.s.scale_tensor = "w.scale";
   const bool odd = layout == Layout::kOddWidths;
-  if (f == ScaleFormat::kE8M0) {
+  const bool tiles = layout == Layout::kFullTiles;
+  if (tiles) {
+    c.s.block_rows = 128;
+    c.s.block_cols = 128;
+  } else if (f == ScaleFormat::kE8M0) {
     c.s.block_rows = 1;
     c.s.block_cols = 32;
   } else if (dim(0, 2) > 0) {
@@ -96,15 +104,17 @@ inline LayoutCase layoutCase(std::mt19937_64& rng, Layout layout, ScaleFormat f,
     c.s.block_rows = dim(1, 40);
     c.s.block_cols = odd ? dim(1, 70) : 8 * dim(1, 24);
   }
-  const int64_t rows = dim(1, 300);
-  const int64_t cols = f == ScaleFormat::kE8M0 || !odd ? 32 * dim(1, 12) : dim(1, 400);
-  c.shape =
-      layout == Layout::kStrided || dim(0, 4) == 0 ? Dims{dim(1, 3), rows, cols} : Dims{rows, cols};
+  const int64_t rows = tiles ? 128 * dim(1, 4) : dim(1, 300);
+  const int64_t cols = tiles                             ? 128 * dim(1, 5)
+                       : f == ScaleFormat::kE8M0 || !odd ? 32 * dim(1, 12)
+                                                         : dim(1, 400);
+  c.shape = !tiles && (layout == Layout::kStrided || dim(0, 4) == 0) ? Dims{dim(1, 3), rows, cols}
+                                                                     : Dims{rows, cols};
   c.t = randomTensor(rng, dtype, c.shape, specials_per_million);
   const int r = c.shape.size();
   std::vector<std::vector<int64_t>> cuts(static_cast<size_t>(r));
   for (int d = 0; d < r; ++d) {
-    const int64_t q = d == r - 1 && !odd ? 32 : 1;  // column cuts at multiples of q
+    const int64_t q = tiles ? 128 : d == r - 1 && !odd ? 32 : 1;  // cuts at multiples of q
     std::vector<int64_t>& cut = cuts[static_cast<size_t>(d)];
     cut = {0};
     const int parts = static_cast<int>(dim(1, 3));
@@ -112,6 +122,8 @@ inline LayoutCase layoutCase(std::mt19937_64& rng, Layout layout, ScaleFormat f,
       const int64_t at = dim(1, c.shape[d] - 1) / q * q;
       if (at > cut.back() && at < c.shape[d]) cut.push_back(at);
     }
+    if (tiles && d == 0 && dim(0, 1) == 1 && cut.back() + 64 < c.shape[d])
+      cut.push_back(cut.back() + 64);  // a cut through a block: its maxima merge across pieces
     cut.push_back(c.shape[d]);
   }
   const int64_t vector = dtype == DType::kFloat32 ? 4 : 8;
@@ -131,6 +143,7 @@ inline LayoutCase layoutCase(std::mt19937_64& rng, Layout layout, ScaleFormat f,
     int64_t pad = 0;
     if (layout == Layout::kOddWidths) pad = dim(0, 5);
     if (layout == Layout::kStrided) pad = vector * dim(1, 3);
+    if (tiles) pad = dim(0, 3) == 0 ? 3 : vector * dim(0, 2);  // 3: rows off 16-byte alignment
     if (layout == Layout::kAligned || layout == Layout::kShifted) pad = vector * dim(0, 1);
     const size_t shift = layout == Layout::kShifted ? esize : 0;
     c.pieces.push_back(layPiece(c.t, b, pad, shift));

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "quant/block_quant.h"
@@ -301,6 +302,55 @@ TEST(BlockQuantKernelGeometry, EmulatedKernelEqualsTheHostInEveryMode) {
   EXPECT_EQ(walked[static_cast<int>(bqt::Layout::kShifted)].vectors, 0);
   EXPECT_GT(walked[static_cast<int>(bqt::Layout::kShifted)].scalars, 0);
   EXPECT_GT(walked[static_cast<int>(bqt::Layout::kOddWidths)].scalars, 0);
+}
+
+// The full-tile path's places (bk::fullTilePlace, fullTileStep): for the pieces that hold full
+// tiles, the 256 threads' 8 vectors of 8 elements of each block are exactly the block's elements,
+// at the source and output offsets blockPart gives them; the pieces that do not (rows padded off
+// 16 bytes, cuts through blocks, outputs off 8 bytes) are refused.
+TEST(BlockQuantKernelGeometry, FullTilePlacesAreEachBlockOnce) {
+  std::mt19937_64 rng(128);
+  int held = 0, refused = 0;
+  for (int it = 0; it < 40; ++it) {
+    const DType dtype = it % 2 == 0 ? DType::kBFloat16 : DType::kFloat16;
+    const bqt::LayoutCase c =
+        bqt::layoutCase(rng, bqt::Layout::kFullTiles, ScaleFormat::kFloat32, dtype, 0);
+    for (const bqt::LaidPiece& piece : c.pieces) {
+      bk::QuantTask t = bk::quantTaskOf(piece.view(), c.s);
+      const auto data = reinterpret_cast<uint64_t>(t.g.data);
+      const bool aligned_rows = piece.strides[0] % 8 == 0;
+      const bool whole_blocks = piece.box.offset[0] % 128 == 0 && piece.box.extent[0] % 128 == 0;
+      ASSERT_EQ(bk::holdsFullTiles(t.g, data, 0), aligned_rows && whole_blocks) << c.where;
+      EXPECT_FALSE(bk::holdsFullTiles(t.g, data, 4)) << c.where;
+      if (!bk::holdsFullTiles(t.g, data, 0)) {
+        ++refused;
+        continue;
+      }
+      ++held;
+      const int64_t width = t.g.extent[1];
+      const bk::FullTilePlace step = bk::fullTileStep(t.g);
+      for (int64_t b = 0; b < t.g.cover_volume; ++b) {
+        const bk::BlockPart p = bk::blockPart(t.g, b);
+        ASSERT_EQ(p.row_hi - p.row_lo, 128);
+        ASSERT_EQ(p.col_hi - p.col_lo, 128);
+        std::vector<std::pair<int64_t, int64_t>> expected, walked;
+        for (int64_t r = p.row_lo; r < p.row_hi; ++r)
+          for (int64_t col = p.col_lo; col < p.col_hi; ++col)
+            expected.emplace_back(p.base + r * p.row_stride + col, p.dst_base + r * width + col);
+        for (uint32_t thread = 0; thread < bk::kFullTileThreads; ++thread) {
+          const bk::FullTilePlace at = bk::fullTilePlace(t.g, static_cast<uint32_t>(b), thread);
+          for (int k = 0; k < bk::kCachedVectors; ++k)
+            for (int e = 0; e < 8; ++e)
+              walked.emplace_back(at.src + k * step.src + e, at.dst + k * step.dst + e);
+        }
+        std::sort(expected.begin(), expected.end());
+        std::sort(walked.begin(), walked.end());
+        ASSERT_EQ(walked, expected) << c.where << " block " << b;
+      }
+    }
+  }
+  EXPECT_GT(held, 0);
+  EXPECT_GT(refused, 0);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ Status CoordinatorBlockScaling::plan(std::vector<Registration>& trainers,
   for (size_t r = 0; r < rollouts.size(); ++r)
     WSYNC_RETURN_IF_ERROR(applyRolloutScalings(rollouts[r], scalings[r]));
   if (scaling_table_.empty()) return Status::ok();
+  setRolloutCuts(scaling_table_, rollouts);
   std::vector<std::vector<QuantizedSource>> sources(trainers.size());
   for (size_t t = 0; t < trainers.size(); ++t) {
     WSYNC_ASSIGN_OR_RETURN(sources[t], addQuantizedSources(trainers[t], scaling_table_));

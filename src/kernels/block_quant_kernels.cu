@@ -168,7 +168,7 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
   if (active) p = bk::blockPart(g, b);
   const int64_t rows = p.row_hi - p.row_lo;
   const int64_t cols = p.col_hi - p.col_lo;
-  const int64_t width = g.extent[g.rank - 1];
+  const int64_t width = g.out_pitch;
   const int per = bk::vectorElements(g);
   const int esize = bk::elementBytes(g);
   const bool vec =

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "layout/box.h"
 #include "layout/dtype.h"
@@ -49,10 +50,14 @@ struct BlockScaling {
   bool operator!=(const BlockScaling& o) const { return !(*this == o); }
 };
 
-// A global tensor a rollout holds block-scaled.
+// A global tensor a rollout holds block-scaled. `cuts` (the job's table only; set at commit by
+// the coordinator): per dim of the weight, the boundaries of the rollouts' pieces strictly inside
+// it, increasing; each trainer piece is quantized in parts between them (block_scaling_plan.h), so
+// that each part goes whole to one rollout piece. Not part of the scheme: == ignores it.
 struct ScaledTensor {
   std::string tensor;
   BlockScaling scaling;
+  std::vector<std::vector<int64_t>> cuts;
   bool operator==(const ScaledTensor& o) const {
     return tensor == o.tensor && scaling == o.scaling;
   }

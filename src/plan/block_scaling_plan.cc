@@ -25,6 +25,48 @@ std::string rankLabel(const Registration& reg) {
   return std::string(roleName(reg.role)) + " " + std::to_string(reg.rank);
 }
 
+// The parts of `box` between the cuts of `s` (ScaledTensor::cuts) that lie strictly inside it and
+// on block boundaries, row-major; {box} where none does.
+std::vector<Box> partsOf(const Box& box, const ScaledTensor& s) {
+  const int rank = box.rank();
+  std::vector<std::vector<int64_t>> bounds(static_cast<size_t>(rank));
+  for (int d = 0; d < rank; ++d) {
+    const int64_t block = d == rank - 1   ? s.scaling.block_cols
+                          : d == rank - 2 ? s.scaling.block_rows
+                                          : 1;
+    std::vector<int64_t>& b = bounds[static_cast<size_t>(d)];
+    b.push_back(box.offset[d]);
+    if (static_cast<size_t>(d) < s.cuts.size()) {
+      for (int64_t c : s.cuts[static_cast<size_t>(d)]) {
+        if (c > box.offset[d] && c < box.offset[d] + box.extent[d] && block > 0 && c % block == 0)
+          b.push_back(c);
+      }
+    }
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+    b.push_back(box.offset[d] + box.extent[d]);
+  }
+  std::vector<Box> parts;
+  std::vector<size_t> at(static_cast<size_t>(rank), 0);  // odometer over the intervals
+  while (true) {
+    Box part = box;
+    for (int d = 0; d < rank; ++d) {
+      const std::vector<int64_t>& b = bounds[static_cast<size_t>(d)];
+      const size_t i = at[static_cast<size_t>(d)];
+      part.offset[d] = b[i];
+      part.extent[d] = b[i + 1] - b[i];
+    }
+    parts.push_back(part);
+    int d = rank - 1;
+    while (d >= 0 && ++at[static_cast<size_t>(d)] + 1 == bounds[static_cast<size_t>(d)].size()) {
+      at[static_cast<size_t>(d)] = 0;
+      --d;
+    }
+    if (d < 0) break;
+  }
+  return parts;
+}
+
 // Whether each row (or column) block of [offset, offset + extent) of a dim of `size` elements is
 // only partly inside it: the first and the last block can be.
 void partialBlocksAlong(int64_t offset, int64_t extent, int64_t size, int64_t block,
@@ -187,6 +229,35 @@ Result<std::vector<ScaledTensor>> jobScalingTable(const std::vector<RolloutScali
   return out;
 }
 
+void setRolloutCuts(std::vector<ScaledTensor>& table, const std::vector<Registration>& rollouts) {
+  for (ScaledTensor& entry : table) {
+    const std::string name = valuesName(entry);
+    std::vector<std::set<int64_t>> cuts;
+    for (const Registration& reg : rollouts) {
+      int32_t tensor = -1;
+      for (size_t i = 0; i < reg.tensors.size(); ++i) {
+        if (reg.tensors[i].name == name) tensor = static_cast<int32_t>(i);
+      }
+      if (tensor < 0) continue;
+      const Dims& shape = reg.tensors[static_cast<size_t>(tensor)].shape;
+      cuts.resize(static_cast<size_t>(shape.rank));
+      for (const LocalBuffer& b : reg.buffers) {
+        for (const Piece& p : b.pieces) {
+          if (p.tensor != tensor) continue;
+          for (int d = 0; d < p.box.rank(); ++d) {
+            for (int64_t c : {p.box.offset[d], p.box.offset[d] + p.box.extent[d]}) {
+              if (c > 0 && c < shape[d]) cuts[static_cast<size_t>(d)].insert(c);
+            }
+          }
+        }
+      }
+    }
+    entry.cuts.assign(cuts.size(), {});
+    for (size_t d = 0; d < cuts.size(); ++d)
+      entry.cuts[d].assign(cuts[d].begin(), cuts[d].end());
+  }
+}
+
 Result<std::vector<QuantizedSource>> addQuantizedSources(Registration& reg,
                                                          const std::vector<ScaledTensor>& table) {
   std::unordered_map<std::string, std::vector<int32_t>> entries;
@@ -209,37 +280,41 @@ Result<std::vector<QuantizedSource>> addQuantizedSources(Registration& reg,
       }
       for (int32_t e : it->second) {
         const ScaledTensor& s = table[static_cast<size_t>(e)];
-        QuantizedSource q;
-        q.source_buffer = static_cast<int32_t>(b);
-        q.source_piece = static_cast<int32_t>(p);
-        q.entry = e;
-        q.box = piece.box;
-        q.cover = blockCover(piece.box, s.scaling);
-        q.shape = decl.shape;
         const int32_t values = reg.declareTensor(valuesName(s), decl.shape);
         const int32_t scales = reg.declareTensor(scalesName(s), scaleShape(decl.shape, s.scaling));
         if (values < 0 || scales < 0) {
           return mismatch(rankLabel(reg) + " declares '" + valuesName(s) + "' itself");
         }
-        const std::string base = "wsync.quantized/" + reg.buffers[b].name + "/" +
-                                 std::to_string(p) + "/" + schemeTag(s.scaling);
-        LocalBuffer vb;
-        vb.name = base;
-        vb.dtype = DType::kFloat8E4M3;
-        vb.memory = reg.buffers[b].memory;
-        vb.num_elements = q.box.volume();
-        vb.pieces.push_back(Piece{values, q.box, 0, rowMajorStrides(q.box.extent)});
-        LocalBuffer sb;
-        sb.name = base + "/scales";
-        sb.dtype = scaleDType(s.scaling.format);
-        sb.memory = vb.memory;
-        sb.num_elements = q.cover.volume();
-        sb.pieces.push_back(Piece{scales, q.cover, 0, rowMajorStrides(q.cover.extent)});
-        q.values_buffer = static_cast<int32_t>(reg.buffers.size());
-        reg.buffers.push_back(std::move(vb));
-        q.scales_buffer = static_cast<int32_t>(reg.buffers.size());
-        reg.buffers.push_back(std::move(sb));
-        out.push_back(q);
+        const std::vector<Box> parts = partsOf(piece.box, s);
+        for (size_t k = 0; k < parts.size(); ++k) {
+          QuantizedSource q;
+          q.source_buffer = static_cast<int32_t>(b);
+          q.source_piece = static_cast<int32_t>(p);
+          q.entry = e;
+          q.box = parts[k];
+          q.cover = blockCover(q.box, s.scaling);
+          q.shape = decl.shape;
+          std::string base = "wsync.quantized/" + reg.buffers[b].name + "/" + std::to_string(p) +
+                             "/" + schemeTag(s.scaling);
+          if (parts.size() > 1) base += "/part" + std::to_string(k);
+          LocalBuffer vb;
+          vb.name = base;
+          vb.dtype = DType::kFloat8E4M3;
+          vb.memory = reg.buffers[b].memory;
+          vb.num_elements = q.box.volume();
+          vb.pieces.push_back(Piece{values, q.box, 0, rowMajorStrides(q.box.extent)});
+          LocalBuffer sb;
+          sb.name = base + "/scales";
+          sb.dtype = scaleDType(s.scaling.format);
+          sb.memory = vb.memory;
+          sb.num_elements = q.cover.volume();
+          sb.pieces.push_back(Piece{scales, q.cover, 0, rowMajorStrides(q.cover.extent)});
+          q.values_buffer = static_cast<int32_t>(reg.buffers.size());
+          reg.buffers.push_back(std::move(vb));
+          q.scales_buffer = static_cast<int32_t>(reg.buffers.size());
+          reg.buffers.push_back(std::move(sb));
+          out.push_back(q);
+        }
       }
     }
   }

@@ -42,20 +42,28 @@ struct RolloutScalings {
 // of one replica that both hold pieces of a tensor disagree on its scaling (one may hold none).
 Result<std::vector<ScaledTensor>> jobScalingTable(const std::vector<RolloutScalings>& rollouts);
 
-// A trainer piece quantized for one entry of the table.
+// Sets each table entry's cuts (layout/block_scaling.h: ScaledTensor::cuts) from the rollouts'
+// pieces of its values tensor (registrations after applyRolloutScalings). A cut inside the last
+// two dims is a block boundary, since applyRolloutScalings refuses pieces that cut blocks.
+void setRolloutCuts(std::vector<ScaledTensor>& table, const std::vector<Registration>& rollouts);
+
+// A trainer piece (or a part of one between the table entry's cuts) quantized for one entry of
+// the table.
 struct QuantizedSource {
   int32_t values_buffer = -1;  // registration index of the e4m3 buffer
   int32_t scales_buffer = -1;  // registration index of the scales buffer
   int32_t source_buffer = -1;  // the trainer's buffer and piece it quantizes
   int32_t source_piece = -1;
   int32_t entry = -1;  // index into the job's table
-  Box box;             // the piece's box of the weight
+  Box box;             // the part's box of the weight (the piece's, where no cut crosses it)
   Box cover;           // blockCover(box): the scale tensor's elements it computes
   Dims shape;          // the weight's global shape
 };
 
 // Adds the quantized sources of `table` to a trainer's registration (buffers appended after the
-// trainer's own, in buffer, piece, entry order; the same on the coordinator and the trainer).
+// trainer's own, in buffer, piece, entry, part order; the same on the coordinator and the
+// trainer). A piece is cut into parts at the entry's cuts that lie strictly inside its box and on
+// block boundaries (others are ignored), row-major over the parts.
 // UNSUPPORTED when a piece of a scaled tensor is not float32, bfloat16 or float16.
 Result<std::vector<QuantizedSource>> addQuantizedSources(Registration& reg,
                                                          const std::vector<ScaledTensor>& table);

@@ -14,8 +14,9 @@ namespace wsync {
 // block_scalings, PartialMaxima, BlockMaxima), SlotBusy and a late Go per replica, Hello carrying
 // the job-wide settings the rank set explicitly (HelloMsg::job_settings), delta versions, the
 // broadcast backends each rank offers with their needs and world tokens (RegisterMsg::
-// broadcast_offers, replacing nccl_unique_id).
-inline constexpr uint32_t kProtocolVersion = 7;
+// broadcast_offers, replacing nccl_unique_id); 8: the cuts of block-scaled tensors
+// (BlockScalingRecord::cuts).
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // The bounds decoders hold every count and length to.
 namespace protocol_limits {

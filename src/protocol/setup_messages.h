@@ -103,6 +103,9 @@ struct BlockScalingRecord : ScaledTensor {
     v.i64(m.scaling.block_rows);
     v.i64(m.scaling.block_cols);
     v.str(m.scaling.scale_tensor, protocol_limits::kMaxStringBytes);
+    v.list(m.cuts, kMaxRank, [](auto& f, auto& axis) {
+      f.list(axis, protocol_limits::kMaxRanks, [](auto& g, auto& x) { g.i64(x); });
+    });
   }
 };
 

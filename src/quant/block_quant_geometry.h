@@ -26,6 +26,10 @@ struct Geometry {
   int64_t block_cols = 1;
   int64_t volume = 0;        // elements of the piece
   int64_t cover_volume = 0;  // blocks of the cover
+  // Bytes between the output's rows (a row: the last dim; every other dim flattens into rows):
+  // extent[rank - 1] for the piece's row-major output, more where the output is a box of a larger
+  // row-major tensor (a rollout's slot written in place).
+  int64_t out_pitch = 0;
 };
 
 inline Geometry geometryOf(const PieceView& piece, const BlockScaling& s) {
@@ -45,6 +49,7 @@ inline Geometry geometryOf(const PieceView& piece, const BlockScaling& s) {
   g.block_cols = s.block_cols;
   g.volume = piece.box.volume();
   g.cover_volume = cover.volume();
+  g.out_pitch = g.rank > 0 ? g.extent[g.rank - 1] : 0;
   return g;
 }
 
@@ -69,8 +74,8 @@ WSYNC_QUANT_HD float loadElement(const Geometry& g, int64_t element) {
 
 // The part of cover block `b` (row-major over the cover) inside the piece: global rows
 // [row_lo, row_hi) and columns [col_lo, col_hi); element (row, col) is at
-// base + row * row_stride + col from g.data, and at dst_base + row * width + col in the piece's
-// row-major output (width = g.extent[rank - 1]).
+// base + row * row_stride + col from g.data, and at dst_base + row * g.out_pitch + col in the
+// output.
 struct BlockPart {
   int64_t base = 0;
   int64_t row_stride = 0;
@@ -101,7 +106,7 @@ WSYNC_QUANT_HD BlockPart blockPart(const Geometry& g, int64_t b) {
   p.col_hi = smaller((bcol + 1) * g.block_cols, g.offset[r - 1] + g.extent[r - 1]);
   p.row_stride = g.stride[r - 2];
   p.base -= g.offset[r - 2] * g.stride[r - 2] + g.offset[r - 1];
-  p.dst_base = (lead * g.extent[r - 2] - g.offset[r - 2]) * g.extent[r - 1] - g.offset[r - 1];
+  p.dst_base = (lead * g.extent[r - 2] - g.offset[r - 2]) * g.out_pitch - g.offset[r - 1];
   return p;
 }
 
@@ -168,7 +173,7 @@ WSYNC_QUANT_HD bool vectorizable(const Geometry& g, const BlockPart& p, uint64_t
   const int64_t v = vectorElements(g);
   const int64_t esize = elementBytes(g);
   const int64_t cols = p.col_hi - p.col_lo;
-  const int64_t width = g.extent[g.rank - 1];
+  const int64_t width = g.out_pitch;
   if (cols <= 0 || cols % v != 0) return false;
   const uint64_t first =
       data + static_cast<uint64_t>((p.base + p.row_lo * p.row_stride + p.col_lo) * esize);
@@ -290,13 +295,14 @@ inline constexpr int kFullTileThreads = 256;
 
 // Whether every cover block of the piece (`data`: g.data, `dst`: its output, as addresses) is a
 // whole 128 x 128 block of 16-bit elements of a 2-D weight, its rows 16-byte aligned and its
-// output 8-byte aligned.
+// output rows 8-byte aligned.
 WSYNC_QUANT_HD bool holdsFullTiles(const Geometry& g, uint64_t data, uint64_t dst) {
   return g.rank == 2 && g.dtype != 0 && g.block_rows == kFullTileSide &&
          g.block_cols == kFullTileSide && g.offset[0] % kFullTileSide == 0 &&
          g.offset[1] % kFullTileSide == 0 && g.extent[0] % kFullTileSide == 0 &&
          g.extent[1] % kFullTileSide == 0 && g.stride[0] % 8 == 0 && g.stride[1] == 1 &&
-         g.cover_volume < (int64_t{1} << 31) && data % 16 == 0 && dst % 8 == 0;
+         g.cover_volume < (int64_t{1} << 31) && data % 16 == 0 && dst % 8 == 0 &&
+         g.out_pitch % 8 == 0;
 }
 
 // A thread's first vector in cover block `b` of a piece that holdsFullTiles: its first element
@@ -312,10 +318,10 @@ WSYNC_QUANT_HD FullTilePlace fullTilePlace(const Geometry& g, uint32_t b, uint32
   const uint32_t bcol = b - brow * cover_cols;
   const uint32_t row = brow * static_cast<uint32_t>(kFullTileSide) + thread / 16;
   const uint32_t col = bcol * static_cast<uint32_t>(kFullTileSide) + (thread % 16) * 8;
-  return {int64_t{row} * g.stride[0] + col, int64_t{row} * g.extent[1] + col};
+  return {int64_t{row} * g.stride[0] + col, int64_t{row} * g.out_pitch + col};
 }
 WSYNC_QUANT_HD FullTilePlace fullTileStep(const Geometry& g) {
-  return {16 * g.stride[0], 16 * g.extent[1]};
+  return {16 * g.stride[0], 16 * g.out_pitch};
 }
 WSYNC_QUANT_HD int groupSizeFor(int64_t block_rows, int64_t block_cols, int dtype) {
   const int64_t per_vector = dtype == 0 ? 4 : 8;
@@ -335,7 +341,7 @@ enum class QuantMode : int {
 
 // One piece in a batched launch: its geometry (g.data: the piece's first element) and, per cover
 // block b (row-major over the cover), amax_in[b] / amax_out[b] / scales[b] as the mode uses them;
-// dst: the piece's float8 bytes, row-major over its extent. first_tile: the running sum of the
+// dst: the piece's float8 bytes, rows g.out_pitch bytes apart. first_tile: the running sum of the
 // cover volumes of the tasks before it in the table (numberQuantTasks).
 struct QuantTask {
   Geometry g;

@@ -74,6 +74,9 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
                                    job_.welcome.delta_max_share_ppm, memory_, options_.cuda_device,
                                    delta_));
   if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(rebuildChecksums());
+  quantize_in_place_ = onDevice() && !quantizer_.empty() && !job_.welcome.checksums &&
+                       !delta_.active() && corruption_.data() == nullptr &&
+                       !options_.settings.debug_no_in_place_quant;
   peers_.setUp(memory_, transportSetup(rank()));
   WSYNC_RETURN_IF_ERROR(addSources());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));
@@ -185,6 +188,10 @@ Status TrainerContext::publishOne(uint64_t version, DeliveredMsg* outcome) {
   WSYNC_ASSIGN_OR_RETURN(
       GoMsg go, control_.awaitGo(version, reply_timeout, quantizer_.exchanges(),
                                  [this](const BlockMaximaMsg& maxima) {
+                                   if (quantize_in_place_) {  // at transfer
+                                     pending_maxima_ = maxima.amax;
+                                     return Status::ok();
+                                   }
                                    return quantizer_.quantize(
                                        maxima.amax, [this](int32_t b) { return sources_.of(b); },
                                        stream_.get());
@@ -321,12 +328,14 @@ Status TrainerContext::waitGroups() {
 Status TrainerContext::transfer(const GoMsg& go) {
   delta_.wire_bytes = 0;  // this send's bytes: broadcasts, patches, dense and extension writes
   delta_.full_bytes = 0;
+  if (quantize_in_place_) WSYNC_RETURN_IF_ERROR(quantizeInPlace(go));
   if (onDevice()) WSYNC_RETURN_IF_ERROR(convertIntoStaging(go));
   WSYNC_RETURN_IF_ERROR(postGroups(go));
   WSYNC_RETURN_IF_ERROR(sendDeltas(go));  // patches first; their ops are not written dense
-  WSYNC_RETURN_IF_ERROR(postWrites(go, plan_, staging_, delta_));
+  WSYNC_RETURN_IF_ERROR(postWrites(go, plan_, staging_, delta_, &in_place_));
   for (const auto& part : membership_.extensions()) {
-    if (part->active) WSYNC_RETURN_IF_ERROR(postWrites(go, part->plan, part->staging, part->delta));
+    if (!part->active) continue;
+    WSYNC_RETURN_IF_ERROR(postWrites(go, part->plan, part->staging, part->delta, nullptr));
   }
   WSYNC_RETURN_IF_ERROR(peers_.flush(options_.timeout));
   WSYNC_RETURN_IF_ERROR(corruptOneWrite(go));
@@ -349,12 +358,23 @@ Status TrainerContext::sendDeltas(const GoMsg& go) {
   return Status::ok();
 }
 
+// In-place quantization (runtime/in_place_quantization.h): this Go's in-place sources' values go
+// straight into their rollouts' slots, the others' into the quantizer's buffers, on stream_
+// (convertIntoStaging synchronizes it before any write is posted).
+Status TrainerContext::quantizeInPlace(const GoMsg& go) {
+  WSYNC_ASSIGN_OR_RETURN(in_place_,
+                         planInPlaceQuantization(go, plan_, membership_, quantizer_, peers_));
+  return quantizer_.quantize(
+      pending_maxima_, [this](int32_t b) { return sources_.of(b); }, stream_.get(),
+      in_place_.targets);
+}
+
 // The writes of `plan` whose replica takes `go`, dense, except those `delta` sent as patches
-// (sendDeltas). Every write's bytes count as this send's full bytes, the dense ones as its wire
-// bytes (delta_).
+// (sendDeltas) and those `in_place` (may be null) wrote. Every write's bytes count as this send's
+// full bytes, those not sent as patches as its wire bytes (delta_).
 Status TrainerContext::postWrites(const GoMsg& go, const RankPlan& plan,
-                                  const ConversionStaging& staging,
-                                  const TrainerDeltaState& delta) {
+                                  const ConversionStaging& staging, const TrainerDeltaState& delta,
+                                  const InPlaceQuantization* in_place) {
   for (size_t i = 0; i < plan.writes.size(); ++i) {
     const WriteOp& op = plan.writes[i];
     const int32_t slot = membership_.slotFor(go, op.dst_rank);
@@ -364,6 +384,7 @@ Status TrainerContext::postWrites(const GoMsg& go, const RankPlan& plan,
     const bool delta_op = i < delta.ops.size();
     if (delta_op && delta.ops[i].patched) continue;
     delta_.wire_bytes += bytes;
+    if (in_place != nullptr && in_place->writtenInPlace(i)) continue;
     uint8_t* staged = op.converts() ? staging.write(i) : nullptr;
     WSYNC_RETURN_IF_ERROR(postWrite(plan, op, staged, slot, delta_op && delta.ops[i].converted));
   }
@@ -445,7 +466,8 @@ Status TrainerContext::startQuantizing(uint64_t version) {
   const auto source = [this](int32_t b) { return sources_.of(b); };
   WSYNC_ASSIGN_OR_RETURN(std::vector<uint8_t> partial,
                          quantizer_.computeMaxima(source, stream_.get()));
-  if (!quantizer_.exchanges()) return quantizer_.quantize({}, source, stream_.get());
+  if (!quantizer_.exchanges())
+    return quantize_in_place_ ? Status::ok() : quantizer_.quantize({}, source, stream_.get());
   return sendMessage(MessageType::kPartialMaxima,
                      encode(BlockMaximaMsg{version, std::move(partial)}));
 }

@@ -25,6 +25,7 @@
 #include "runtime/conversion_staging.h"
 #include "runtime/debug_corruption.h"
 #include "runtime/device_ops.h"
+#include "runtime/in_place_quantization.h"
 #include "runtime/publish_queue.h"
 #include "runtime/publish_request.h"
 #include "runtime/tensor_scales.h"
@@ -85,9 +86,11 @@ class TrainerContext final : public Context {
   Status convertIntoStaging(const GoMsg& go);  // device memory: every conversion, then a sync
   Status postGroups(const GoMsg& go);
   Status waitGroups();
-  // The writes of `plan` whose replica takes `go`, except those `delta` sends as patches.
+  Status quantizeInPlace(const GoMsg& go);  // in place where it can, before the writes
+  // The writes of `plan` whose replica takes `go`, except those `delta` sends as patches and those
+  // `in_place` (may be null) wrote.
   Status postWrites(const GoMsg& go, const RankPlan& plan, const ConversionStaging& staging,
-                    const TrainerDeltaState& delta);
+                    const TrainerDeltaState& delta, const InPlaceQuantization* in_place);
   // Posts `op` of `plan` into `slot` of its rollout; `staged`: where a converting op's region is
   // (to be) converted, packed; `converted`: host memory already converted it for this send.
   Status postWrite(const RankPlan& plan, const WriteOp& op, uint8_t* staged, int32_t slot,
@@ -119,12 +122,17 @@ class TrainerContext final : public Context {
   TensorScales scales_;               // float8 scales (any thread)
   std::vector<float> active_scales_;  // per plan tensor, of the version being sent
   TrainerQuantizer quantizer_;        // block-scaled rollout tensors: the float8 values and scales
-  TrainerDeltaState delta_;           // delta versions: kept bytes, landing parts
-  TrainerChecksums checksums_;        // of the plan and the extensions it covers
-  int transfer_attempt_ = 0;          // sends of the version in flight so far (re-sends: > 0)
-  DebugCorruption corruption_;        // WSYNC_DEBUG_CORRUPT_EVERY
-  TrainerSources sources_;            // what sends read (buffers, snapshot, quantized sources)
-  ConversionStaging staging_;         // the plan's converting writes and groups
+  // In-place quantization (in_place_quantization.h): eligible (commit); the version's BlockMaxima
+  // kept for its sends; the send's in-place sources.
+  bool quantize_in_place_ = false;
+  std::vector<uint8_t> pending_maxima_;
+  InPlaceQuantization in_place_;
+  TrainerDeltaState delta_;     // delta versions: kept bytes, landing parts
+  TrainerChecksums checksums_;  // of the plan and the extensions it covers
+  int transfer_attempt_ = 0;    // sends of the version in flight so far (re-sends: > 0)
+  DebugCorruption corruption_;  // WSYNC_DEBUG_CORRUPT_EVERY
+  TrainerSources sources_;      // what sends read (buffers, snapshot, quantized sources)
+  ConversionStaging staging_;   // the plan's converting writes and groups
   // Transports and connected rollout ranks. Declared after the memory the transports read:
   // deregistered and destroyed before it goes.
   TrainerPeers peers_;

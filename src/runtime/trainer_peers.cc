@@ -67,10 +67,10 @@ const TrainerPeers::Peer* TrainerPeers::peerOf(int32_t rollout) const {
   return index < 0 ? nullptr : &peers_[static_cast<size_t>(index)];
 }
 
-Status TrainerPeers::write(int32_t rollout, int32_t slot, int32_t dst_buffer, uint64_t dst_offset,
-                           uint64_t dst_pitch, uint64_t dst_plane_pitch, const uint8_t* src,
-                           size_t src_pitch, size_t src_plane_pitch, size_t row_bytes, size_t rows,
-                           size_t planes) {
+// The peer, remote memory and byte offset of `dst_offset` bytes into buffer `dst_buffer` of `slot`
+// of rollout `rollout`; PROTOCOL for a rank, slot or buffer never connected or attached.
+Result<TrainerPeers::Target> TrainerPeers::targetOf(int32_t rollout, int32_t slot,
+                                                    int32_t dst_buffer, uint64_t dst_offset) const {
   const Peer* peer = peerOf(rollout);
   if (peer == nullptr) {
     return protocolError("a write targets rollout " + std::to_string(rollout) +
@@ -84,10 +84,27 @@ Status TrainerPeers::write(int32_t rollout, int32_t slot, int32_t dst_buffer, ui
     return protocolError("buffer " + std::to_string(dst_buffer) + " of rollout " +
                          std::to_string(rollout) + " is unknown");
   }
-  return peer->transport->write3d(
-      peer->slot_memory[static_cast<size_t>(slot)],
-      peer->buffer_byte_offsets[static_cast<size_t>(dst_buffer)] + dst_offset, dst_pitch,
-      dst_plane_pitch, src, src_pitch, src_plane_pitch, row_bytes, rows, planes);
+  return Target{peer->transport, peer->slot_memory[static_cast<size_t>(slot)],
+                peer->buffer_byte_offsets[static_cast<size_t>(dst_buffer)] + dst_offset};
+}
+
+Status TrainerPeers::write(int32_t rollout, int32_t slot, int32_t dst_buffer, uint64_t dst_offset,
+                           uint64_t dst_pitch, uint64_t dst_plane_pitch, const uint8_t* src,
+                           size_t src_pitch, size_t src_plane_pitch, size_t row_bytes, size_t rows,
+                           size_t planes) {
+  WSYNC_ASSIGN_OR_RETURN(const Target t, targetOf(rollout, slot, dst_buffer, dst_offset));
+  return t.transport->write3d(t.remote, t.offset, dst_pitch, dst_plane_pitch, src, src_pitch,
+                              src_plane_pitch, row_bytes, rows, planes);
+}
+
+Result<uint8_t*> TrainerPeers::remoteAddress(int32_t rollout, int32_t slot, int32_t dst_buffer,
+                                             uint64_t dst_offset, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(const Target t, targetOf(rollout, slot, dst_buffer, dst_offset));
+  Result<void*> address = t.transport->remoteAddress(t.remote, t.offset, bytes);
+  if (!address.isOk() && address.status().code() == WSYNC_ERR_UNSUPPORTED)
+    return static_cast<uint8_t*>(nullptr);
+  WSYNC_RETURN_IF_ERROR(address.status().withContext("rollout " + std::to_string(rollout)));
+  return static_cast<uint8_t*>(*address);
 }
 
 Status TrainerPeers::flush(std::chrono::milliseconds timeout) {

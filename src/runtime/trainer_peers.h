@@ -42,6 +42,12 @@ class TrainerPeers {
   Status write(int32_t rollout, int32_t slot, int32_t dst_buffer, uint64_t dst_offset,
                uint64_t dst_pitch, uint64_t dst_plane_pitch, const uint8_t* src, size_t src_pitch,
                size_t src_plane_pitch, size_t row_bytes, size_t rows, size_t planes);
+  // Where the transport reaching rollout `rollout` maps its memory into this process's device
+  // address space (WriteTransport::remoteAddress): the device address of `bytes` bytes at
+  // `dst_offset` into buffer `dst_buffer` of `slot`, for a kernel that writes them in place (the
+  // caller synchronizes it before flush()); nullptr where the transport maps nothing.
+  Result<uint8_t*> remoteAddress(int32_t rollout, int32_t slot, int32_t dst_buffer,
+                                 uint64_t dst_offset, uint64_t bytes);
   // Completes every posted write on every transport.
   Status flush(std::chrono::milliseconds timeout);
 
@@ -60,6 +66,13 @@ class TrainerPeers {
     const void* base = nullptr;
     size_t bytes = 0;
   };
+  struct Target {
+    WriteTransport* transport = nullptr;
+    RemoteMemoryId remote = -1;
+    uint64_t offset = 0;  // bytes into the remote memory
+  };
+  Result<Target> targetOf(int32_t rollout, int32_t slot, int32_t dst_buffer,
+                          uint64_t dst_offset) const;
   Result<WriteTransport*> transportFor(const WriteBackend* backend);
   const Peer* peerOf(int32_t rollout) const;
 

@@ -34,10 +34,13 @@ Result<TrainerQuantizer> TrainerQuantizer::create(const Registration& own,
     const LocalBuffer& b = own.buffers[static_cast<size_t>(q.source_buffer)];
     const Piece& p = b.pieces[static_cast<size_t>(q.source_piece)];
     s.view.dtype = b.dtype;
-    s.view.box = p.box;
+    s.view.box = q.box;  // the piece's, or a part of it (its first element further in)
     s.view.strides = p.local_strides.rank == 0 ? rowMajorStrides(p.box.extent) : p.local_strides;
+    int64_t first = p.local_offset;
+    for (int d = 0; d < q.box.rank(); ++d)
+      first += (q.box.offset[d] - p.box.offset[d]) * s.view.strides[d];
     s.view.data = reinterpret_cast<const void*>(  // NOLINT(performance-no-int-to-ptr)
-        static_cast<uintptr_t>(p.local_offset) * dtypeSize(b.dtype));
+        static_cast<uintptr_t>(first) * dtypeSize(b.dtype));
     s.values_at = z.arena_bytes_;
     z.arena_bytes_ += alignUp(static_cast<size_t>(q.box.volume()));
     s.scales_at = z.arena_bytes_;
@@ -96,12 +99,18 @@ Result<std::vector<uint8_t>> TrainerQuantizer::computeMaxima(const SourceOf& sou
 }
 
 Status TrainerQuantizer::quantize(const std::vector<uint8_t>& merged, const SourceOf& source,
-                                  CudaStreamHandle stream) {
+                                  CudaStreamHandle stream,
+                                  const std::vector<ValuesTarget>& targets) {
   if (!exchanged_.empty() && merged.size() != exchanged_.size() * 4) {
     return protocolError("BlockMaxima: " + std::to_string(merged.size()) + " bytes, expected " +
                          std::to_string(exchanged_.size() * 4));
   }
-  if (memory_ == MemoryKind::kDevice) return quantizeOnDevice(merged, source, stream);
+  if (!targets.empty() && (memory_ != MemoryKind::kDevice || targets.size() != sources_.size())) {
+    return invalidArgument("block quantization in place: " + std::to_string(targets.size()) +
+                           " targets for " + std::to_string(sources_.size()) + " sources in " +
+                           (memory_ == MemoryKind::kDevice ? "device" : "host") + " memory");
+  }
+  if (memory_ == MemoryKind::kDevice) return quantizeOnDevice(merged, source, stream, targets);
   for (size_t i = 0; i < exchanged_.size(); ++i)
     std::memcpy(&amax_[exchanged_[i]], merged.data() + 4 * i, 4);
   uint8_t* base = host_arena_.data();

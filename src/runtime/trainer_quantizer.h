@@ -54,10 +54,23 @@ class TrainerQuantizer {
   // snapshot). Device memory: the work runs on `stream` (waited for before returning).
   using SourceOf = std::function<const uint8_t*(int32_t)>;
   Result<std::vector<uint8_t>> computeMaxima(const SourceOf& source, CudaStreamHandle stream);
+  // Where a source's float8 values go instead of its buffer (device memory only): device memory
+  // the kernel writes in place (a rollout's slot, runtime/in_place_quantization.h), rows (every
+  // dim of the source's box but the last, flattened) `pitch` bytes apart, pitch >= the box's last
+  // extent. dst null: the source's buffer.
+  struct ValuesTarget {
+    uint8_t* dst = nullptr;
+    int64_t pitch = 0;
+  };
+  size_t numSources() const { return sources_.size(); }
+  int32_t valuesBuffer(size_t source) const { return sources_[source].q.values_buffer; }
+  const Box& sourceBox(size_t source) const { return sources_[source].q.box; }
+
   // `merged`: the BlockMaxima payload (ignored when nothing is exchanged). Device memory: the
   // quantization is enqueued on `stream` (the writes after it on the same stream see it).
+  // `targets`: empty, or one per source (device memory; INVALID_ARGUMENT otherwise).
   Status quantize(const std::vector<uint8_t>& merged, const SourceOf& source,
-                  CudaStreamHandle stream);
+                  CudaStreamHandle stream, const std::vector<ValuesTarget>& targets = {});
 
  private:
   struct Source {
@@ -81,12 +94,14 @@ class TrainerQuantizer {
     size_t num_units = 0;
   };
   Status setUpDevice();
-  // tasks_' data pointers for this version's sources, uploaded when they changed.
-  Status refreshTasks(const SourceOf& source, CudaStreamHandle stream);
+  // tasks_' data pointers for this version's sources and, with `targets` (one per source), their
+  // outputs, uploaded when they changed.
+  Status refreshTasks(const SourceOf& source, CudaStreamHandle stream,
+                      const std::vector<ValuesTarget>* targets);
   Result<std::vector<uint8_t>> computeMaximaOnDevice(const SourceOf& source,
                                                      CudaStreamHandle stream);
   Status quantizeOnDevice(const std::vector<uint8_t>& merged, const SourceOf& source,
-                          CudaStreamHandle stream);
+                          CudaStreamHandle stream, const std::vector<ValuesTarget>& targets);
 
   std::vector<Source> sources_;
   std::vector<uint64_t> exchanged_;

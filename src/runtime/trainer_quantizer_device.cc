@@ -105,12 +105,23 @@ Status TrainerQuantizer::setUpDevice() {
   return streamSync(nullptr, timeout_);
 }
 
-Status TrainerQuantizer::refreshTasks(const SourceOf& source, CudaStreamHandle stream) {
+Status TrainerQuantizer::refreshTasks(const SourceOf& source, CudaStreamHandle stream,
+                                      const std::vector<ValuesTarget>* targets) {
   bool changed = !tasks_uploaded_;
   for (size_t k = 0; k < tasks_.size(); ++k) {
-    const void* data = viewOf(sources_[task_source_[k]], source).data;
-    changed |= tasks_[k].g.data != data;
-    tasks_[k].g.data = data;
+    const size_t i = task_source_[k];
+    bk::QuantTask& t = tasks_[k];
+    const void* data = viewOf(sources_[i], source).data;
+    changed |= t.g.data != data;
+    t.g.data = data;
+    if (targets == nullptr) continue;  // the maxima pass writes no values
+    const ValuesTarget& target = targets->empty() ? ValuesTarget{} : (*targets)[i];
+    uint8_t* dst =
+        target.dst != nullptr ? target.dst : device_arena_.data() + sources_[i].values_at;
+    const int64_t pitch = target.dst != nullptr ? target.pitch : t.g.extent[t.g.rank - 1];
+    changed |= t.dst != dst || t.g.out_pitch != pitch;
+    t.dst = dst;
+    t.g.out_pitch = pitch;
   }
   if (!changed || tasks_.empty()) return Status::ok();
   WSYNC_RETURN_IF_ERROR(copyAsync(device_tasks_.data(), tasks_.data(),
@@ -123,7 +134,7 @@ Result<std::vector<uint8_t>> TrainerQuantizer::computeMaximaOnDevice(const Sourc
                                                                      CudaStreamHandle stream) {
   std::vector<uint8_t> partial;
   if (exchanged_.empty()) return partial;  // quantize computes every maximum in its pass
-  WSYNC_RETURN_IF_ERROR(refreshTasks(source, stream));
+  WSYNC_RETURN_IF_ERROR(refreshTasks(source, stream, nullptr));
   const auto* tasks = reinterpret_cast<const bk::QuantTask*>(device_tasks_.data());
   const auto* units = reinterpret_cast<const uint64_t*>(device_units_.data());
   auto* out = reinterpret_cast<float*>(device_partial_.data());
@@ -143,8 +154,17 @@ Result<std::vector<uint8_t>> TrainerQuantizer::computeMaximaOnDevice(const Sourc
 }
 
 Status TrainerQuantizer::quantizeOnDevice(const std::vector<uint8_t>& merged,
-                                          const SourceOf& source, CudaStreamHandle stream) {
-  WSYNC_RETURN_IF_ERROR(refreshTasks(source, stream));
+                                          const SourceOf& source, CudaStreamHandle stream,
+                                          const std::vector<ValuesTarget>& targets) {
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const int64_t width = sources_[i].q.box.extent[sources_[i].q.box.rank() - 1];
+    if (targets[i].dst != nullptr && targets[i].pitch < width) {
+      return invalidArgument("block quantization in place: source " + std::to_string(i) +
+                             "'s rows " + std::to_string(targets[i].pitch) +
+                             " bytes apart, narrower than its " + std::to_string(width));
+    }
+  }
+  WSYNC_RETURN_IF_ERROR(refreshTasks(source, stream, &targets));
   const size_t n = exchanged_.size();
   if (n > 0) {
     std::memcpy(merged_host_.data(), merged.data(), n * 4);

@@ -157,6 +157,19 @@ class WriteTransport {
                          uint64_t remote_plane_pitch, const void* src, size_t src_pitch,
                          size_t src_plane_pitch, size_t row_bytes, size_t rows, size_t planes);
 
+  // Backends that map peers' memory into this process's device address space (CUDA IPC): the
+  // device address of bytes [offset, offset + bytes) of `remote`, for kernels the caller runs that
+  // write the peer's memory in place (a write without a source). The caller completes that work
+  // (synchronizes its stream) before the next flush(), which then counts it among the writes it
+  // completed. Bounds-checked like write() (bytes == 0 as 1). UNSUPPORTED where writes go through
+  // a network or a staging area (the default).
+  virtual Result<void*> remoteAddress(RemoteMemoryId remote, uint64_t offset, uint64_t bytes) {
+    (void)remote;
+    (void)offset;
+    (void)bytes;
+    return Status(WSYNC_ERR_UNSUPPORTED, std::string(name()) + ": no mapped remote memory");
+  }
+
   // Completes every write posted so far (see the class comment). Returns WSYNC_ERR_TIMEOUT when
   // that takes longer than `timeout` (writes stay posted; a later flush() may complete them), or
   // the first error of a posted write.

@@ -42,7 +42,7 @@ void emulateBlock(const bk::QuantTask& t, int64_t b, bk::QuantMode mode, int gro
   const bk::BlockPart p = bk::blockPart(g, b);
   const int64_t rows = p.row_hi - p.row_lo;
   const int64_t cols = p.col_hi - p.col_lo;
-  const int64_t width = g.extent[g.rank - 1];
+  const int64_t width = g.out_pitch;
   const int per = bk::vectorElements(g);
   const int esize = bk::elementBytes(g);
   const bool vec =
@@ -327,7 +327,9 @@ TEST(BlockQuantKernelGeometry, FullTilePlacesAreEachBlockOnce) {
         continue;
       }
       ++held;
-      const int64_t width = t.g.extent[1];
+      if (it % 4 == 1) t.g.out_pitch += 8 * (it % 3 + 1);  // an output inside a wider tensor
+      ASSERT_TRUE(bk::holdsFullTiles(t.g, data, 0)) << c.where;
+      const int64_t width = t.g.out_pitch;
       const bk::FullTilePlace step = bk::fullTileStep(t.g);
       for (int64_t b = 0; b < t.g.cover_volume; ++b) {
         const bk::BlockPart p = bk::blockPart(t.g, b);
@@ -351,6 +353,53 @@ TEST(BlockQuantKernelGeometry, FullTilePlacesAreEachBlockOnce) {
   }
   EXPECT_GT(held, 0);
   EXPECT_GT(refused, 0);
+}
+
+// An output inside a larger row-major tensor (a rollout's slot written in place: Geometry's
+// out_pitch above the piece's width): the emulated kernel's bytes equal the packed output's, row
+// by row, and the bytes between the rows stay untouched; a pitch off the vector size takes the
+// element path.
+TEST(BlockQuantKernelGeometry, PitchedOutputsHoldThePackedRows) {
+  std::mt19937_64 rng(77);
+  Walked walked;
+  for (int it = 0; it < 48; ++it) {
+    const auto layout = static_cast<bqt::Layout>(it % 5);
+    const bqt::LayoutCase c = bqt::layoutCase(rng, layout, kFormats[it % 4], kDTypes[it % 3], 0);
+    const int64_t pad = it % 6 == 5 ? 3 : 8 * (it % 3 + 1);
+    for (const bqt::LaidPiece& piece : c.pieces) {
+      const Box cover = blockCover(piece.box, c.s);
+      const auto blocks = static_cast<size_t>(cover.volume());
+      const auto volume = static_cast<size_t>(piece.box.volume());
+      const int64_t width = piece.box.extent[piece.box.rank() - 1];
+      const int64_t rows = piece.box.volume() / width;
+      const size_t ssize = bqt::scaleSize(c.s.format);
+      std::vector<uint8_t> packed(volume + 8), packed_scales(blocks * ssize);
+      bk::QuantTask t = bk::quantTaskOf(piece.view(), c.s);
+      t.scales = packed_scales.data();
+      t.dst = packed.data() + (8 - reinterpret_cast<uintptr_t>(packed.data()) % 8) % 8;
+      emulate(t, bk::QuantMode::kFused, &walked);
+      const uint8_t* expected = t.dst;
+      const int64_t pitch = width + pad;
+      std::vector<uint8_t> slot(static_cast<size_t>(rows * pitch) + 8, 0xa5),
+          scales(blocks * ssize);
+      t.g.out_pitch = pitch;
+      t.scales = scales.data();
+      t.dst = slot.data() + (8 - reinterpret_cast<uintptr_t>(slot.data()) % 8) % 8;
+      emulate(t, bk::QuantMode::kFused, &walked);
+      ASSERT_EQ(scales, packed_scales) << c.where;
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(std::memcmp(t.dst + r * pitch, expected + r * width, static_cast<size_t>(width)),
+                  0)
+            << c.where << " row " << r << " pitch " << pitch;
+        if (r + 1 < rows) {
+          for (int64_t gap = width; gap < pitch; ++gap)
+            ASSERT_EQ(t.dst[r * pitch + gap], 0xa5) << c.where << " row " << r;
+        }
+      }
+    }
+  }
+  EXPECT_GT(walked.vectors, 0);
+  EXPECT_GT(walked.scalars, 0);
 }
 
 }  // namespace

@@ -140,6 +140,83 @@ struct Holder {
   bool covers;
 };
 
+// The table's cuts: the rollouts' piece boundaries inside the weight, per dim; trainer pieces are
+// quantized in parts between those on block boundaries, each part whole in one rollout piece,
+// with no block cut (so no maxima exchanged that the uncut pieces would not exchange).
+TEST(BlockScalingPlan, TrainerPiecesAreQuantizedInPartsAtTheRolloutsCuts) {
+  const Dims shape{300, 512};
+  ScaledTensor t{"w", blocks(128, 128), {}};
+  // TP 2 over columns in one replica, TP 3 over rows (cut at 128 and 256) in another
+  Registration a0 =
+      withPieces(Role::kRollout, 0, "w", shape, {box({0, 0}, {300, 256})}, DType::kFloat8E4M3);
+  Registration a1 =
+      withPieces(Role::kRollout, 1, "w", shape, {box({0, 256}, {300, 256})}, DType::kFloat8E4M3);
+  Registration b0 =
+      withPieces(Role::kRollout, 2, "w", shape,
+                 {box({0, 0}, {128, 512}), box({128, 0}, {128, 512}), box({256, 0}, {44, 512})},
+                 DType::kFloat8E4M3);
+  a1.replica = a0.replica = 0;
+  b0.replica = 1;
+  std::vector<Registration> rollouts{a0, a1, b0};
+  for (Registration& r : rollouts) {
+    r.declareTensor("w_scale", scaleShape(shape, t.scaling));
+    ASSERT_TRUE(applyRolloutScalings(r, {t}).isOk());
+  }
+  std::vector<ScaledTensor> table{t};
+  setRolloutCuts(table, rollouts);
+  ASSERT_EQ(table[0].cuts.size(), 2u);
+  EXPECT_EQ(table[0].cuts[0], (std::vector<int64_t>{128, 256}));
+  EXPECT_EQ(table[0].cuts[1], (std::vector<int64_t>{256}));
+  EXPECT_EQ(table[0], t);  // the cuts are not part of the scheme
+
+  // A trainer row shard [100, 300) x all columns: rows cut at 128 and 256, columns at 256.
+  Registration trainer =
+      withPieces(Role::kTrainer, 0, "w", shape, {box({100, 0}, {200, 512})}, DType::kBFloat16);
+  Result<std::vector<QuantizedSource>> parts = addQuantizedSources(trainer, table);
+  ASSERT_TRUE(parts.isOk()) << parts.status().toString();
+  const std::vector<Box> expected{box({100, 0}, {28, 256}),  box({100, 256}, {28, 256}),
+                                  box({128, 0}, {128, 256}), box({128, 256}, {128, 256}),
+                                  box({256, 0}, {44, 256}),  box({256, 256}, {44, 256})};
+  ASSERT_EQ(parts->size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    const QuantizedSource& q = (*parts)[k];
+    EXPECT_EQ(q.box, expected[k]) << "part " << k;
+    EXPECT_EQ(q.source_piece, 0);
+    EXPECT_EQ(q.cover, blockCover(q.box, t.scaling)) << "part " << k;
+    EXPECT_EQ(trainer.buffers[static_cast<size_t>(q.values_buffer)].num_elements, q.box.volume());
+    EXPECT_NE(trainer.buffers[static_cast<size_t>(q.values_buffer)].name.find("/part"),
+              std::string::npos);
+  }
+  // The only block cut is the one the piece itself cuts (rows 100..128): the same blocks are
+  // exchanged as for the uncut piece, with the other trainer's rows [0, 100).
+  Registration other =
+      withPieces(Role::kTrainer, 1, "w", shape, {box({0, 0}, {100, 512})}, DType::kBFloat16);
+  Result<std::vector<QuantizedSource>> other_parts = addQuantizedSources(other, table);
+  ASSERT_TRUE(other_parts.isOk());
+  const MaximaExchange cut = planMaximaExchange({*parts, *other_parts}, table);
+  std::vector<ScaledTensor> uncut_table{t};
+  Registration trainer_uncut =
+      withPieces(Role::kTrainer, 0, "w", shape, {box({100, 0}, {200, 512})}, DType::kBFloat16);
+  Registration other_uncut =
+      withPieces(Role::kTrainer, 1, "w", shape, {box({0, 0}, {100, 512})}, DType::kBFloat16);
+  Result<std::vector<QuantizedSource>> trainer_sources =
+      addQuantizedSources(trainer_uncut, uncut_table);
+  Result<std::vector<QuantizedSource>> other_sources =
+      addQuantizedSources(other_uncut, uncut_table);
+  ASSERT_TRUE(trainer_sources.isOk() && other_sources.isOk());
+  const MaximaExchange uncut = planMaximaExchange({*trainer_sources, *other_sources}, uncut_table);
+  EXPECT_EQ(cut.num_blocks, uncut.num_blocks);
+  EXPECT_EQ(cut.num_blocks, 4u);  // row block 0, four column blocks
+  // Cuts off the block boundaries (not from a checked rollout) are ignored.
+  std::vector<ScaledTensor> odd{t};
+  odd[0].cuts = {{150}, {100, 600}};
+  Registration trainer_odd =
+      withPieces(Role::kTrainer, 0, "w", shape, {box({100, 0}, {200, 512})}, DType::kBFloat16);
+  Result<std::vector<QuantizedSource>> odd_sources = addQuantizedSources(trainer_odd, odd);
+  ASSERT_TRUE(odd_sources.isOk());
+  EXPECT_EQ(odd_sources->size(), 1u);
+}
+
 TEST(BlockScalingPlan, ExchangeMatchesBruteForceOverRandomLayouts) {
   std::mt19937_64 rng(20261205);
   for (int it = 0; it < 300; ++it) {

@@ -157,12 +157,10 @@ class CudaIpcTransport final : public WriteTransport {
   cudaStream_t stream() const { return stream_.get(); }
   int device() const { return options_.device; }
 
-  // The device address, valid on this transport's device, of bytes [offset, offset + bytes) of
-  // `remote`: for kernels enqueued on stream() that write straight into the peer's memory (e.g.
-  // launchCopyRegion). Bounds-checked like write() (INVALID_ARGUMENT naming peer and remote id;
-  // bytes == 0 is checked as 1, so the address lies inside the exposed memory).
-  // The next flush() completes that work like a write.
-  Result<void*> remoteAddress(RemoteMemoryId remote, uint64_t offset, uint64_t bytes);
+  // WriteTransport::remoteAddress: valid on this transport's device. Kernels enqueued on stream()
+  // (e.g. launchCopyRegion) need no synchronization of their own: the next flush() completes them
+  // like a write. INVALID_ARGUMENT names the peer and remote id.
+  Result<void*> remoteAddress(RemoteMemoryId remote, uint64_t offset, uint64_t bytes) override;
 
   // The batched kernel of the last flush that ran one (copies, bytes, device ms once complete when
   // options.time_batches; see CopyBatch::lastLaunch); all zero (-1 ms) when none ran.

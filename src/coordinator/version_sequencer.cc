@@ -1,6 +1,7 @@
 #include "coordinator/version_sequencer.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "coordinator/version_sequencer_names.h"
 
@@ -10,7 +11,7 @@ using sequencer_names::rolloutName;
 using sequencer_names::versionName;
 
 VersionSequencer::VersionSequencer(SequencerOptions options, int32_t num_trainers)
-    : options_(options), num_trainers_(num_trainers) {}
+    : options_(options), num_trainers_(num_trainers), checks_(options.job.checksum_retries) {}
 
 // ---- membership ------------------------------------------------------------------------------
 
@@ -38,6 +39,7 @@ Result<SequencerOutput> VersionSequencer::removeReplica(int32_t replica, Sequenc
   } else if (in_flight_ && it->second.stage != Stage::kOut) {
     in_flight_->lost.push_back(replica);
   }
+  checks_.removeReplica(replica);
   for (int32_t r : it->second.ranks) {
     replica_of_.erase(r);
     departed_.insert(r);
@@ -202,11 +204,7 @@ Result<SequencerOutput> VersionSequencer::onSent(int32_t trainer, uint64_t versi
     if (it == replicas_.end() || it->second.stage != Stage::kTaking) continue;  // left since
     Replica& replica = it->second;
     replica.sent.insert(trainer);
-    if (!options_.job.checksums) continue;
-    for (const RankChecksum& c : sums) {
-      if (std::find(replica.ranks.begin(), replica.ranks.end(), c.rank) != replica.ranks.end())
-        replica.expected[c.rank][trainer] = c.sum;
-    }
+    if (options_.job.checksums) checks_.recordSent(id, replica.ranks, trainer, sums);
   }
   ++sent;
   SequencerOutput out;
@@ -240,8 +238,7 @@ Result<VersionSequencer::Replica*> VersionSequencer::verifyAnswer(int32_t rollou
   if (!in_flight_ || version != in_flight_->version || replica->stage != Stage::kVerifying) {
     return protocolError(message + " but no Verify of it awaits an answer");
   }
-  if (!replica->verified.insert(rollout).second) return protocolError(message + " twice");
-  return replica;
+  return replica;  // a second answer: ChecksumVerification refuses it
 }
 
 Result<SequencerOutput> VersionSequencer::onVerified(int32_t rollout, uint64_t version,
@@ -249,8 +246,9 @@ Result<SequencerOutput> VersionSequencer::onVerified(int32_t rollout, uint64_t v
   WSYNC_ASSIGN_OR_RETURN(Replica * replica, verifyAnswer(rollout, version, "verified"));
   SequencerOutput out;
   if (replica == nullptr) return out;
-  if (replica->verified.size() == replica->ranks.size())
-    finishVerification(*replicaOf(rollout), *replica, out, now);
+  const int32_t id = *replicaOf(rollout);
+  WSYNC_ASSIGN_OR_RETURN(ChecksumVerification::Step step, checks_.verified(id, rollout));
+  finishVerification(id, *replica, std::move(step), out, now);
   tryComplete(now, out);
   return out;
 }
@@ -262,11 +260,10 @@ Result<SequencerOutput> VersionSequencer::onChecksumFailed(int32_t rollout,
                          verifyAnswer(rollout, failed.version, "failed the checksum of"));
   SequencerOutput out;
   if (replica == nullptr) return out;
-  replica->verify_failed = true;
-  out.notes.push_back(versionName(failed.version) + ": checksum mismatch on " +
-                      rolloutName(rollout) + ": " + failed.detail);
-  if (replica->verified.size() == replica->ranks.size())
-    finishVerification(*replicaOf(rollout), *replica, out, now);
+  const int32_t id = *replicaOf(rollout);
+  WSYNC_ASSIGN_OR_RETURN(ChecksumVerification::Step step,
+                         checks_.failed(id, rollout, failed.detail));
+  finishVerification(id, *replica, std::move(step), out, now);
   tryComplete(now, out);
   return out;
 }
@@ -344,6 +341,7 @@ void VersionSequencer::startNext(SequencerTime now, SequencerOutput& out) {
   in_flight_->version = v;
   in_flight_->started = now;
   in_flight_->trainer_sent.assign(static_cast<size_t>(num_trainers_), 0);
+  checks_.startVersion(v);
   for (auto& [id, replica] : replicas_) {
     if (replica.startVersion(v, now)) continue;  // prepared ahead: its ranks' answers stand
     replica.target_slot = replica.nextSlot();
@@ -468,7 +466,7 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
         replica.received.size() == replica.ranks.size()) {
       if (options_.job.checksums) {
         replica.asked = now;
-        sendVerify(replica, out);
+        sendVerify(id, replica, out);
       } else {
         markReady(replica, out);
       }
@@ -482,13 +480,13 @@ void VersionSequencer::tryComplete(SequencerTime now, SequencerOutput& out) {
   outcome.lost_replicas = std::move(in_flight_->lost);
   std::sort(outcome.lost_replicas.begin(), outcome.lost_replicas.end());
   outcome.ready_replicas = std::move(in_flight_->departed_ready);
-  outcome.rejected_replicas = std::move(in_flight_->rejected);
-  std::sort(outcome.rejected_replicas.begin(), outcome.rejected_replicas.end());
+  ChecksumVerification::Tally tally = checks_.tally();
+  outcome.checksum_failures = std::move(tally.failures);
+  outcome.retries = std::move(tally.retries);
+  outcome.rejected_replicas = std::move(tally.rejected);
   for (auto& [id, replica] : replicas_) {
     if (replica.stage == Stage::kReady) outcome.ready_replicas.push_back(id);
     if (replica.stage == Stage::kSkipped) outcome.skipped_replicas.push_back(id);
-    if (replica.checksum_failures > 0) outcome.checksum_failures[id] = replica.checksum_failures;
-    if (replica.retries > 0) outcome.retries[id] = replica.retries;
     replica.stage = Stage::kOut;
   }
   std::sort(outcome.ready_replicas.begin(), outcome.ready_replicas.end());
@@ -514,15 +512,12 @@ void VersionSequencer::markReady(Replica& replica, SequencerOutput& out) {
       {MessageType::kReady, replica.rankRefs(), SlotMsg{in_flight_->version, replica.target_slot}});
 }
 
-void VersionSequencer::sendVerify(Replica& replica, SequencerOutput& out) {
+void VersionSequencer::sendVerify(int32_t id, Replica& replica, SequencerOutput& out) {
   replica.stage = Stage::kVerifying;
-  replica.verified.clear();
-  replica.verify_failed = false;
-  for (int32_t r : replica.ranks) {
-    VerifyMsg verify{in_flight_->version, replica.target_slot, {}};
-    for (const auto& [trainer, sum] : replica.expected[r])
-      verify.sums.push_back({trainer, sum});
-    out.messages.push_back({MessageType::kVerify, {{Role::kRollout, r}}, std::move(verify)});
+  std::vector<VerifyMsg> verifies = checks_.verify(id, replica.ranks, replica.target_slot);
+  for (size_t i = 0; i < verifies.size(); ++i) {
+    out.messages.push_back(
+        {MessageType::kVerify, {{Role::kRollout, replica.ranks[i]}}, std::move(verifies[i])});
   }
 }
 
@@ -533,33 +528,28 @@ GoMsg VersionSequencer::goFor(int32_t replica, int32_t slot) const {
   return go;
 }
 
-// Every rank of replica `id` answered Verify: ready, re-sent, or (out of re-sends) skipped.
-void VersionSequencer::finishVerification(int32_t id, Replica& replica, SequencerOutput& out,
+// An answer to Verify: its notes; once every rank of replica `id` answered, Ready, the re-send
+// (a Go for it alone) or, out of re-sends, the skip (Go(v, -1) to its ranks).
+void VersionSequencer::finishVerification(int32_t id, Replica& replica,
+                                          ChecksumVerification::Step step, SequencerOutput& out,
                                           SequencerTime now) {
+  out.notes.insert(out.notes.end(), std::make_move_iterator(step.notes.begin()),
+                   std::make_move_iterator(step.notes.end()));
+  if (step.verdict == ChecksumVerification::Verdict::kPending) return;
   replica.asked = now;  // a re-send asks the ranks again
-  if (!replica.verify_failed) {
+  if (step.verdict == ChecksumVerification::Verdict::kVerified) {
     markReady(replica, out);
     return;
   }
-  const uint64_t v = in_flight_->version;
-  ++replica.checksum_failures;
   std::vector<RankRef> ranks = replica.rankRefs();
-  const std::string what = versionName(v) + ": replica " + std::to_string(id);
-  if (replica.retries >= static_cast<uint32_t>(std::max(0, options_.job.checksum_retries))) {
+  if (step.verdict == ChecksumVerification::Verdict::kReject) {
     replica.stage = Stage::kSkipped;
-    in_flight_->rejected.push_back(id);
-    out.notes.push_back(what + " skips the version: its checksums failed " +
-                        std::to_string(replica.checksum_failures) + " times");
     out.messages.push_back({MessageType::kGo, std::move(ranks), goFor(id, -1)});
     return;
   }
-  ++replica.retries;
   replica.stage = Stage::kTaking;
   replica.sent.clear();
   replica.received.clear();
-  replica.expected.clear();
-  out.notes.push_back(what + " re-sent (checksum retry " + std::to_string(replica.retries) +
-                      " of " + std::to_string(options_.job.checksum_retries) + ")");
   std::vector<RankRef> to = trainerRanks();
   to.insert(to.end(), ranks.begin(), ranks.end());
   out.messages.push_back({MessageType::kGo, std::move(to), goFor(id, replica.target_slot)});
@@ -575,7 +565,7 @@ std::string VersionSequencer::lateReport() const {
     if (replica.stage == Stage::kPreparing) {
       late += " (readers still hold slot " + std::to_string(replica.target_slot) + ")";
     } else if (replica.stage == Stage::kVerifying) {
-      late += " (verifying checksums: " + std::to_string(replica.verified.size()) + " of " +
+      late += " (verifying checksums: " + std::to_string(checks_.answered(id)) + " of " +
               std::to_string(replica.ranks.size()) + " ranks answered)";
     }
   }

@@ -42,6 +42,7 @@
 // that replica a slot, to every trainer and the replica's ranks, and the replica waits for their
 // Sent and Received again. After job.checksum_retries re-sends that still fail, the replica skips
 // the version (Go(v, -1) to its ranks only: they give the slot back; never readable corrupt).
+// The sums, the answers and these counts are ChecksumVerification's (checksum_verification.h).
 // Delivered waits until every trainer sent every Go of the version.
 //
 // Membership is keyed by replica id and rollout rank so that replicas can join and leave between
@@ -62,6 +63,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordinator/checksum_verification.h"
 #include "coordinator/sequencer_replica.h"
 #include "layout/registration.h"  // Role
 #include "options/options.h"      // JobSettings
@@ -200,7 +202,6 @@ class VersionSequencer {
     std::vector<size_t> trainer_sent;
     std::vector<int32_t> lost;            // replicas removed while in flight, before their Ready
     std::vector<int32_t> departed_ready;  // removed after their Ready: they took the version
-    std::vector<int32_t> rejected;        // replicas whose checksums failed past the last re-send
   };
 
   Status checkTrainer(int32_t trainer) const;
@@ -218,11 +219,15 @@ class VersionSequencer {
   bool canSkip(const Replica& r) const;
   void tryComplete(SequencerTime now, SequencerOutput& out);
   void markReady(Replica& r, SequencerOutput& out);
-  // Checksums: Verify to the replica's ranks; then, once all answered, Ready or a re-send.
-  void sendVerify(Replica& r, SequencerOutput& out);
+  // Checksums (checks_ decides): Verify to replica `id`'s ranks; then, once all answered, Ready
+  // or a re-send.
+  void sendVerify(int32_t id, Replica& r, SequencerOutput& out);
+  // The replica awaiting a Verify answer from `rollout` (nullptr: ignore the answer).
   Result<Replica*> verifyAnswer(int32_t rollout, uint64_t version, const char* what);
-  // Every rank answered Verify: Ready, a re-send (asking the ranks again at `now`) or a skip.
-  void finishVerification(int32_t id, Replica& r, SequencerOutput& out, SequencerTime now);
+  // A Verify answer's step: its notes, then once every rank answered, Ready, a re-send (asking
+  // the ranks again at `now`) or a skip.
+  void finishVerification(int32_t id, Replica& r, ChecksumVerification::Step step,
+                          SequencerOutput& out, SequencerTime now);
   GoMsg goFor(int32_t replica, int32_t slot) const;  // a Go giving only `replica` a slot
   bool allTrainersSentEveryGo() const;
   std::string lateReport() const;
@@ -235,6 +240,9 @@ class VersionSequencer {
   std::set<uint64_t> pending_;             // published, not started
   uint64_t last_started_ = 0;
   std::optional<InFlight> in_flight_;
+  // The in-flight version's checksums per replica (sums, answers, failures, re-sends, rejected);
+  // reset by startNext.
+  ChecksumVerification checks_;
   uint64_t restart_floor_ = 0;    // abortVersions(): a Publish must be above it
   uint64_t aborted_version_ = 0;  // the version abortVersions() ended in flight (0: none)
 };

@@ -83,9 +83,6 @@ bool SequencerReplica::startVersion(uint64_t version, SequencerTime now) {
   ahead_version = 0;
   received.clear();
   sent.clear();
-  expected.clear();
-  checksum_failures = 0;
-  retries = 0;
   return ahead;
 }
 
@@ -112,7 +109,7 @@ bool SequencerReplica::waitsOn(bool go_sent) const {
 
 bool SequencerReplica::owesAnswer(bool go_sent) const {
   return (stage == Stage::kTaking && go_sent && received.size() < ranks.size()) ||
-         (stage == Stage::kVerifying && verified.size() < ranks.size());
+         stage == Stage::kVerifying;  // until every rank answered (then it leaves kVerifying)
 }
 
 }  // namespace wsync

@@ -75,15 +75,8 @@ struct SequencerReplica {
   std::set<int32_t> busy;      // ranks whose readers hold target_slot (SlotBusy), not prepared
   uint64_t ahead_version = 0;  // prepare ahead: target_slot was asked for it (0: not asked)
   std::set<int32_t> received;  // ranks that received their broadcasts
-  // Checksums: the trainers that sent the replica's current attempt, what they sent each rank
-  // (rollout rank -> trainer -> checksum), the ranks that answered Verify and whether one failed,
-  // and the version's failed verifications and re-sends so far.
-  std::set<int32_t> sent;
-  std::map<int32_t, std::map<int32_t, uint64_t>> expected;
-  std::set<int32_t> verified;
-  bool verify_failed = false;
-  uint32_t checksum_failures = 0;
-  uint32_t retries = 0;
+  std::set<int32_t> sent;  // the trainers that sent the replica's current attempt
+  // (the checksums they sent and the Verify answers: coordinator/checksum_verification.h)
   // replica_timeout: when its ranks were asked for what they owe now (Prepare: the version's
   // start; Go; Verify), and whether advance() reported it stalled in this version.
   SequencerTime asked;

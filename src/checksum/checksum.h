@@ -23,10 +23,9 @@ namespace wsync {
 
 // `planes` x `rows` runs of `row_bytes` bytes that land in destination buffer `dst_buffer`: run
 // (plane, row) starts at src + plane * src_plane_pitch + row * src_pitch in the memory read and
-// lands at byte dst_offset + plane * dst_plane_pitch + row * dst_pitch of the buffer. `src` is an
-// address, or an offset from the base pointer the caller passes.
+// lands at byte dst_offset + plane * dst_plane_pitch + row * dst_pitch of the buffer.
 struct ChecksumSpan {
-  uint64_t src = 0;
+  uint64_t src = 0;  // an address, or an offset from the base pointer the caller passes
   uint64_t row_bytes = 0;
   uint64_t rows = 1;
   uint64_t planes = 1;

@@ -1,8 +1,8 @@
 // The field codec: a record (a control message, a backend's address or descriptor) lists its
-// fields once, in wire order, in a function `template <class V, class M> static void fields(V& v,
-// M& m)` calling the primitives below (v.u64(m.version); v.str(m.host, kMaxHostBytes); ...).
-// FieldWriter encodes with it (M is const), FieldReader decodes with it (M is mutable), so the
-// encoding and the decoding of a record cannot drift apart. The bytes are those of wire.h:
+// fields once, in wire order, in a function of a visitor and the record, `static void
+// fields(auto& v, auto& m)`, calling the primitives below (v.u64(m.version); v.str(m.host,
+// kMaxHostBytes); ...). FieldWriter encodes with it (m is const), FieldReader decodes with it, so
+// the encoding and the decoding of a record cannot drift apart. The bytes are those of wire.h:
 // unsigned integers are varints, signed ones zigzag varints, fixed-width ones little-endian,
 // strings and byte strings a varint length then the bytes, vectors a varint count then the
 // elements.

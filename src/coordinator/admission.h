@@ -13,10 +13,10 @@
 
 namespace wsync {
 
-// MPI bootstrap: mpi_world_size > 0 and world ranks [first_participant_world_rank,
-// mpi_world_size) join. Explicit bootstrap: num_trainers and num_rollouts role ranks join.
+// Who joins: with MPI bootstrap world ranks [first_participant_world_rank, mpi_world_size), with
+// explicit bootstrap num_trainers and num_rollouts role ranks.
 struct JobShape {
-  int mpi_world_size = 0;
+  int mpi_world_size = 0;  // > 0: MPI bootstrap
   int first_participant_world_rank = 0;
   int num_trainers = 0;
   int num_rollouts = 0;

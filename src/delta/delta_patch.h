@@ -38,6 +38,27 @@ inline constexpr uint32_t kPatchMagic = 0x50445357;  // "WSDP"
 inline constexpr uint8_t kPatchVersion = 1;
 inline constexpr size_t kPatchHeaderBytes = 24;
 inline constexpr int64_t kMaxChunkElements = 65536;
+
+// The unsigned integer that an element of `E` bytes (1, 2, 4 or 8) is compared and moved as, bit
+// for bit, on the CPU (delta_scan.cc) and on a GPU (kernels/delta_kernels_device.cuh).
+template <int E>
+struct ElementOf;
+template <>
+struct ElementOf<1> {
+  using T = uint8_t;
+};
+template <>
+struct ElementOf<2> {
+  using T = uint16_t;
+};
+template <>
+struct ElementOf<4> {
+  using T = uint32_t;
+};
+template <>
+struct ElementOf<8> {
+  using T = unsigned long long;
+};
 inline constexpr int64_t kDefaultChunkBytes = 4096;
 
 // The shape of a patched region; both sides derive it from the plan.

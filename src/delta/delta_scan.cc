@@ -9,28 +9,10 @@
 namespace wsync::delta::scan {
 namespace {
 
-// Element i of a run of `E`-byte elements, as an unsigned integer.
+// Element i of a run of `E`-byte elements.
 template <int E>
-struct Elem;
-template <>
-struct Elem<1> {
-  using T = uint8_t;
-};
-template <>
-struct Elem<2> {
-  using T = uint16_t;
-};
-template <>
-struct Elem<4> {
-  using T = uint32_t;
-};
-template <>
-struct Elem<8> {
-  using T = uint64_t;
-};
-template <int E>
-typename Elem<E>::T load(const uint8_t* p, int64_t i) {
-  typename Elem<E>::T v;
+typename ElementOf<E>::T load(const uint8_t* p, int64_t i) {
+  typename ElementOf<E>::T v;
   std::memcpy(&v, p + i * E, E);
   return v;
 }

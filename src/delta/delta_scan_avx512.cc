@@ -38,15 +38,19 @@ WSYNC_AVX512 inline void store(uint8_t* p, uint64_t m, __m512i v) {
   if constexpr (E == 4) _mm512_mask_storeu_epi32(p, static_cast<__mmask16>(m), v);
   if constexpr (E == 8) _mm512_mask_storeu_epi64(p, static_cast<__mmask8>(m), v);
 }
+// The elements of `p` under mask `m`, packed to the front of a vector (VBMI2 compress).
 template <int E>
-WSYNC_AVX512 inline __m512i compress(uint64_t m, __m512i v) {
+WSYNC_AVX512 inline __m512i packed(uint64_t m, const uint8_t* p) {
+  const __m512i v = load<E>(m, p);
   if constexpr (E == 1) return _mm512_maskz_compress_epi8(m, v);
   if constexpr (E == 2) return _mm512_maskz_compress_epi16(static_cast<__mmask32>(m), v);
   if constexpr (E == 4) return _mm512_maskz_compress_epi32(static_cast<__mmask16>(m), v);
   return _mm512_maskz_compress_epi64(static_cast<__mmask8>(m), v);
 }
+// The first popcount(m) elements of `p`, spread to the lanes of mask `m` (VBMI2 expand).
 template <int E>
-WSYNC_AVX512 inline __m512i expand(uint64_t m, __m512i v) {
+WSYNC_AVX512 inline __m512i spread(uint64_t m, const uint8_t* p) {
+  const __m512i v = load<E>(lowBits(_mm_popcnt_u64(m)), p);
   if constexpr (E == 1) return _mm512_maskz_expand_epi8(m, v);
   if constexpr (E == 2) return _mm512_maskz_expand_epi16(static_cast<__mmask32>(m), v);
   if constexpr (E == 4) return _mm512_maskz_expand_epi32(static_cast<__mmask16>(m), v);
@@ -99,19 +103,24 @@ struct BlockMovers {
   WSYNC_AVX512 static uint64_t blockMask(uint64_t m, int k) {
     return kLanes == 64 ? m : (m >> (k * kLanes)) & lowBits(kLanes);
   }
+  // f(m, at) for each block of word `w` (its bits `word`) with a change: `m` the block's mask,
+  // `at` the byte offset of its first element.
+  template <typename F>
+  WSYNC_AVX512 static void forEachBlock(uint64_t word, int64_t w, F&& f) {
+    if (word == 0) return;
+    for (int k = 0; k < E; ++k) {
+      const uint64_t m = blockMask(word, k);
+      if (m != 0) f(m, (w * 64 + k * kLanes) * E);
+    }
+  }
   WSYNC_AVX512 static void gather(const uint64_t* bits, int64_t words, const uint8_t* x,
                                   uint8_t* values) {
-    for (int64_t w = 0; w < words; ++w) {
-      if (bits[w] == 0) continue;
-      for (int k = 0; k < E; ++k) {
-        const uint64_t m = blockMask(bits[w], k);
-        if (m == 0) continue;
-        const uint8_t* at = x + (w * 64 + k * kLanes) * E;
+    for (int64_t w = 0; w < words; ++w)
+      forEachBlock(bits[w], w, [&](uint64_t m, int64_t at) WSYNC_AVX512 {
         const uint64_t n = _mm_popcnt_u64(m);
-        store<E>(values, lowBits(n), compress<E>(m, load<E>(m, at)));
+        store<E>(values, lowBits(n), packed<E>(m, x + at));
         values += n * E;
-      }
-    }
+      });
   }
   // Index chunks are sparse (an index list wins below about one change in 2 + E elements): one
   // element per set bit beats a block compress here.
@@ -129,30 +138,19 @@ struct BlockMovers {
   }
   WSYNC_AVX512 static void copyChanged(const uint64_t* bits, int64_t words, const uint8_t* x,
                                        uint8_t* o) {
-    for (int64_t w = 0; w < words; ++w) {
-      if (bits[w] == 0) continue;
-      for (int k = 0; k < E; ++k) {
-        const uint64_t m = blockMask(bits[w], k);
-        if (m == 0) continue;
-        const int64_t at = (w * 64 + k * kLanes) * E;
+    for (int64_t w = 0; w < words; ++w)
+      forEachBlock(bits[w], w, [&](uint64_t m, int64_t at) WSYNC_AVX512 {
         store<E>(o + at, m, load<E>(m, x + at));
-      }
-    }
+      });
   }
   WSYNC_AVX512 static void scatterBitmap(const uint8_t* p, int64_t len, uint8_t* o) {
     const int64_t bytes = (len + 7) / 8;
     const uint8_t* values = p + bytes;
-    for (int64_t w = 0; w < (bytes + 7) / 8; ++w) {
-      const uint64_t word = bitmapWord(p, bytes, w);
-      if (word == 0) continue;
-      for (int k = 0; k < E; ++k) {
-        const uint64_t m = blockMask(word, k);
-        if (m == 0) continue;
-        const uint64_t n = _mm_popcnt_u64(m);
-        store<E>(o + (w * 64 + k * kLanes) * E, m, expand<E>(m, load<E>(lowBits(n), values)));
-        values += n * E;
-      }
-    }
+    for (int64_t w = 0; w < (bytes + 7) / 8; ++w)
+      forEachBlock(bitmapWord(p, bytes, w), w, [&](uint64_t m, int64_t at) WSYNC_AVX512 {
+        store<E>(o + at, m, spread<E>(m, values));
+        values += _mm_popcnt_u64(m) * E;
+      });
   }
 };
 template <int E>

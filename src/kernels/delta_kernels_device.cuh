@@ -27,26 +27,6 @@ struct DeviceTotals {
   unsigned long long chunks[4];
 };
 
-// The element type of E-byte elements (compared and moved whole, bit for bit).
-template <int E>
-struct ElementOf;
-template <>
-struct ElementOf<1> {
-  using T = uint8_t;
-};
-template <>
-struct ElementOf<2> {
-  using T = uint16_t;
-};
-template <>
-struct ElementOf<4> {
-  using T = uint32_t;
-};
-template <>
-struct ElementOf<8> {
-  using T = unsigned long long;
-};
-
 // A little-endian value at any address of the patch: one store / load when aligned, else bytes.
 template <typename T>
 __device__ __forceinline__ void storeLittle(uint8_t* dst, T v) {

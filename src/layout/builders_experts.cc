@@ -7,13 +7,7 @@
 #include "layout/builders_internal.h"
 
 namespace wsync {
-using layout_internal::appendBuffer;
-using layout_internal::declareAll;
-using layout_internal::IdList;
-using layout_internal::kindProblem;
-using layout_internal::mulOverflows;
-using layout_internal::quoted;
-using layout_internal::shapeProblem;
+using namespace layout_internal;  // the builders' shared helpers (builders_internal.h)
 
 namespace {
 

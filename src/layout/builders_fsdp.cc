@@ -8,15 +8,7 @@
 #include "layout/builders_internal.h"
 
 namespace wsync {
-using layout_internal::addOverflows;
-using layout_internal::appendBuffer;
-using layout_internal::declareAll;
-using layout_internal::declareOne;
-using layout_internal::duplicateName;
-using layout_internal::IdList;
-using layout_internal::kindProblem;
-using layout_internal::quoted;
-using layout_internal::shapeProblem;
+using namespace layout_internal;  // the builders' shared helpers (builders_internal.h)
 
 namespace {
 

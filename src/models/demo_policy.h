@@ -15,7 +15,7 @@ namespace wsync_demo {
 struct PolicyShape {
   int layers = 4;
   int64_t hidden = 512;
-  int64_t ffn = 1536;
+  int64_t ffn = 1536;  // the MLP's intermediate size
   int64_t vocab = 8192;
   // The full Llama tensor set (both off by default: the demo's small policy): a
   // `post_attention_layernorm.weight` [hidden] per layer, and an untied `lm_head.weight`

@@ -106,59 +106,68 @@ Dims ModelSpec::expertShape(TensorKind kind) const {
   return {config_.moe_intermediate, config_.hidden};
 }
 
+namespace {
+
+// The zoo, as each model's config.json has it (ModelConfig's fields in their declared order).
+const std::vector<ModelConfig>& zoo() {
+  static const std::vector<ModelConfig> configs = {
+      // meta-llama/Meta-Llama-3-8B.
+      {.name = "llama3-8b",
+       .hidden = 4096,
+       .num_layers = 32,
+       .num_heads = 32,
+       .num_kv_heads = 8,
+       .head_dim = 128,
+       .intermediate = 14336,
+       .vocab = 128256},
+      // Qwen/Qwen3-30B-A3B (decoder_sparse_step 1, no mlp_only_layers, no shared expert);
+      // intermediate unused: every layer is sparse.
+      {.name = "qwen3-30b-a3b",
+       .hidden = 2048,
+       .num_layers = 48,
+       .num_heads = 32,
+       .num_kv_heads = 4,
+       .head_dim = 128,
+       .intermediate = 6144,
+       .vocab = 151936,
+       .qk_norm = true,
+       .num_experts = 128,
+       .moe_intermediate = 768},
+      // moonshotai/Kimi-K2-Instruct (DeepseekV3ForCausalLM, no MTP layer).
+      {.name = "kimi-k2",
+       .hidden = 7168,
+       .num_layers = 61,
+       .num_heads = 64,
+       .num_kv_heads = 64,
+       .intermediate = 18432,
+       .vocab = 163840,
+       .num_experts = 384,
+       .moe_intermediate = 2048,
+       .num_shared_experts = 1,
+       .first_dense_layers = 1,
+       .router_bias = true,
+       .mla = true,
+       .q_lora_rank = 1536,
+       .kv_lora_rank = 512,
+       .qk_nope_head_dim = 128,
+       .qk_rope_head_dim = 64,
+       .v_head_dim = 128},
+  };
+  return configs;
+}
+
+}  // namespace
+
 std::vector<std::string> modelNames() {
-  return {"llama3-8b", "qwen3-30b-a3b", "kimi-k2"};
+  std::vector<std::string> names;
+  for (const ModelConfig& c : zoo())
+    names.push_back(c.name);
+  return names;
 }
 
 Result<ModelConfig> modelConfig(std::string_view name) {
-  ModelConfig c;
-  c.name = std::string(name);
-  if (name == "llama3-8b") {
-    // meta-llama/Meta-Llama-3-8B config.json.
-    c.hidden = 4096;
-    c.num_layers = 32;
-    c.num_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.intermediate = 14336;
-    c.vocab = 128256;
-    return c;
-  }
-  if (name == "qwen3-30b-a3b") {
-    // Qwen/Qwen3-30B-A3B config.json (decoder_sparse_step 1, no mlp_only_layers, no shared expert).
-    c.hidden = 2048;
-    c.num_layers = 48;
-    c.num_heads = 32;
-    c.num_kv_heads = 4;
-    c.head_dim = 128;
-    c.intermediate = 6144;  // unused: every layer is sparse
-    c.vocab = 151936;
-    c.qk_norm = true;
-    c.num_experts = 128;
-    c.moe_intermediate = 768;
-    return c;
-  }
-  if (name == "kimi-k2") {
-    // moonshotai/Kimi-K2-Instruct config.json (DeepseekV3ForCausalLM, no MTP layer).
-    c.hidden = 7168;
-    c.num_layers = 61;
-    c.num_heads = 64;
-    c.num_kv_heads = 64;
-    c.intermediate = 18432;
-    c.vocab = 163840;
-    c.num_experts = 384;
-    c.moe_intermediate = 2048;
-    c.num_shared_experts = 1;
-    c.first_dense_layers = 1;
-    c.router_bias = true;
-    c.mla = true;
-    c.q_lora_rank = 1536;
-    c.kv_lora_rank = 512;
-    c.qk_nope_head_dim = 128;
-    c.qk_rope_head_dim = 64;
-    c.v_head_dim = 128;
-    return c;
-  }
+  for (const ModelConfig& c : zoo())
+    if (c.name == name) return c;
   std::string known;
   for (const std::string& n : modelNames())
     known += (known.empty() ? "" : ", ") + n;

@@ -25,8 +25,7 @@ struct NamedValueMsg {
   std::string value;     // "1"
   bool operator==(const NamedValueMsg&) const = default;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.str(m.variable, protocol_limits::kMaxNameBytes);
     v.str(m.value, protocol_limits::kMaxStringBytes);
   }
@@ -47,8 +46,7 @@ struct HelloMsg {
   // fails the job (a joiner: refuses it) when one differs from its own.
   std::vector<NamedValueMsg> job_settings;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u32(m.protocol_version);  // first, and checked before anything else is read
     v.check([&] { return m.protocol_version == kProtocolVersion; },
             [&] { return protocolVersionMismatch(m.protocol_version); });
@@ -80,8 +78,7 @@ struct WelcomeMsg {
   bool delta = false;
   uint32_t delta_max_share_ppm = 0;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.i32(m.role_rank);
     v.i32(m.num_trainers);
     v.i32(m.num_rollouts);
@@ -96,8 +93,7 @@ struct WelcomeMsg {
 
 // A rollout's block-scaled float8 tensor (wsync_set_block_scaling; layout/block_scaling.h).
 struct BlockScalingRecord : ScaledTensor {
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.str(m.tensor, protocol_limits::kMaxStringBytes);
     v.enum8(m.scaling.format, static_cast<uint8_t>(kMaxScaleFormat));
     v.i64(m.scaling.block_rows);
@@ -112,8 +108,7 @@ struct BlockScalingRecord : ScaledTensor {
 // A broadcast backend the rank can run (plan/broadcast_comm.h): the coordinator chooses one that
 // every rank offers and whose needs the job meets (coordinator/broadcast_choice.h).
 struct BroadcastOfferRecord : BroadcastOffer {
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.str(m.name, protocol_limits::kMaxNameBytes);
     v.enum8(m.needs.world, static_cast<uint8_t>(kMaxBroadcastWorld));
     v.flag(m.needs.one_gpu_per_rank);
@@ -121,6 +116,12 @@ struct BroadcastOfferRecord : BroadcastOffer {
     v.bytes(m.world_token, protocol_limits::kMaxWorldTokenBytes);
   }
 };
+
+// Slot descriptors on the wire (RegisterMsg, PeerInfo): a byte string per slot.
+void slotDescriptorsField(auto& v, auto& descriptors) {
+  v.list(descriptors, protocol_limits::kMaxSlots,
+         [](auto& f, auto& d) { f.bytes(d, protocol_limits::kMaxBlobBytes); });
+}
 
 struct RegisterMsg {
   std::vector<uint8_t> registration;       // encodeRegistration()
@@ -135,14 +136,12 @@ struct RegisterMsg {
   std::vector<BlockScalingRecord> block_scalings;      // rollouts: their block-scaled tensors
   std::vector<uint8_t> delta_landing;  // rollouts with delta versions: the patch landing area
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.bytes(m.registration, protocol_limits::kMaxBlobBytes);
     v.str(m.transport, protocol_limits::kMaxNameBytes);
     v.bytes(m.transport_address, protocol_limits::kMaxBlobBytes);
     v.str(m.device_id, protocol_limits::kMaxStringBytes);
-    v.list(m.slot_descriptors, protocol_limits::kMaxSlots,
-           [](auto& f, auto& d) { f.bytes(d, protocol_limits::kMaxBlobBytes); });
+    slotDescriptorsField(v, m.slot_descriptors);
     v.u64s(m.buffer_byte_offsets, protocol_limits::kMaxRanks);
     v.list(m.block_scalings, protocol_limits::kMaxRanks);
     v.list(m.broadcast_offers, protocol_limits::kMaxBroadcastOffers);
@@ -163,13 +162,11 @@ struct PeerInfo {
   uint64_t delta_landing_offset = 0;
   uint64_t delta_landing_bytes = 0;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.i32(m.rank);
     v.str(m.transport, protocol_limits::kMaxNameBytes);
     v.bytes(m.transport_address, protocol_limits::kMaxBlobBytes);
-    v.list(m.slot_descriptors, protocol_limits::kMaxSlots,
-           [](auto& f, auto& d) { f.bytes(d, protocol_limits::kMaxBlobBytes); });
+    slotDescriptorsField(v, m.slot_descriptors);
     v.u64s(m.buffer_byte_offsets, protocol_limits::kMaxRanks);
     v.bytes(m.delta_landing, protocol_limits::kMaxBlobBytes);
     v.u64(m.delta_landing_offset);
@@ -188,8 +185,7 @@ struct BroadcastWorldAssignment {
   int32_t world_size = 0;
   std::vector<int32_t> root_ranks;  // the world rank of every trainer (broadcast roots)
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.str(m.backend, protocol_limits::kMaxNameBytes);
     v.bytes(m.world_token, protocol_limits::kMaxWorldTokenBytes);
     v.i32(m.world_rank);
@@ -215,8 +211,7 @@ struct PlanAssignmentMsg {
   std::vector<BlockScalingRecord> block_scalings;
   std::vector<uint64_t> exchanged_blocks;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.bytes(m.rank_plan, protocol_limits::kMaxBlobBytes);
     v.list(m.peers, protocol_limits::kMaxRanks);
     v.list(m.comms, protocol_limits::kMaxRanks, [](auto& f, auto& c) {
@@ -240,8 +235,7 @@ struct BlockMaximaMsg {
   uint64_t version = 0;
   std::vector<uint8_t> amax;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
     v.bytes(m.amax, protocol_limits::kMaxBlobBytes);
   }

@@ -18,18 +18,14 @@ namespace wsync {
 struct VersionMsg {  // Publish, Sent, Received, Readied, Verified, CommitDone(version 0)
   uint64_t version = 0;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
-    v.u64(m.version);
-  }
+  static void fields(auto& v, auto& m) { v.u64(m.version); }
 };
 
 struct ReplicaMsg {  // ReplicaDropped, ExtensionDone
   int32_t replica = -1;
   std::vector<int32_t> ranks;  // ReplicaDropped: the replica's rollout ranks
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.i32(m.replica);
     v.i32s(m.ranks, protocol_limits::kMaxRanks);
   }
@@ -44,8 +40,7 @@ struct PlanExtensionMsg {
   std::vector<uint8_t> rank_plan;
   std::vector<PeerInfo> peers;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.i32(m.replica);
     v.i32s(m.ranks, protocol_limits::kMaxRanks);
     v.bytes(m.rank_plan, protocol_limits::kMaxBlobBytes);
@@ -58,8 +53,7 @@ struct SlotMsg {  // Prepare, Prepared, Ready
   uint64_t version = 0;
   int32_t slot = -1;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
     v.i32(m.slot);
   }
@@ -72,8 +66,7 @@ struct GoMsg {
   // (its newest ready one); 0 or missing (shorter vector): a full (dense) version.
   std::vector<uint64_t> base_of_replica;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
     v.i32s(m.slot_of_replica, protocol_limits::kMaxRanks);
     v.u64s(m.base_of_replica, protocol_limits::kMaxRanks);
@@ -100,8 +93,7 @@ struct DeliveredStats {
   uint64_t full_bytes = 0;
 
   static constexpr uint8_t kFormat = 2;  // the fields below, in order
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.bytes);
     v.u64(m.microseconds);
     v.count32(m.replicas_ready, protocol_limits::kMaxRanks);
@@ -126,8 +118,7 @@ struct DeliveredMsg {
   bool has_stats = false;
   DeliveredStats stats;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
     v.i32s(m.ready_replicas, protocol_limits::kMaxRanks);
     v.i32s(m.skipped_replicas, protocol_limits::kMaxRanks);
@@ -141,8 +132,7 @@ struct ErrorMsg {
   wsync_status_t code = WSYNC_ERR_REMOTE;
   std::string message;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.enumeration(m.code, WSYNC_ERR_INTERNAL);
     v.str(m.message, protocol_limits::kMaxStringBytes);
   }
@@ -160,8 +150,7 @@ struct ColdFillMsg {
   std::vector<uint8_t> rank_plan;
   std::vector<PeerInfo> peers;  // the joiner's ranks this rank writes to
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.fill);
     v.u64(m.version);
     v.i32(m.target_slot);
@@ -178,8 +167,7 @@ struct ColdFillDoneMsg {
   std::string message;  // the error, naming the rank (and tensor) where relevant
   uint64_t bytes = 0;   // bytes written
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.fill);
     v.enumeration(m.code, WSYNC_ERR_INTERNAL);
     v.str(m.message, protocol_limits::kMaxStringBytes);
@@ -195,10 +183,14 @@ struct RankChecksum {
   bool operator==(const RankChecksum&) const = default;
 
   static constexpr size_t kMinWireBytes = 9;  // a one-byte rank and the fixed sum
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.i32(m.rank);
     v.fixed64(m.sum);
+  }
+  // A list of them (SentChecksums, Verify).
+  static void listField(auto& v, auto& sums) {
+    v.list(
+        sums, protocol_limits::kMaxRanks, [](auto& f, auto& c) { fields(f, c); }, kMinWireBytes);
   }
 };
 
@@ -212,12 +204,9 @@ struct SentChecksumsMsg {
   uint64_t wire_bytes = 0;
   uint64_t full_bytes = 0;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
-    v.list(
-        m.sums, protocol_limits::kMaxRanks, [](auto& f, auto& c) { RankChecksum::fields(f, c); },
-        RankChecksum::kMinWireBytes);
+    RankChecksum::listField(v, m.sums);
     v.u64(m.wire_bytes);
     v.u64(m.full_bytes);
   }
@@ -231,13 +220,10 @@ struct VerifyMsg {
   int32_t slot = -1;
   std::vector<RankChecksum> sums;
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
     v.i32(m.slot);
-    v.list(
-        m.sums, protocol_limits::kMaxRanks, [](auto& f, auto& c) { RankChecksum::fields(f, c); },
-        RankChecksum::kMinWireBytes);
+    RankChecksum::listField(v, m.sums);
   }
   Status afterDecode();  // ranks >= 0, strictly increasing
 };
@@ -248,8 +234,7 @@ struct ChecksumFailedMsg {
   std::vector<int32_t> trainers;  // increasing, not empty
   std::string detail;             // names the rank, the trainers and their tensors
 
-  template <class V, class M>
-  static void fields(V& v, M& m) {
+  static void fields(auto& v, auto& m) {
     v.u64(m.version);
     v.i32s(m.trainers, protocol_limits::kMaxRanks);
     v.str(m.detail, protocol_limits::kMaxStringBytes);
@@ -259,8 +244,7 @@ struct ChecksumFailedMsg {
 
 // No payload (CommitOk, Bye, Heartbeat, Leave, Left).
 struct EmptyMsg {
-  template <class V, class M>
-  static void fields(V& /*v*/, M& /*m*/) {}
+  static void fields(auto& /*v*/, auto& /*m*/) {}
 };
 
 }  // namespace wsync

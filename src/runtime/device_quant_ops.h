@@ -19,6 +19,9 @@ Status blockAmaxAsync(const PieceView& piece, const Dims& shape, const BlockScal
 // As scalesFromAmax.
 Status scalesFromAmaxAsync(const float* amax, int64_t n, ScaleFormat format, void* scales,
                            CudaStreamHandle stream);
+// grid[index[i]] = values[i] (launchScatterAmax).
+Status scatterAmaxAsync(const uint64_t* index, const float* values, int64_t n, float* grid,
+                        CudaStreamHandle stream);
 // As quantizeBlocksHost.
 Status quantizeBlocksAsync(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                            const void* scales, uint8_t* dst, CudaStreamHandle stream);
@@ -27,8 +30,5 @@ Status blockQuantBatchAsync(const block_quant_kernels::QuantTask* device_tasks, 
                             uint64_t total_blocks, int group, block_quant_kernels::QuantMode mode,
                             const uint64_t* units, uint64_t num_units, float* list_amax,
                             CudaStreamHandle stream);
-// grid[index[i]] = values[i] (launchScatterAmax).
-Status scatterAmaxAsync(const uint64_t* index, const float* values, int64_t n, float* grid,
-                        CudaStreamHandle stream);
 
 }  // namespace wsync

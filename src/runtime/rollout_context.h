@@ -67,11 +67,12 @@ class RolloutContext final : public Context {
   Status finalize() override;
 
  private:
+  bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
+  std::vector<ScaledTensor> block_scalings_;  // setBlockScaling, sent with Register
+  // Context's steps (context.h).
   Status prepareRegistration(RegisterMsg& msg) override;
   Status applyPlan(RankPlan plan, PlanAssignmentMsg assignment) override;
   Status startRunning() override;
-  bool beingWritten(uint64_t version) const;  // a slot is WRITING `version`
-  std::vector<ScaledTensor> block_scalings_;  // setBlockScaling, sent with Register
 
   void receiverLoop();
   // A message to the coordinator failed with `failure` (REMOTE): when the coordinator said why

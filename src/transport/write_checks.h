@@ -13,17 +13,15 @@
 
 namespace wsync {
 
-// The shape of a write (WriteTransport::write3d's arguments, bytes): `planes` planes of `rows`
-// rows of `row_bytes`; rows `*_pitch` apart, planes `*_plane_pitch` apart, on the remote side from
-// `remote_offset` and on the source side from the source pointer. write() is one plane of one
+// The shape of a write (WriteTransport::write3d's arguments, bytes). write() is one plane of one
 // row, write2d() one plane.
 struct WriteShape {
-  uint64_t remote_offset = 0;
-  uint64_t remote_pitch = 0;
+  uint64_t remote_offset = 0;  // where the remote side starts
+  uint64_t remote_pitch = 0;   // rows `*_pitch` apart, planes `*_plane_pitch` apart
   uint64_t remote_plane_pitch = 0;
-  uint64_t src_pitch = 0;
+  uint64_t src_pitch = 0;  // the source side starts at the source pointer
   uint64_t src_plane_pitch = 0;
-  uint64_t row_bytes = 0;
+  uint64_t row_bytes = 0;  // `planes` planes of `rows` rows of `row_bytes`
   uint64_t rows = 1;
   uint64_t planes = 1;
 

@@ -75,7 +75,7 @@ struct SequencerReplica {
   std::set<int32_t> busy;      // ranks whose readers hold target_slot (SlotBusy), not prepared
   uint64_t ahead_version = 0;  // prepare ahead: target_slot was asked for it (0: not asked)
   std::set<int32_t> received;  // ranks that received their broadcasts
-  std::set<int32_t> sent;  // the trainers that sent the replica's current attempt
+  std::set<int32_t> sent;      // the trainers that sent the replica's current attempt
   // (the checksums they sent and the Verify answers: coordinator/checksum_verification.h)
   // replica_timeout: when its ranks were asked for what they owe now (Prepare: the version's
   // start; Go; Verify), and whether advance() reported it stalled in this version.

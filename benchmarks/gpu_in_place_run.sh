@@ -2,19 +2,20 @@
 # One device call for in-place block quantization (docs/block_fp8.md, "In place"): the GPU suite
 # and the block quant device test on this build, then Llama-3-8B-shaped bf16 trainers -> block fp8
 # and MXFP8 rollouts over CUDA IPC, 1 -> 1 and 2 -> 2 (TP 2), each with in-place quantization and
-# without it (WSYNC_DEBUG_NO_IN_PLACE_QUANT=1) on the same machine, every 4th version checked
+# without it (WSYNC_DEBUG_IN_PLACE_QUANT=1 or 0) on the same machine, every 4th version checked
 # against the reference quantizer; the quantize kernels against a device copy; and, when a baseline
 # bundle `base` is there, the A/B of the library (benchmarks/ab_library_bench.sh).
 # Expects .carry/pack/*.tar.xz holding the bundle `final` (tests/gpu/make_bundle.sh plus
-# wsync_block_quant_device_test and wsync-block-fp8-bench) and, optionally, `base`; writes into
-# $OUT (the device tool's output folder). PARTS (default "tests bench ab") picks what runs, so that
-# one device call's time limit holds. Usage on the device: bash benchmarks/gpu_in_place_run.sh
+# wsync_block_quant_device_test, wsync-block-fp8-bench and the delta kernel unit tests) and,
+# optionally, `base`; writes into $OUT (the device tool's output folder). PARTS (default
+# "tests cpu bench ab") picks what runs, so that one device call's time limit holds.
+# Usage on the device: bash benchmarks/gpu_in_place_run.sh
 set -u
 for f in .carry/pack/*.tar.xz; do tar -C .carry -xJf "$f"; done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 F=$PWD/.carry/final
 nvidia-smi -L | tee "$OUT/device.txt"
-PARTS=${PARTS:-tests bench ab}
+PARTS=${PARTS:-tests cpu bench ab}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 if part tests; then
   echo "== gpu suite"
@@ -22,18 +23,22 @@ if part tests; then
   echo "== block quant device"
   timeout 100 "$F/wsync_block_quant_device_test" 2>&1 | tail -3 | tee "$OUT/block_quant_device_test.txt"
 fi
-M="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x LD_LIBRARY_PATH -x WSYNC_LOG=1 -x WSYNC_DEBUG_NO_IN_PLACE_QUANT"
+M="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x LD_LIBRARY_PATH -x WSYNC_LOG=1 -x WSYNC_DEBUG_IN_PLACE_QUANT"
 bench() {  # <name> <np> <in place: 1|0> <bench arguments...>
   local name=$1 np=$2 in_place=$3
   shift 3
-  local off=1
-  [ "$in_place" = 1 ] && off=0
-  WSYNC_DEBUG_NO_IN_PLACE_QUANT=$off LD_LIBRARY_PATH=$F timeout 150 $M -np "$np" \
+  WSYNC_DEBUG_IN_PLACE_QUANT=$in_place LD_LIBRARY_PATH=$F timeout 150 $M -np "$np" \
     "$F/wsync-block-fp8-bench" --memory device --model llama3-8b --iters 10 --threads 8 \
     --check-every 4 "$@" > "$OUT/$name.txt" 2>&1
   echo "-- $name (in place $in_place): rc=$?"
   grep -v coordinator "$OUT/$name.txt" | grep -E "median|checked|wrong|error|Error" | tail -8
 }
+if part cpu; then  # the AVX-512 delta kernels on this machine's CPU (the CI VM lacks VBMI2)
+  echo "== delta kernels on the host CPU: avx512_vbmi2 $(grep -c -m1 avx512_vbmi2 /proc/cpuinfo)"
+  for t in wsync_delta_patch_kernels_test wsync_delta_patch_test; do
+    [ -x "$F/$t" ] && timeout 120 "$F/$t" 2>&1 | tail -1
+  done
+fi
 if part bench; then
   echo "== fp8 end to end 1 -> 1"
   bench e2e_1to1_in_place 2 1 --phases bf16,fp8,mxfp8

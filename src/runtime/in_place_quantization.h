@@ -6,8 +6,8 @@
 //
 // Eligible (TrainerContext decides once, at commit): WSYNC_DEBUG_IN_PLACE_QUANT=1 (opt-in until
 // it has run on a GPU), device memory, no checksums (they sum the trainer's copy of the values),
-// no delta versions, no debug corruption. Per Go, a source goes in place only when exactly one write
-// of the plan reads its values buffer for a replica that takes the Go, no broadcast group or
+// no delta versions, no debug corruption. Per Go, a source goes in place only when exactly one
+// write of the plan reads its values buffer for a replica that takes the Go, no broadcast group or
 // joined replica's write reads it, and that write covers the whole buffer with rows the kernel
 // can address with one pitch (placeInPlace). Publisher thread; no sockets.
 #pragma once

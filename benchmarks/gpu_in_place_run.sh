@@ -2,7 +2,7 @@
 # One device call for in-place block quantization (docs/block_fp8.md, "In place"): the GPU suite
 # and the block quant device test on this build, then Llama-3-8B-shaped bf16 trainers -> block fp8
 # and MXFP8 rollouts over CUDA IPC, 1 -> 1 and 2 -> 2 (TP 2), each with in-place quantization and
-# without it (WSYNC_DEBUG_IN_PLACE_QUANT=1 or 0) on the same machine, every 4th version checked
+# without it (WSYNC_DEBUG_NO_IN_PLACE_QUANT=0 or 1) on the same machine, every 4th version checked
 # against the reference quantizer; the quantize kernels against a device copy; and, when a baseline
 # bundle `base` is there, the A/B of the library (benchmarks/ab_library_bench.sh).
 # Expects .carry/pack/*.tar.xz holding the bundle `final` (tests/gpu/make_bundle.sh plus
@@ -23,11 +23,11 @@ if part tests; then
   echo "== block quant device"
   timeout 100 "$F/wsync_block_quant_device_test" 2>&1 | tail -3 | tee "$OUT/block_quant_device_test.txt"
 fi
-M="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x LD_LIBRARY_PATH -x WSYNC_LOG=1 -x WSYNC_DEBUG_IN_PLACE_QUANT"
+M="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x LD_LIBRARY_PATH -x WSYNC_LOG=1 -x WSYNC_DEBUG_NO_IN_PLACE_QUANT"
 bench() {  # <name> <np> <in place: 1|0> <bench arguments...>
   local name=$1 np=$2 in_place=$3
   shift 3
-  WSYNC_DEBUG_IN_PLACE_QUANT=$in_place LD_LIBRARY_PATH=$F timeout 150 $M -np "$np" \
+  WSYNC_DEBUG_NO_IN_PLACE_QUANT=$((1 - in_place)) LD_LIBRARY_PATH=$F timeout 150 $M -np "$np" \
     "$F/wsync-block-fp8-bench" --memory device --model llama3-8b --iters 10 --threads 8 \
     --check-every 4 "$@" > "$OUT/$name.txt" 2>&1
   echo "-- $name (in place $in_place): rc=$?"

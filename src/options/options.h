@@ -198,9 +198,10 @@ enum class OptionKind : uint8_t {
   X(rank, debug_no_copy_batch, bool, false, "WSYNC_DEBUG_NO_COPY_BATCH", kDebug, "",               \
     "device trainers copy op by op (`cudaMemcpy2DAsync`) instead of one batched kernel (A/B "      \
     "runs)")                                                                                       \
-  X(rank, debug_in_place_quant, bool, false, "WSYNC_DEBUG_IN_PLACE_QUANT", kDebug, "",             \
-    "device trainers quantize block-scaled tensors straight into rollout slots mapped through "   \
-    "CUDA IPC (in-place quantization, `docs/block_fp8.md`; opt-in until measured on a GPU)")      \
+  X(rank, debug_no_in_place_quant, bool, false, "WSYNC_DEBUG_NO_IN_PLACE_QUANT", kDebug, "",       \
+    "device trainers copy block-quantized values into rollout slots instead of quantizing "       \
+    "straight into slots mapped through CUDA IPC (A/B runs of in-place quantization, "            \
+    "`docs/block_fp8.md`)")                                                                        \
   X(rank, debug_send_delay_ms, int, 0, "WSYNC_DEBUG_SEND_DELAY_MS", kDebug, "",                    \
     "milliseconds trainers sleep before sending each version (tests of versioning)")               \
   X(rank, debug_cold_fill_delay_ms, int, 0, "WSYNC_DEBUG_COLD_FILL_DELAY_MS", kDebug, "",          \

@@ -1,12 +1,12 @@
-// Block-scaled rollout tensors quantized in place (docs/block_quant.md, "In place"): where the one
+// Block-scaled rollout tensors quantized in place (docs/block_fp8.md, "In place"): where the one
 // write of a quantized source's float8 values in a Go is a copy into a rollout slot that the write
 // backend maps into this process (CUDA IPC), the quantization kernel writes the slot itself and
 // the copy is not posted, so the values cross memory once instead of twice. The scales still go
 // by their writes (they are 1/16384 of the values at 128 x 128 blocks).
 //
-// Eligible (TrainerContext decides once, at commit): WSYNC_DEBUG_IN_PLACE_QUANT=1 (opt-in until
-// it has run on a GPU), device memory, no checksums (they sum the trainer's copy of the values),
-// no delta versions, no debug corruption. Per Go, a source goes in place only when exactly one
+// Eligible (TrainerContext decides once, at commit): device memory, no checksums (they sum the
+// trainer's copy of the values), no delta versions, no debug corruption, and not turned off by
+// WSYNC_DEBUG_NO_IN_PLACE_QUANT (A/B runs). Per Go, a source goes in place only when exactly one
 // write of the plan reads its values buffer for a replica that takes the Go, no broadcast group or
 // joined replica's write reads it, and that write covers the whole buffer with rows the kernel
 // can address with one pitch (placeInPlace). Publisher thread; no sockets.

@@ -76,7 +76,7 @@ Status TrainerContext::applyPlan(RankPlan plan, PlanAssignmentMsg assignment) {
   if (job_.welcome.checksums) WSYNC_RETURN_IF_ERROR(rebuildChecksums());
   quantize_in_place_ = onDevice() && !quantizer_.empty() && !job_.welcome.checksums &&
                        !delta_.active() && corruption_.data() == nullptr &&
-                       options_.settings.debug_in_place_quant;
+                       !options_.settings.debug_no_in_place_quant;
   peers_.setUp(memory_, transportSetup(rank()));
   WSYNC_RETURN_IF_ERROR(addSources());
   WSYNC_RETURN_IF_ERROR(connectPeers(assignment.peers));

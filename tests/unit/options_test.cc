@@ -76,7 +76,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
       {"WSYNC_DEBUG_TIMING", "TRUE"},
       {"WSYNC_DEBUG_NO_EARLY_LANDING", "on"},
       {"WSYNC_DEBUG_NO_COPY_BATCH", "yes"},
-      {"WSYNC_DEBUG_IN_PLACE_QUANT", "1"},
+      {"WSYNC_DEBUG_NO_IN_PLACE_QUANT", "1"},
       {"WSYNC_DEBUG_SEND_DELAY_MS", "250"},
       {"WSYNC_DEBUG_COLD_FILL_DELAY_MS", "40"},
       {"WSYNC_DEBUG_CORRUPT_EVERY", "7"},
@@ -99,7 +99,7 @@ TEST(Options, ParsesEveryOptionFromTheEnvironment) {
   EXPECT_TRUE(options->debug_timing);
   EXPECT_TRUE(options->debug_no_early_landing);
   EXPECT_TRUE(options->debug_no_copy_batch);
-  EXPECT_TRUE(options->debug_in_place_quant);
+  EXPECT_TRUE(options->debug_no_in_place_quant);
   EXPECT_EQ(options->debug_send_delay_ms, 250);
   EXPECT_EQ(options->debug_cold_fill_delay_ms, 40);
   EXPECT_TRUE(options->job.checksums);

@@ -43,7 +43,13 @@ def _cpu_has_amx() -> bool:
     # power-of-two scales (a ue8m0 checkpoint: quantization_config scale_fmt "ue8m0"), and one
     # kv head that both TP ranks hold (vLLM's num_kv_head_replicas = 2)
     {"ue8m0": True, "kv_heads": 1},
-], ids=["float32", "ue8m0_kv_replicas"])
+    # vLLM's CPU kernels keep their VNNI repack: no layer in place, every fp8 weight received
+    # whole as fp8 + scales and loaded by vLLM's loaders inside its layerwise reload
+    {"repacked": True},
+    # a Qwen3-MoE: the fused experts (Fp8MoEMethod re-lays them for its kernel) received whole
+    # as fp8 + scales; attention and the fp8 router in place
+    {"moe": True},
+], ids=["float32", "ue8m0_kv_replicas", "repacked", "moe"])
 def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, variant: dict):
     why = _ready()
     if why:
@@ -75,8 +81,17 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, va
         print(scaling)  # the tensors quantized in flight, the partial maxima's bytes
         assert scaling and "block scaling: 14 scaled tensor schemes" in scaling[0], c.stderr
     fp8 = {f"model.layers.{i}.{m}.weight" for i in range(2) for m in LINEAR}
+    if variant.get("moe"):
+        fp8 = {f"model.layers.{i}.{m}" for i in range(2)
+               for m in ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                         "self_attn.v_proj.weight", "self_attn.o_proj.weight", "mlp.gate.weight",
+                         "mlp.experts.gate_up_proj", "mlp.experts.down_proj")}
     for r in range(tp):
         report = json.loads((tmp_path / f"worker{r}.json").read_text())
+        if variant.get("repacked") or variant.get("moe"):
+            _check_reloaded(report, fp8, moe=bool(variant.get("moe")))
+            _check_versions(tmp_path, r, versions)
+            continue
         # no linear weight through load_weights (vLLM's CPU backend re-lays the embeddings and
         # lm_head: those two keep the fallback, as in every vLLM CPU model)
         assert report["fallback"] == ["lm_head.weight", "model.embed_tokens.weight"], report
@@ -90,24 +105,45 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, va
         repacked = report["repacked_skipped"]  # vLLM's CPU kernel re-lays them: not in place
         assert len(repacked) == 8 and all("CPUFp8BlockScaledMMKernel re-lays" in why
                                           for why in repacked.values()), repacked
-        for v in range(1, versions + 1):
-            saved = torch.load(tmp_path / f"worker{r}_v{v}.pt")
-            assert saved["version"] == v
-            assert saved["moved"] == [], saved["moved"]  # in place: no parameter reallocated
-            assert set(saved["got"]) == set(saved["want"])
-            nans = 0
-            for name, want in saved["want"].items():
-                got = saved["got"][name]
-                if v < versions:  # finite checkpoints: every bit
-                    assert torch.equal(got, want), f"rank {r} v{v}: {name}"
-                    continue
-                got_nan, want_nan = nan_mask(got), nan_mask(want)
-                assert torch.equal(got_nan, want_nan), f"rank {r} v{v}: NaNs of {name}"
-                assert torch.equal(got[~got_nan], want[~want_nan]), f"rank {r} v{v}: {name}"
-                nans += int(want_nan.sum())
-            if v == versions:  # NaN / Inf blocks: NaN scales, NaN and +-0 elements, as vLLM's
-                assert nans > 0
-                print(f"rank {r}: {nans} NaN elements and scales, equal up to the NaN's sign")
+        _check_versions(tmp_path, r, versions)
+
+
+def _check_reloaded(report: dict, fp8: set, moe: bool) -> None:
+    """The fp8 layers vLLM re-lays (every linear layer without the flag; with moe, the fused
+    experts) received whole as block fp8 with their scales, through vLLM's loaders in its
+    layerwise reload; with moe, attention and the router in place."""
+    whole = {n for n in fp8 if ".experts." in n} if moe else fp8
+    assert set(report["reloaded_fp8"]) == whole, report
+    assert set(report["block_scaled"]) == fp8 - whole, report
+    assert report["in_place"] == (sorted(f"model.layers.{i}.{m}" for i in range(2) for m in
+                                         ("mlp.gate", "self_attn.o_proj", "self_attn.qkv_proj"))
+                                  if moe else []), report
+    scales = {n + "_scale_inv" for n in whole}
+    assert scales | whole <= set(report["fallback"]), report
+    assert report["formats"] == ["FLOAT32"], report
+
+
+def _check_versions(tmp_path: Path, r: int, versions: int) -> None:
+    """Every parameter of rank r's engine after each version, bit-equal to vLLM's own load of
+    that version's fp8 checkpoint (NaNs by position in the last one)."""
+    for v in range(1, versions + 1):
+        saved = torch.load(tmp_path / f"worker{r}_v{v}.pt")
+        assert saved["version"] == v
+        assert saved["moved"] == [], saved["moved"]  # in place: no parameter reallocated
+        assert set(saved["got"]) == set(saved["want"])
+        nans = 0
+        for name, want in saved["want"].items():
+            got = saved["got"][name]
+            if v < versions:  # finite checkpoints: every bit
+                assert torch.equal(got, want), f"rank {r} v{v}: {name}"
+                continue
+            got_nan, want_nan = nan_mask(got), nan_mask(want)
+            assert torch.equal(got_nan, want_nan), f"rank {r} v{v}: NaNs of {name}"
+            assert torch.equal(got[~got_nan], want[~want_nan]), f"rank {r} v{v}: {name}"
+            nans += int(want_nan.sum())
+        if v == versions:  # NaN / Inf blocks: NaN scales, NaN and +-0 elements, as vLLM's
+            assert nans > 0
+            print(f"rank {r}: {nans} NaN elements and scales, equal up to the NaN's sign")
 
 
 def nan_mask(raw: torch.Tensor) -> torch.Tensor:

@@ -17,12 +17,16 @@ MergedColumnParallelLinear, RowParallelLinear) with vLLM's CPU block kernel. The
 float32 scales instead of its VNNI repack) is set, then vLLM's process_weights_after_loading
 runs. The "wsync" backend (vLLM's factory) receives each version (start_weight_update /
 update_weights / finish_weight_update); the worker saves the bits of every parameter, and those of
-a second model of vLLM's that load_weights the checkpoint quantized by vLLM's own
+a new model of vLLM's per version that load_weights the checkpoint quantized by vLLM's own
 ``per_block_cast_to_fp8`` (vllm.utils.deep_gemm), q / k / v and gate / up quantized separately
-as an fp8 checkpoint holds them. It also probes vLLM's loaders (wsync.engines.probe) with the
-fp8 weights' and the scales' HF names: the boxes must equal those vllm_fp8 derived; and builds
-the model a third time without the flag (vLLM's VNNI repack): vllm_fp8 must leave it to the
-fallback.
+as an fp8 checkpoint holds them (experts: one call per expert), then runs vLLM's processing. It
+also probes vLLM's loaders (wsync.engines.probe) with the fp8 weights' and the scales' HF names:
+the boxes must equal those vllm_fp8 derived; and builds the model a third time without the flag
+(vLLM's VNNI repack): vllm_fp8 must not write it in place.
+Variants (configure): ue8m0 scales, one kv head, the engine without the flag (repacked: every fp8
+weight received whole, through vLLM's loaders), and a tiny Qwen3-MoE (moe: 4 fused experts of
+intermediate 256, transformers' [E, rows, cols] gate_up_proj / down_proj and the fp8 router
+[E, cols], which the trainers cut by dim 1).
 """
 from __future__ import annotations
 
@@ -46,23 +50,44 @@ LINEAR = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn
 
 def configure(a: dict) -> None:
     """The variant of args: kv_heads (1: each TP rank holds the one kv head, vLLM's
-    num_kv_head_replicas = 2) and ue8m0 (quantization_config scale_fmt "ue8m0": vLLM's
-    power-of-two scales, per_block_cast_to_fp8(use_ue8m0=True))."""
-    global KV_HEADS, UE8M0
+    num_kv_head_replicas = 2), ue8m0 (quantization_config scale_fmt "ue8m0": vLLM's
+    power-of-two scales, per_block_cast_to_fp8(use_ue8m0=True)) and repacked (the engine's fp8
+    linear layers keep vLLM's CPU VNNI repack: no layer can be written in place) and moe (a
+    Qwen3-MoE: fused experts, which vLLM's Fp8MoEMethod re-lays, and its fp8 router)."""
+    global KV_HEADS, UE8M0, REPACKED, MOE
     KV_HEADS, UE8M0 = int(a.get("kv_heads", KV_HEADS)), bool(a.get("ue8m0", False))
+    REPACKED, MOE = bool(a.get("repacked", False)), bool(a.get("moe", False))
     if UE8M0:
         QUANT["scale_fmt"] = "ue8m0"
 
 
 UE8M0 = False
+REPACKED = False
+MOE = False
+EXPERTS, MOE_INTER = 4, 256
+MOE_LINEAR = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+              "mlp.gate")
 
 
 def hf_shapes() -> dict:
-    """The checkpoint's tensors (transformers' Qwen2 names)."""
+    """The checkpoint's tensors (transformers' Qwen2 or Qwen3-MoE names)."""
     out = {"model.embed_tokens.weight": [VOCAB, HIDDEN], "model.norm.weight": [HIDDEN],
            "lm_head.weight": [VOCAB, HIDDEN]}
     q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    for i in range(LAYERS):
+    for i in range(LAYERS if MOE else 0):  # transformers' fused experts [E, rows, cols]
+        p = f"model.layers.{i}."
+        out.update({p + "self_attn.q_proj.weight": [q, HIDDEN],
+                    p + "self_attn.k_proj.weight": [kv, HIDDEN],
+                    p + "self_attn.v_proj.weight": [kv, HIDDEN],
+                    p + "self_attn.o_proj.weight": [HIDDEN, q],
+                    p + "self_attn.q_norm.weight": [HEAD_DIM],
+                    p + "self_attn.k_norm.weight": [HEAD_DIM],
+                    p + "mlp.gate.weight": [EXPERTS, HIDDEN],
+                    p + "mlp.experts.gate_up_proj": [EXPERTS, 2 * MOE_INTER, HIDDEN],
+                    p + "mlp.experts.down_proj": [EXPERTS, HIDDEN, MOE_INTER],
+                    p + "input_layernorm.weight": [HIDDEN],
+                    p + "post_attention_layernorm.weight": [HIDDEN]})
+    for i in range(0 if MOE else LAYERS):
         p = f"model.layers.{i}."
         out.update({p + "self_attn.q_proj.weight": [q, HIDDEN],
                     p + "self_attn.k_proj.weight": [kv, HIDDEN],
@@ -79,6 +104,11 @@ def hf_shapes() -> dict:
 
 
 def fp8_names() -> list:
+    """The checkpoint's block-fp8 tensors."""
+    if MOE:
+        return [f"model.layers.{i}.{m}.weight" for i in range(LAYERS) for m in MOE_LINEAR] + \
+            [f"model.layers.{i}.mlp.experts.{m}" for i in range(LAYERS)
+             for m in ("gate_up_proj", "down_proj")]
     return [f"model.layers.{i}.{m}.weight" for i in range(LAYERS) for m in LINEAR]
 
 
@@ -88,16 +118,23 @@ def checkpoint(version: int, versions: int) -> dict:
     out = {}
     for name, shape in hf_shapes().items():
         t = torch.randn(shape, generator=g)
-        if len(shape) == 2:
-            tiles = torch.randint(-6, 4, (-(-shape[0] // 32), -(-shape[1] // 32)), generator=g)
+        if len(shape) >= 2:
+            rows, cols = shape[-2:]
+            tiles = torch.randint(-6, 4, tuple(shape[:-2]) + (-(-rows // 32), -(-cols // 32)),
+                                  generator=g)
             scale = (10.0 ** tiles.double()).float()
-            t = t * scale.repeat_interleave(32, 0)[:shape[0]].repeat_interleave(32, 1)[:, :shape[1]]
+            t = t * scale.repeat_interleave(32, -2)[..., :rows, :].repeat_interleave(32, -1)[
+                ..., :cols]
         out[name] = t.bfloat16()
     if version == versions:  # non-finite values: what vLLM's quantizer does with them
         out["model.layers.0.self_attn.q_proj.weight"][5, 7] = float("nan")
         out["model.layers.0.self_attn.k_proj.weight"][100, 3] = float("inf")
-        out["model.layers.1.mlp.down_proj.weight"][140, 300] = float("-inf")
-        out["model.layers.1.mlp.gate_proj.weight"][200, 10] = float("nan")
+        if MOE:
+            out["model.layers.1.mlp.experts.down_proj"][2, 140, 200] = float("-inf")
+            out["model.layers.1.mlp.experts.gate_up_proj"][1, 300, 10] = float("nan")
+        else:
+            out["model.layers.1.mlp.down_proj.weight"][140, 300] = float("-inf")
+            out["model.layers.1.mlp.gate_proj.weight"][200, 10] = float("nan")
     return out
 
 
@@ -108,11 +145,14 @@ def trainer(a: dict) -> None:
     t, out = a["trainer"], Path(a["out"])
     local, specs = {}, {}
     for name, shape in hf_shapes().items():
-        cut = shape[0] // 2 + 37
-        lo, hi = (0, cut) if t == 0 else (cut, shape[0])
-        local[name] = torch.zeros([hi - lo] + shape[1:], dtype=torch.bfloat16)
-        specs[name] = [Box(name, tuple(shape), (lo,) + (0,) * (len(shape) - 1),
-                           (hi - lo,) + tuple(shape[1:]), (0,) * len(shape))]
+        # dim 0 cut through blocks; experts [E, rows, cols] and the router [E, cols] by dim 1
+        d = 0 if shape[0] >= 128 or len(shape) == 1 else 1
+        cut = shape[d] // 2 + 37
+        lo, hi = (0, cut) if t == 0 else (cut, shape[d])
+        offset, extent = [0] * len(shape), list(shape)
+        offset[d], extent[d] = lo, hi - lo
+        local[name] = torch.zeros(extent, dtype=torch.bfloat16)
+        specs[name] = [Box(name, tuple(shape), tuple(offset), tuple(extent), (0,) * len(shape))]
     tr = wsync.Trainer(wsync.Bootstrap.explicit(t, 2, a["tp"], a["address"], a["secret"]),
                        timeout_ms=300000)
     tr.register_module(local, specs=specs)
@@ -124,7 +164,7 @@ def trainer(a: dict) -> None:
         state = checkpoint(v, a["versions"])
         for name, tensor in local.items():
             box = specs[name][0]
-            tensor.copy_(state[name][box.offset[0]:box.offset[0] + box.extent[0]])
+            tensor.copy_(state[name][tuple(slice(o, o + e) for o, e in zip(box.offset, box.extent))])
         if t == 0:
             torch.save(state, out / "ckpt.tmp")
             os.replace(out / "ckpt.tmp", out / f"ckpt_v{v}.pt")
@@ -136,11 +176,18 @@ def vllm_config(tp: int, model_dir: Path):
     import transformers
     from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
 
-    cfg = transformers.Qwen2Config(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER,
-        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-        head_dim=HEAD_DIM, max_position_embeddings=128, tie_word_embeddings=False)
-    cfg.architectures = ["Qwen2ForCausalLM"]
+    shared = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER,
+                  num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, max_position_embeddings=128,
+                  tie_word_embeddings=False)
+    if MOE:
+        cfg = transformers.Qwen3MoeConfig(num_experts=EXPERTS, num_experts_per_tok=2,
+                                          moe_intermediate_size=MOE_INTER, decoder_sparse_step=1,
+                                          mlp_only_layers=[], **shared)
+        cfg.architectures = ["Qwen3MoeForCausalLM"]
+    else:
+        cfg = transformers.Qwen2Config(**shared)
+        cfg.architectures = ["Qwen2ForCausalLM"]
     cfg.quantization_config = dict(QUANT)  # scale_fmt only where the variant sets it
     cfg.save_pretrained(model_dir)
     mc = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16",
@@ -149,9 +196,10 @@ def vllm_config(tp: int, model_dir: Path):
                       parallel_config=ParallelConfig(tensor_parallel_size=tp))
 
 
-def built_model(vc, prefix: str = "", keep_layout: bool = True):
-    """vLLM's model, its fp8 linear layers marked _cpu_skip_gemm_dispatch (keep_layout), then
-    vLLM's post-loading step (as its loader runs it)."""
+def built_model(vc, prefix: str = "", keep_layout: bool = True, state: dict | None = None):
+    """vLLM's model, its fp8 linear layers marked _cpu_skip_gemm_dispatch (keep_layout), loaded
+    with `state` (a checkpoint, if any) by its load_weights, then vLLM's post-loading step (as its
+    loader runs them)."""
     from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
     from vllm.model_executor.model_loader.utils import (initialize_model,
                                                         process_weights_after_loading)
@@ -160,6 +208,8 @@ def built_model(vc, prefix: str = "", keep_layout: bool = True):
     for m in model.modules():
         if keep_layout and isinstance(getattr(m, "quant_method", None), Fp8LinearMethod):
             m._cpu_skip_gemm_dispatch = True
+    if state is not None:
+        model.load_weights(state.items())
     process_weights_after_loading(model, vc.model_config, torch.device("cpu"))
     return model
 
@@ -177,8 +227,11 @@ def fp8_checkpoint(state: dict) -> dict:
 
     out = dict(state)
     for name in fp8_names():
-        q, s = per_block_cast_to_fp8(state[name], QUANT["weight_block_size"], use_ue8m0=UE8M0)
-        out[name], out[name + "_scale_inv"] = q, s
+        per = [per_block_cast_to_fp8(w, QUANT["weight_block_size"], use_ue8m0=UE8M0)
+               for w in (state[name] if state[name].dim() == 3 else [state[name]])]
+        q, s = (torch.stack([p[0] for p in per]), torch.stack([p[1] for p in per])) \
+            if state[name].dim() == 3 else per[0]
+        out[name], out[name + "_scale_inv"] = q, s  # experts: one call per expert, stacked
     return out
 
 
@@ -211,8 +264,8 @@ def worker(a: dict) -> None:
                                      distributed_init_method=f"tcp://127.0.0.1:{a['dist_port']}",
                                      backend="gloo")
         initialize_model_parallel(tp)
-        model = built_model(vc)
-        reference = built_model(vc, prefix="reference")
+        model = built_model(vc, keep_layout=not REPACKED)
+        reference = built_model(vc, prefix="reference")  # its loaders, probed
         # vLLM's CPU kernel without the flag: VNNI-repacked weights, which must keep the fallback
         repacked = block_fp8_plan(built_model(vc, prefix="repacked", keep_layout=False),
                                   list(hf_shapes().items())).skipped
@@ -231,10 +284,11 @@ def worker(a: dict) -> None:
     report = {"fallback": receiver.fallback, "reloaded": sorted(receiver.reloaded),
               "in_place": sorted(plan.modules), "skipped": plan.skipped,
               "block_scaled": sorted(w.hf_name for w in plan.weights),
-              "formats": sorted({w.format.name for w in plan.weights}),
+              "formats": sorted({w.format.name for w in plan.weights + plan.reloaded}),
               "probe_mismatch": {n: [derived[n], probed[n]] for n in probed
                                  if derived[n] != probed[n]},
               "repacked_skipped": repacked,
+              "reloaded_fp8": sorted(w.hf_name for w in plan.reloaded),
               "kernels": sorted({type(m.quant_method.fp8_linear).__name__
                                  for m in plan.modules.values()})}
     params = dict(model.named_parameters())
@@ -244,9 +298,11 @@ def worker(a: dict) -> None:
             engine.start_weight_update()
             engine.update_weights({"version": v})
             engine.finish_weight_update()
-            reference.load_weights(fp8_checkpoint(torch.load(out / f"ckpt_v{v}.pt")).items())
+            # vLLM's own load of the fp8 checkpoint: a new model, loaded, then processed
+            loaded = built_model(vc, prefix=f"loaded{v}", keep_layout=not REPACKED,
+                                 state=fp8_checkpoint(torch.load(out / f"ckpt_v{v}.pt")))
         got = {n: bits(p) for n, p in model.named_parameters()}
-        want = {n: bits(p) for n, p in reference.named_parameters()}
+        want = {n: bits(p) for n, p in loaded.named_parameters()}
         moved = sorted(n for n, p in model.named_parameters() if p.data_ptr() != pointers[n])
         torch.save({"got": got, "want": want, "version": engine.version, "moved": moved},
                    out / f"worker{rank}.tmp")

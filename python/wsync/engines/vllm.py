@@ -14,7 +14,9 @@ wsync.engines.vllm:register, declared in pyproject.toml), so that vLLM's own
     valid). Tensors whose loaders transform values or layout (GPT-2's transposed Conv1D weights)
     and every tensor of a layer vLLM processed after loading (quantized, or repacked by its CPU
     backend) are received as full HF tensors in wsync slots and passed to ``model.load_weights``
-    under the same lease.
+    under the same lease. Block-fp8 layers (:mod:`wsync.engines.vllm_fp8`) get their float8
+    weights and scales, quantized in flight: in place where vLLM keeps the checkpoint's layout,
+    else whole through ``load_weights`` (fused MoE experts, re-laid linear weights).
   * start/finish_weight_update: vLLM's layerwise reload around the processed layers (nothing for
     the copy-flipped ones).
 Each TP rank receives only its own bytes of the copy-flipped tensors, directly from the trainers;
@@ -281,7 +283,7 @@ class WsyncReceiver:
         # Modules whose weights only vLLM's processing can apply: all of their tensors go
         # through load_weights inside vLLM's layerwise reload (start / finish_weight_update).
         # Block-fp8 layers in the checkpoint's layout: fp8 weights + scales in place (vllm_fp8).
-        self.block_fp8 = block_fp8_plan(model, shapes)
+        self.block_fp8 = block_fp8_plan(model, shapes, boxes=self.boxes)
         self.reloaded = self.block_fp8.keep_out(processed_modules(model))
         if self.reloaded:
             self.boxes, self.fallback = whole_modules_to_fallback(self.boxes, self.fallback,
@@ -297,8 +299,9 @@ class WsyncReceiver:
         self.rollout.register_module(live, specs=self.boxes, mode="copy_flip")
         self.block_fp8.declare(self.rollout)
         if self.fallback:  # full HF tensors in slots, applied through the engine's loader
-            self.rollout.register_slots({n: (dict(shapes)[n], dtype or params_dtype(params))
-                                         for n in self.fallback}, device=device)
+            self.rollout.register_slots(
+                self.block_fp8.slot_specs(self.fallback, self.hf_shapes,
+                                          dtype or params_dtype(params)), device=device)
         self.draft: Optional[DraftPart] = None
         draft_shapes = draft_shapes_for(info, draft, model_config, draft_model_config)
         if draft is not None and draft_shapes:

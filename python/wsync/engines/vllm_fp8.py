@@ -1,4 +1,4 @@
-"""vLLM layers that hold block-fp8 weights, received in place (issue 21, "Engines").
+"""vLLM layers that hold block-fp8 weights: received in place, or whole as fp8 (issue 21).
 
 A vLLM linear layer quantized by ``Fp8LinearMethod`` with a ``weight_block_size`` (an
 fp8-serialized checkpoint: DeepSeek-V3, Kimi-K2, Qwen3-FP8) holds a float8_e4m3fn ``weight``
@@ -13,9 +13,18 @@ Which layers (:func:`layout_kept`): Fp8LinearMethod with block_quant, fp8 weight
 scales (not e8m0 ones), whose kernel's ``process_weights_after_loading`` leaves them as loaded:
 the base ``Fp8BlockScaledMMLinearKernel`` step (CUTLASS, Triton, FlashInfer, torch block kernels
 on e4m3fn platforms without ROCm padding), or vLLM's CPU block kernels on a layer marked
-``_cpu_skip_gemm_dispatch`` (they then skip their VNNI repack). DeepGEMM (scales re-laid for
-TMA, e8m0-packed on Blackwell), Marlin, AITER, the CPU kernels' VNNI repack and MoE experts
-(Fp8MoEMethod: kernel-format conversion) keep the fallback.
+``_cpu_skip_gemm_dispatch`` (they then skip their VNNI repack).
+
+The others (:attr:`BlockFp8Plan.reloaded`): DeepGEMM (scales re-laid for TMA, e8m0-packed on
+Blackwell), Marlin, AITER, the CPU kernels' VNNI repack, and MoE experts (Fp8MoEMethod; several of
+its kernels re-lay them, so experts are never written in place here). Their fp8 weights are
+received whole, still quantized in flight by the trainers (:class:`ReloadedFp8Weight`: a float8
+slot per HF weight, fused ``[E, rows, cols]`` experts included, and a float32 slot for its
+``<name>_scale_inv``), and given with their scales to vLLM's loaders inside its layerwise reload,
+which re-runs the layer's processing as when it loads an fp8 checkpoint. Every TP rank receives
+the whole tensors. (Giving such layers the trainers' bf16 tensors would cast them into float8
+parameters and leave the scales stale: what wsync did before.) Layers with e8m0 scales keep the
+bf16 fallback.
 
 Where (:func:`plan`): the boxes come from the layer's own geometry, as vLLM's loaders place the
 checkpoint's tensors: column-parallel rows ``tp_rank`` (q / k / v of QKVParallelLinear by heads,
@@ -58,13 +67,32 @@ class BlockFp8Weight:
     scale_box: Box
 
 
+@dataclass(frozen=True)
+class ReloadedFp8Weight:
+    """One HF weight of a block-fp8 layer that vLLM re-lays after loading: received whole into a
+    float8 slot with its scales in a float32 slot, both passed to the engine's loader."""
+
+    hf_name: str  # e.g. model.layers.0.mlp.down_proj.weight, or a fused [E, N, K] experts tensor
+    scale_name: str  # hf_name + "_scale_inv", the name fp8 checkpoints give the scales
+    block: Tuple[int, int]
+    format: ScaleFormat
+    shape: Tuple[int, ...]  # the HF tensor's; blocks tile its last two dims
+
+    @property
+    def scale_shape(self) -> Tuple[int, ...]:
+        return self.shape[:-2] + (_cdiv(self.shape[-2], self.block[0]),
+                                  _cdiv(self.shape[-1], self.block[1]))
+
+
 @dataclass
 class BlockFp8Plan:
-    """The block-fp8 layers of a model received in place, and those left to the fallback."""
+    """The block-fp8 layers of a model received in place, and those whose fp8 weights go whole
+    through the engine's loaders (`reloaded`)."""
 
     modules: Dict[str, torch.nn.Module] = field(default_factory=dict)
     weights: List[BlockFp8Weight] = field(default_factory=list)
     skipped: Dict[str, str] = field(default_factory=dict)  # module name -> why not in place
+    reloaded: List[ReloadedFp8Weight] = field(default_factory=list)
 
     def keep_out(self, reloaded: Dict[str, torch.nn.Module]) -> Dict[str, torch.nn.Module]:
         """`reloaded` (the fallback's modules) without the layers received in place."""
@@ -81,12 +109,27 @@ class BlockFp8Plan:
             out.setdefault(w.weight_param, []).append(w.weight_box)
             out.setdefault(w.scale_param, []).append(w.scale_box)
         mine = {w.hf_name for w in self.weights}
-        return out, [n for n in fallback if n not in mine]
+        kept = [n for n in fallback if n not in mine]
+        whole = {w.hf_name: w.scale_name for w in self.reloaded}
+        return out, kept + [whole[n] for n in kept if n in whole]
 
     def declare(self, rollout: Any) -> None:
         """set_block_scaling for every weight (before commit)."""
         for w in self.weights:
             rollout.set_block_scaling(w.hf_name, w.scale_name, format=w.format, block=w.block)
+        for r in self.reloaded:
+            rollout.set_block_scaling(r.hf_name, r.scale_name, format=r.format, block=r.block)
+
+    def slot_specs(self, names: Sequence[str], shapes: Dict[str, Tuple[int, ...]],
+                   dtype: torch.dtype) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+        """(shape, dtype) of the fallback slots `names`: float8 / float32 for the reloaded fp8
+        weights and their scales, `dtype` (the trainers') for the rest."""
+        out = {n: (tuple(shapes[n]), dtype) for n in names if n in shapes}
+        for r in self.reloaded:
+            if r.hf_name in out:
+                out[r.hf_name] = (r.shape, torch.float8_e4m3fn)
+                out[r.scale_name] = (r.scale_shape, torch.float32)
+        return {n: out[n] for n in names}
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,6 +143,41 @@ def _fp8_linear_classes() -> Optional[Tuple[Any, Any]]:
     except Exception:  # ImportError, or a build whose kernels fail to load
         return None
     return Fp8LinearMethod, Fp8BlockScaledMMLinearKernel
+
+
+def _moe_method() -> Optional[Any]:
+    """vLLM's Fp8MoEMethod (None where it does not import)."""
+    try:
+        from vllm.model_executor.layers.quantization.fp8 import Fp8MoEMethod
+    except Exception:
+        return None
+    return Fp8MoEMethod
+
+
+def fp8_weight_params(module: torch.nn.Module) -> List[str]:
+    """The float8 weight parameters of a block-fp8 layer of vLLM (linear: ``weight``; fused
+    experts: ``w13_weight``, ``w2_weight``), [] for any other module."""
+    qm = getattr(module, "quant_method", None)
+    if not getattr(qm, "block_quant", False):
+        return []
+    classes, moe = _fp8_linear_classes(), _moe_method()
+    if classes is not None and isinstance(qm, classes[0]):
+        names = ["weight"]
+    elif moe is not None and isinstance(qm, moe):
+        names = ["w13_weight", "w2_weight"]
+    else:
+        return []
+    return [n for n in names if getattr(getattr(module, n, None), "dtype", None)
+            == torch.float8_e4m3fn]
+
+
+def _float32_scales(module: torch.nn.Module) -> bool:
+    """Whether every scale parameter of a block-fp8 layer is float32 (``weight_scale_inv``,
+    ``w13_`` / ``w2_`` + the experts' scale name)."""
+    suffix = getattr(module.quant_method, "weight_scale_name", "weight_scale_inv")
+    names = ["weight_scale_inv"] if fp8_weight_params(module) == ["weight"] else \
+        [f"w13_{suffix}", f"w2_{suffix}"]
+    return all(getattr(getattr(module, n, None), "dtype", None) == torch.float32 for n in names)
 
 
 def layout_kept(module: torch.nn.Module) -> Optional[str]:
@@ -242,11 +320,28 @@ def _module_weights(model_name: str, module: torch.nn.Module, packed: Dict[str, 
     return out, ""
 
 
+def _reloaded_names(name: str, module: torch.nn.Module, packed: Dict[str, List[str]],
+                    boxes: Dict[str, List[Box]]) -> List[str]:
+    """The HF weights feeding the float8 parameters of block-fp8 layer `name`: a linear layer's
+    by its geometry (q / k / v, gate / up as ``packed_modules_mapping`` names them), the experts'
+    by the boxes vLLM's loaders gave when probed."""
+    if fp8_weight_params(module) == ["weight"]:
+        parent, _, leaf = name.rpartition(".")
+        parts = _row_parts(module, leaf, packed) or [("", 0, 0, 0)]
+        return [f"{parent}.{p[0]}.weight" if p[0] else name + ".weight" for p in parts]
+    out: List[str] = []
+    for p in fp8_weight_params(module):
+        out += [b.tensor for b in boxes.get(f"{name}.{p}", []) if b.tensor not in out]
+    return out
+
+
 def plan(model: torch.nn.Module, hf_shapes: Sequence[Tuple[str, Sequence[int]]],
-         fmt: Optional[ScaleFormat] = None) -> BlockFp8Plan:
+         fmt: Optional[ScaleFormat] = None,
+         boxes: Optional[Dict[str, List[Box]]] = None) -> BlockFp8Plan:
     """The block-fp8 layers of `model` received in place, given the HF tensors the trainers
-    publish (`hf_shapes`: (name, shape) pairs); `fmt` None: :func:`scale_format` for the device
-    of the model's parameters."""
+    publish (`hf_shapes`: (name, shape) pairs), and the fp8 weights of the others, received whole
+    (`boxes`: the probed loaders' boxes, which name the experts' tensors); `fmt` None:
+    :func:`scale_format` for the device of the model's parameters."""
     try:
         from vllm.model_executor.utils import get_packed_modules_mapping
     except ImportError:  # no vLLM here: no vLLM layers either
@@ -258,15 +353,24 @@ def plan(model: torch.nn.Module, hf_shapes: Sequence[Tuple[str, Sequence[int]]],
         first = next(model.parameters(), None)
         fmt = scale_format(first.device if first is not None else None)
     for name, module in model.named_modules():
-        why = layout_kept(module)
-        if why == "":
+        if not fp8_weight_params(module):
             continue  # not a block-fp8 layer
+        why = layout_kept(module) if fp8_weight_params(module) == ["weight"] else \
+            f"{type(module.quant_method).__name__}: experts go whole through vLLM's loaders " \
+            "(several of its MoE kernels re-lay them)"
         weights: List[BlockFp8Weight] = []
         if why is None:
             weights, why = _module_weights(name, module, packed, shapes, fmt)
-        if not weights:
-            out.skipped[name] = why or "no weights"
+        if weights:
+            out.modules[name] = module
+            out.weights += weights
             continue
-        out.modules[name] = module
-        out.weights += weights
+        out.skipped[name] = why or "no weights"
+        if not _float32_scales(module):
+            continue  # e8m0 scales: not a format a reloaded weight's slots hold; the fallback
+        block = tuple(int(b) for b in module.weight_block_size)
+        for hf in _reloaded_names(name, module, packed, boxes or {}):
+            if len(shapes.get(hf, ())) >= 2 and hf not in {r.hf_name for r in out.reloaded}:
+                out.reloaded.append(ReloadedFp8Weight(hf, hf + "_scale_inv", (block[0], block[1]),
+                                                      fmt, shapes[hf]))
     return out

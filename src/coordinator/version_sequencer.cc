@@ -299,7 +299,8 @@ SequencerOutput VersionSequencer::abortVersions() {
   OutgoingMessage give_back{
       MessageType::kGo,
       {},
-      GoMsg{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)}};
+      GoMsg{
+          v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1), {}}};
   std::string ended;
   for (auto& [id, replica] : replicas_) {
     const bool writing = replica.stage == Stage::kPreparing || replica.stage == Stage::kTaking ||
@@ -394,7 +395,7 @@ void VersionSequencer::tryGo(SequencerTime now, SequencerOutput& out) {
   }
   if (any_late && !any_prepared) return;  // nothing to start yet
   const uint64_t v = in_flight_->version;
-  GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
+  GoMsg go{v, std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1), {}};
   OutgoingMessage message{MessageType::kGo, trainerRanks(), {}};
   std::vector<int32_t> taking;
   for (auto& [id, replica] : replicas_) {
@@ -523,7 +524,8 @@ void VersionSequencer::sendVerify(int32_t id, Replica& replica, SequencerOutput&
 
 GoMsg VersionSequencer::goFor(int32_t replica, int32_t slot) const {
   GoMsg go{in_flight_->version,
-           std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1)};
+           std::vector<int32_t>(replicas_.empty() ? 0 : replicas_.rbegin()->first + 1, -1),
+           {}};
   go.slot_of_replica[static_cast<size_t>(replica)] = slot;
   return go;
 }

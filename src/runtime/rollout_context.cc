@@ -462,7 +462,7 @@ Status RolloutContext::setBlockScaling(const std::string& tensor, const BlockSca
                              "' already holds the scales of '" + t.tensor + "'");
     }
   }
-  block_scalings_.push_back({tensor, scaling});
+  block_scalings_.push_back({tensor, scaling, {}});
   return Status::ok();
 }
 

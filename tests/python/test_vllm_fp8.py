@@ -167,3 +167,19 @@ def test_scale_format_follows_the_device_of_the_weights():
     assert vllm_fp8.scale_format(torch.device("cpu")) == ScaleFormat.FLOAT32
     assert vllm_fp8.scale_format(torch.device("cuda", 0)) == ScaleFormat.FLOAT32_GPU
     assert vllm_fp8.scale_format("cuda") == ScaleFormat.FLOAT32_GPU
+
+
+def test_a_block_fp8_layer_wsync_cannot_fill_is_refused_by_name():
+    """A block-fp8 layer that gets neither in-place nor whole fp8 weights (e8m0 scale parameters)
+    would get the trainers' bf16 tensors cast into its float8 parameters: the receiver refuses it,
+    naming the layer and why."""
+    from wsync.engines.vllm_fp8 import BlockFp8Plan
+    from wsync.errors import UnsupportedError
+
+    BlockFp8Plan().check()  # nothing unsupported: no error
+    plan = BlockFp8Plan(unsupported={
+        "model.layers.3.mlp.down_proj": "its scales are not float32 (e8m0 scale parameters)"})
+    with pytest.raises(UnsupportedError, match=r"model\.layers\.3\.mlp\.down_proj: its scales "
+                                               r"are not float32") as e:
+        plan.check()
+    assert e.value.status_name == "WSYNC_ERR_UNSUPPORTED"

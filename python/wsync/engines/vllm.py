@@ -284,6 +284,7 @@ class WsyncReceiver:
         # through load_weights inside vLLM's layerwise reload (start / finish_weight_update).
         # Block-fp8 layers in the checkpoint's layout: fp8 weights + scales in place (vllm_fp8).
         self.block_fp8 = block_fp8_plan(model, shapes, boxes=self.boxes)
+        self.block_fp8.check()  # no block-fp8 layer left to a bf16 fallback
         self.reloaded = self.block_fp8.keep_out(processed_modules(model))
         if self.reloaded:
             self.boxes, self.fallback = whole_modules_to_fallback(self.boxes, self.fallback,

@@ -23,8 +23,9 @@ slot per HF weight, fused ``[E, rows, cols]`` experts included, and a float32 sl
 ``<name>_scale_inv``), and given with their scales to vLLM's loaders inside its layerwise reload,
 which re-runs the layer's processing as when it loads an fp8 checkpoint. Every TP rank receives
 the whole tensors. (Giving such layers the trainers' bf16 tensors would cast them into float8
-parameters and leave the scales stale: what wsync did before.) Layers with e8m0 scales keep the
-bf16 fallback.
+parameters and leave the scales stale: what wsync did before.) A block-fp8 layer that gets neither
+(e8m0 scale parameters, no published HF weight its loaders take) is refused when the receiver is
+built (:meth:`BlockFp8Plan.check`: UnsupportedError naming the layers).
 
 Where (:func:`plan`): the boxes come from the layer's own geometry, as vLLM's loaders place the
 checkpoint's tensors: column-parallel rows ``tp_rank`` (q / k / v of QKVParallelLinear by heads,
@@ -93,6 +94,19 @@ class BlockFp8Plan:
     weights: List[BlockFp8Weight] = field(default_factory=list)
     skipped: Dict[str, str] = field(default_factory=dict)  # module name -> why not in place
     reloaded: List[ReloadedFp8Weight] = field(default_factory=list)
+    # module name -> why wsync cannot give it fp8 weights (check() raises naming them)
+    unsupported: Dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raises UnsupportedError naming every block-fp8 layer that would get no correct
+        weights: the trainers' bf16 tensors cast into its float8 parameters, its scales stale."""
+        if self.unsupported:
+            from ..errors import UnsupportedError
+            from ..types import Status
+
+            layers = "; ".join(f"{n}: {why}" for n, why in sorted(self.unsupported.items()))
+            raise UnsupportedError(int(Status.ERR_UNSUPPORTED), "WSYNC_ERR_UNSUPPORTED",
+                                   f"block-fp8 layers wsync cannot fill: {layers}", "vllm_fp8")
 
     def keep_out(self, reloaded: Dict[str, torch.nn.Module]) -> Dict[str, torch.nn.Module]:
         """`reloaded` (the fallback's modules) without the layers received in place."""
@@ -367,10 +381,15 @@ def plan(model: torch.nn.Module, hf_shapes: Sequence[Tuple[str, Sequence[int]]],
             continue
         out.skipped[name] = why or "no weights"
         if not _float32_scales(module):
-            continue  # e8m0 scales: not a format a reloaded weight's slots hold; the fallback
+            out.unsupported[name] = "its scales are not float32 (e8m0 scale parameters)"
+            continue
         block = tuple(int(b) for b in module.weight_block_size)
-        for hf in _reloaded_names(name, module, packed, boxes or {}):
-            if len(shapes.get(hf, ())) >= 2 and hf not in {r.hf_name for r in out.reloaded}:
+        names = [hf for hf in _reloaded_names(name, module, packed, boxes or {})
+                 if len(shapes.get(hf, ())) >= 2]
+        if not names:
+            out.unsupported[name] = "the trainers publish no HF weight that its loaders take"
+        for hf in names:
+            if hf not in {r.hf_name for r in out.reloaded}:
                 out.reloaded.append(ReloadedFp8Weight(hf, hf + "_scale_inv", (block[0], block[1]),
                                                       fmt, shapes[hf]))
     return out

@@ -88,6 +88,9 @@ def test_vllm_block_fp8_layers_receive_bf16_trainers_in_place(tmp_path: Path, va
                          "mlp.experts.gate_up_proj", "mlp.experts.down_proj")}
     for r in range(tp):
         report = json.loads((tmp_path / f"worker{r}.json").read_text())
+        # the same model as a draft: refused, naming its fp8 layers (sync_draft=False keeps its own)
+        assert "WSYNC_ERR_UNSUPPORTED" in report["draft_refusal"] and \
+            "model.layers.0.self_attn.o_proj" in report["draft_refusal"], report["draft_refusal"]
         if variant.get("repacked") or variant.get("moe"):
             _check_reloaded(report, fp8, moe=bool(variant.get("moe")))
             _check_versions(tmp_path, r, versions)

@@ -291,6 +291,14 @@ def worker(a: dict) -> None:
               "reloaded_fp8": sorted(w.hf_name for w in plan.reloaded),
               "kernels": sorted({type(m.quant_method.fp8_linear).__name__
                                  for m in plan.modules.values()})}
+    from wsync.engines.vllm import refuse_block_fp8_draft
+    from wsync.errors import UnsupportedError
+
+    try:  # this block-fp8 model as a speculative-decoding draft: refused, naming its layers
+        refuse_block_fp8_draft(model)
+        report["draft_refusal"] = ""
+    except UnsupportedError as e:
+        report["draft_refusal"] = str(e)
     params = dict(model.named_parameters())
     pointers = {n: p.data_ptr() for n, p in params.items()}
     for v in range(1, a["versions"] + 1):

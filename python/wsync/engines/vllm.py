@@ -49,12 +49,13 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ..bootstrap import Bootstrap, replica_id
-from ..errors import WsyncError
+from ..errors import UnsupportedError, WsyncError
 from ..layout import Box
 from ..rollout import Rollout
-from ..types import VERSION_NEWEST
+from ..types import VERSION_NEWEST, Status
 from . import hf_shapes as shapes_of
 from .probe import probe_loaders
+from .vllm_fp8 import fp8_weight_params
 from .vllm_fp8 import plan as block_fp8_plan
 
 try:  # vLLM is optional: the classes below exist only where it imports
@@ -291,6 +292,9 @@ class WsyncReceiver:
                                                                   self.reloaded)
         self.boxes, self.fallback = self.block_fp8.adopt(self.boxes, self.fallback)
         self.load_weights = load_weights
+        draft_shapes = draft_shapes_for(info, draft, model_config, draft_model_config)
+        if draft is not None and draft_shapes:
+            refuse_block_fp8_draft(draft)  # before joining the job
         bootstrap, self.replica = bootstrap_for(info, engine_id)
         device = next(iter(params.values())).device
         self.rollout = Rollout(bootstrap, replica=self.replica, num_slots=info.num_slots,
@@ -304,7 +308,6 @@ class WsyncReceiver:
                 self.block_fp8.slot_specs(self.fallback, self.hf_shapes,
                                           dtype or params_dtype(params)), device=device)
         self.draft: Optional[DraftPart] = None
-        draft_shapes = draft_shapes_for(info, draft, model_config, draft_model_config)
         if draft is not None and draft_shapes:
             self.draft = DraftPart(draft, info, draft_shapes, self.rollout, dtype, params,
                                    draft_model_config or model_config)
@@ -384,7 +387,9 @@ class DraftPart:
     draft_prefix + the draft's own HF names. Parameters the draft shares with the target (tied
     embeddings / lm_head of EAGLE heads) are the target's memory already and are skipped.
     Layers vLLM processed after loading (quantized, or repacked by its CPU backend) are loaded
-    whole through the draft's load_weights inside vLLM's layerwise reload, as the target's."""
+    whole through the draft's load_weights inside vLLM's layerwise reload, as the target's. A
+    draft with block-fp8 layers is refused (UnsupportedError): the trainers' bf16 would be cast
+    into its float8 parameters."""
 
     def __init__(self, draft: torch.nn.Module, info: WsyncInitInfo,
                  hf_shapes: Dict[str, Tuple[int, ...]], rollout: Rollout,
@@ -417,6 +422,18 @@ class DraftPart:
     def load(self, tensors: Dict[str, torch.Tensor]) -> None:
         """The draft's fallback tensors (leased views) through the draft's load_weights."""
         self.load_weights([(n[len(self.prefix):], t) for n, t in tensors.items()])
+
+
+def refuse_block_fp8_draft(draft: torch.nn.Module) -> None:
+    """UnsupportedError naming the draft's block-fp8 layers, if it has any: its loaders would cast
+    the trainers' bf16 into their float8 parameters and leave the scales stale."""
+    fp8 = sorted(n for n, m in draft.named_modules() if fp8_weight_params(m))
+    if fp8:
+        raise UnsupportedError(int(Status.ERR_UNSUPPORTED), "WSYNC_ERR_UNSUPPORTED",
+                               f"the draft model's block-fp8 layers ({', '.join(fp8[:4])}"
+                               f"{', ...' if len(fp8) > 4 else ''}) are not received by wsync "
+                               "yet; init info sync_draft=False keeps its own weights",
+                               "wsync_init")
 
 
 def params_dtype(params: Dict[str, torch.nn.Parameter]) -> torch.dtype:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/fast_copy.h"
+#include "common/sanitizer_annotations.h"
 #include "common/wire.h"
 #include "transport/ucx/ucx_handles.h"
 #include "transport/write_checks.h"
@@ -242,7 +243,10 @@ class UcxTransport final : public WriteTransport {
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
     params.length = bytes;
     params.flags = UCP_MEM_MAP_ALLOCATE;
-    return mapAndPack(params, nullptr, "UCX allocateExposed(" + std::to_string(bytes) + " bytes)");
+    auto memory =
+        mapAndPack(params, nullptr, "UCX allocateExposed(" + std::to_string(bytes) + " bytes)");
+    if (memory.isOk()) annotateNewMemory((*memory)->data(), (*memory)->size());  // UCX's own mmap
+    return memory;
   }
 
   Result<std::unique_ptr<ExposedMemory>> allocateExposedHost(size_t bytes) override {

@@ -58,12 +58,15 @@ Result<TrainerQuantizer> TrainerQuantizer::create(const Registration& own,
                            " outside this trainer's " + std::to_string(grid) + " blocks");
   }
   z.exchanged_ = std::move(exchanged);
-  z.amax_.assign(grid, 0.0f);
+  z.grid_blocks_ = grid;
   if (memory == MemoryKind::kDevice) {
     WSYNC_ASSIGN_OR_RETURN(z.device_arena_, DeviceBuffer::allocate(z.arena_bytes_, cuda_device));
-    WSYNC_ASSIGN_OR_RETURN(z.device_amax_, DeviceBuffer::allocate(grid * 4, cuda_device));
+    if (!z.exchanged_.empty()) {  // the kernels compute the other blocks' maxima in place
+      WSYNC_ASSIGN_OR_RETURN(z.device_amax_, DeviceBuffer::allocate(grid * 4, cuda_device));
+    }
     WSYNC_RETURN_IF_ERROR(z.setUpDevice());
   } else {
+    z.amax_.assign(grid, 0.0f);
     z.host_arena_.assign(z.arena_bytes_, 0);
   }
   return z;

@@ -113,8 +113,10 @@ class TrainerQuantizer {
   size_t arena_bytes_ = 0;
   std::vector<uint8_t> host_arena_;
   DeviceBuffer device_arena_;
-  std::vector<float> amax_;   // every source's block maxima, concatenated (host copy)
-  DeviceBuffer device_amax_;  // device memory: the merged maxima of exchanged blocks, else 0
+  size_t grid_blocks_ = 0;    // every source's cover blocks, concatenated (the grid)
+  std::vector<float> amax_;   // host memory: the grid's block maxima
+  DeviceBuffer device_amax_;  // device memory, where blocks are exchanged: their merged maxima
+                              // at their grid index, else 0
 
   std::vector<block_quant_kernels::QuantTask> tasks_;  // device memory: one per source
   std::vector<size_t> task_source_;                    // the source of each task

@@ -34,13 +34,16 @@ Status TrainerQuantizer::setUpDevice() {
   std::iota(task_source_.begin(), task_source_.end(), size_t{0});
   std::stable_sort(task_source_.begin(), task_source_.end(),
                    [&](size_t a, size_t b) { return group[a] < group[b]; });
+  // grid index -> source: the last source whose grid starts at or before it (sources lie in the
+  // grid in order; a table per block would be one entry per MXFP8 block, 218 M for an 8B model)
+  auto source_of_block = [this](uint64_t e) {
+    const auto after = std::upper_bound(sources_.begin(), sources_.end(), e,
+                                        [](uint64_t x, const Source& s) { return x < s.amax_at; });
+    return static_cast<size_t>(after - sources_.begin()) - 1;
+  };
   std::vector<int> has_exchanged(sources_.size(), 0);
-  std::vector<size_t> source_of_block;  // grid index -> source
-  for (size_t i = 0; i < sources_.size(); ++i)
-    source_of_block.insert(source_of_block.end(), static_cast<size_t>(sources_[i].q.cover.volume()),
-                           i);
   for (uint64_t e : exchanged_)
-    has_exchanged[source_of_block[e]] = 1;
+    has_exchanged[source_of_block(e)] = 1;
   auto* grid = reinterpret_cast<float*>(device_amax_.data());
   std::vector<size_t> task_of_source(sources_.size());
   for (size_t k = 0; k < task_source_.size(); ++k) {
@@ -70,7 +73,7 @@ Status TrainerQuantizer::setUpDevice() {
   // the exchanged blocks as units of their batch, sorted per batch
   std::vector<std::vector<std::pair<uint64_t, size_t>>> units(batches_.size());
   for (size_t x = 0; x < exchanged_.size(); ++x) {
-    const size_t i = source_of_block[exchanged_[x]];
+    const size_t i = source_of_block(exchanged_[x]);
     const size_t k = task_of_source[i];
     size_t batch = 0;
     while (k >= batches_[batch].first_task + batches_[batch].num_tasks)
@@ -100,8 +103,9 @@ Status TrainerQuantizer::setUpDevice() {
   // once: the unit and grid indices, and a zero grid (blocks held alone merge with 0)
   WSYNC_RETURN_IF_ERROR(copyAsync(device_units_.data(), unit_numbers.data(), n * 8, nullptr));
   WSYNC_RETURN_IF_ERROR(copyAsync(device_exchanged_.data(), exchanged_.data(), n * 8, nullptr));
+  const std::vector<float> zeros(grid_blocks_, 0.0f);
   WSYNC_RETURN_IF_ERROR(
-      copyAsync(device_amax_.data(), amax_.data(), amax_.size() * sizeof(float), nullptr));
+      copyAsync(device_amax_.data(), zeros.data(), zeros.size() * sizeof(float), nullptr));
   return streamSync(nullptr, timeout_);
 }
 

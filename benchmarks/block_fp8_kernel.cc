@@ -7,13 +7,17 @@
 //   legacy: the first kernels, 3 launches per weight (amax, scales, quantize; 2 reads of bf16);
 //   per-piece fused: launchQuantizeFused per weight (1 read of bf16, 1 byte written);
 //   batched: one launch for every weight (launchBlockQuantBatch): amax only, quantize with given
-//   scales, and fused (amax + scale + bytes: what TrainerQuantizer runs per version).
+//   scales, and fused (amax + scale + bytes: what TrainerQuantizer runs per version), the fused
+//   pass also with each other group size (1, 4, 32, 256 threads a block).
 // GB/s are bf16 input bytes per second; "x copy" is the copy's time over the path's.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "block_fp8_kernel.h"
@@ -170,13 +174,14 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
         return false;
     return true;
   };
-  const auto batch = [&](bk::QuantMode mode) {
-    return [&, mode] {
-      return launched(wsync::launchBlockQuantBatch(device_tasks, static_cast<int64_t>(tasks.size()),
-                                                   total_blocks, group, mode, nullptr, 0, nullptr,
-                                                   stream));
+  const auto batchWith = [&](bk::QuantMode mode, int g) {
+    return [&, mode, g] {
+      return launched(wsync::launchBlockQuantBatch(tasks.data(), device_tasks,
+                                                   static_cast<int64_t>(tasks.size()), total_blocks,
+                                                   g, mode, nullptr, 0, nullptr, stream));
     };
   };
+  const auto batch = [&](bk::QuantMode mode) { return batchWith(mode, group); };
   const auto copyRound = [&] {
     for (const Weight& w : ws)
       if (!ok(cudaMemcpyAsync(copy + w.input, input + w.input,
@@ -186,6 +191,7 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
         return false;
     return true;
   };
+  std::vector<std::pair<int, double>> fused_groups;  // (group, seconds)
   double t_copy = -1, t_legacy_amax = -1, t_legacy_quant = -1, t_legacy = -1, t_piece = -1,
          t_amax = -1, t_quant = -1, t_fused = -1;
   if (rc == 0) {
@@ -197,6 +203,13 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
     t_amax = bestRound(repeats, stream, batch(bk::QuantMode::kAmax));
     t_quant = bestRound(repeats, stream, batch(bk::QuantMode::kQuantizeWithScales));
     t_fused = bestRound(repeats, stream, batch(bk::QuantMode::kFused));
+    // the fused pass with every other group size (the kernel each takes: whole-block or general)
+    for (int g : {1, 4, 32, 256}) {
+      if (g == group) continue;
+      const double t = bestRound(repeats, stream, batchWith(bk::QuantMode::kFused, g));
+      if (t <= 0) rc = 1;
+      fused_groups.emplace_back(g, t);
+    }
     for (double t :
          {t_copy, t_legacy, t_legacy_amax, t_legacy_quant, t_piece, t_amax, t_quant, t_fused})
       if (t <= 0) rc = 1;
@@ -221,6 +234,15 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
     line("batched amax", t_amax, 1);
     line("batched quantize (given scales)", t_quant, 1);
     line("batched fused amax+scale+quantize", t_fused, 1);
+    for (const auto& [g, t] : fused_groups) {
+      const bool whole = std::all_of(tasks.begin(), tasks.end(), [g = g](const bk::QuantTask& x) {
+        return bk::holdsWholeBlocks(x.g, g, reinterpret_cast<uint64_t>(x.g.data),
+                                    reinterpret_cast<uint64_t>(x.dst));
+      });
+      const std::string what =
+          "  fused, group " + std::to_string(g) + (whole ? " (whole-block)" : " (general)");
+      line(what.c_str(), t, 1);
+    }
     std::printf("[kernel] fused batched vs legacy: %.2fx faster\n", t_legacy / t_fused);
     std::printf(
         "{\"bench\":\"wsync-block-fp8-bench\",\"mode\":\"kernel\",\"model\":\"%s\","

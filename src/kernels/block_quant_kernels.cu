@@ -6,13 +6,18 @@
 // On sm_89 and later the float8 conversion is the hardware's (cvt.rn.satfinite.e4m3x2.f32,
 // block_quant_geometry.h: quantizePairHardware), bit-equal to the shared software one.
 //
-// One kernel for every step: a group of G threads (4, 32 or 256) per cover block walks the part
+// One kernel for every step: a group of G threads (1, 4, 32 or 256) per cover block walks the part
 // of the block inside its piece, in 16-byte vectors where the block's rows are aligned
 // (bk::vectorizable), else element by element. Per block it computes the max |x| (an unsigned
 // max over the elements' |x| bits: NaN bits are above every number's, so a NaN wins as
 // qm::mergeAmax says), the scale and the float8 bytes, as the mode asks. In the fused mode the
 // block's vectors stay in registers between the max and the bytes (up to kCachedVectors a thread;
 // larger blocks are read a second time, mostly from L2).
+//
+// Pieces made of whole blocks (bk::holdsWholeBlocks: 128 x 128 and MXFP8's 1 x 32 on aligned
+// 16-bit weights, what a trainer's unsplit weights are) get their own kernel, chosen on the host
+// per launch: 32-bit indices once per block, no bounds, and none of the general walk's registers
+// (in one kernel with it, ptxas spilled the cached vectors to local memory).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,15 +52,33 @@ __device__ __forceinline__ void wordsOf(const uint4 v, uint32_t (&w)[4]) {
 
 // The float8 bytes of a vector's elements (multiplier m) at `out`: 4 bytes for float32, 8 bytes
 // for 16-bit elements (out aligned to that).
-__device__ __forceinline__ void storeQuantized(const uint4 v, int dtype, float m, uint8_t* out) {
+__device__ __forceinline__ void storeQuantized(const uint4 v, int dtype, float m, bool finite,
+                                               uint8_t* out) {
   uint32_t w[4];
   wordsOf(v, w);
   uint32_t q[2];
-  bk::quantizeVector(w, dtype, m, q);
+  bk::quantizeVector(w, dtype, m, q, finite);
   if (dtype == 0) {
     *reinterpret_cast<uint32_t*>(out) = q[0];
   } else {
     *reinterpret_cast<uint2*>(out) = make_uint2(q[0], q[1]);
+  }
+}
+
+// storeQuantized for the `vectors` 16-bit vectors `v` of a whole-block lane, vector k at
+// out + k * step (kDType and kFinite as quantizeVectorOf takes them).
+template <int kDType, bool kFinite>
+__device__ __forceinline__ void storeVectors(const uint4 (&v)[kCache], int vectors, float m,
+                                             uint8_t* out, int64_t step) {
+#pragma unroll
+  for (int k = 0; k < kCache; ++k) {
+    if (k < vectors) {
+      uint32_t w[4];
+      wordsOf(v[k], w);
+      uint32_t q[2];
+      bk::quantizeVectorOf<kDType, kFinite>(w, m, q);
+      *reinterpret_cast<uint2*>(out + k * step) = make_uint2(q[0], q[1]);
+    }
   }
 }
 
@@ -69,8 +92,11 @@ __device__ __forceinline__ uint32_t absMaxOf(const uint4 v, int dtype, uint32_t 
 // block calls it, active or not).
 template <int G>
 __device__ __forceinline__ uint32_t groupMax(uint32_t v, uint32_t* shared) {
-  static_assert(G == 4 || G == 32 || G == kThreads, "groups of 4, 32 or all threads");
-  if constexpr (G <= 32) {
+  static_assert(G == 1 || G == 4 || G == 32 || G == kThreads, "groups of 1, 4, 32 or all threads");
+  if constexpr (G == 1) {
+    (void)shared;
+    return v;
+  } else if constexpr (G <= 32) {
 #pragma unroll
     for (int o = G / 2; o > 0; o /= 2)
       v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -90,69 +116,86 @@ __device__ __forceinline__ uint32_t groupMax(uint32_t v, uint32_t* shared) {
   }
 }
 
+// A block's multiplier and whether its elements are all finite (its complete maximum is: then
+// no product is NaN and quantizeVector skips the NaN fix-up; unknown with given scales).
+struct Multiplier {
+  float m;
+  bool finite;
+};
+
 // The multiplier of cover block `b` of task `t` in `mode` (not kAmax): read from the scales, or
 // from the block's maximum (`amax`: the group's, merged with amax_in in kFused; amax_in alone in
 // kScaleAndQuantize), its scale written by the `writer` thread.
-__device__ __forceinline__ float multiplierOf(const QuantTask& t, int64_t b, QuantMode mode,
-                                              float amax, bool writer) {
+__device__ __forceinline__ Multiplier multiplierOf(const QuantTask& t, int64_t b, QuantMode mode,
+                                                   float amax, bool writer) {
   const bool e8m0 = t.format == static_cast<int>(ScaleFormat::kE8M0);
-  if (mode == QuantMode::kQuantizeWithScales) return bk::multiplierAt(t.scales, e8m0, b);
+  if (mode == QuantMode::kQuantizeWithScales) return {bk::multiplierAt(t.scales, e8m0, b), false};
   float a = mode == QuantMode::kScaleAndQuantize ? t.amax_in[b] : amax;
   if (mode == QuantMode::kFused && t.amax_in != nullptr) a = qm::mergeAmax(a, t.amax_in[b]);
+  const bool finite = qm::bitsOf(a) < 0x7f800000u;
   if (e8m0) {
     const uint8_t e = qm::e8m0Scale(a);
     if (writer) static_cast<uint8_t*>(t.scales)[b] = e;
-    return qm::multiplierOfE8m0(e);
+    return {qm::multiplierOfE8m0(e), finite};
   }
   const float s = qm::floatScale(t.format, a);
   if (writer) static_cast<float*>(t.scales)[b] = s;
-  return qm::multiplierOfFloatScale(s);
+  return {qm::multiplierOfFloatScale(s), finite};
 }
 
-// The full-tile path (quant/block_quant_geometry.h) for task `t`: the same for every thread.
-__device__ __forceinline__ bool fullTiles(const QuantTask& t) {
-  return bk::holdsFullTiles(t.g, reinterpret_cast<uint64_t>(t.g.data),
-                            reinterpret_cast<uint64_t>(t.dst));
-}
-
-// processUnit for a task whose blocks pass fullTiles, with a group of all kThreads threads: each
-// thread's 8 vectors (bk::fullTilePlace) stay in registers between the maximum and the bytes; the
-// index arithmetic is 32-bit and once per block.
-__device__ __forceinline__ void processFullTile(const QuantTask& t, uint64_t unit, bool active,
-                                                QuantMode mode, float* list_out, uint32_t* shared) {
-  static_assert(kThreads == bk::kFullTileThreads, "one group of the whole thread block");
+// processUnit for a task whose blocks pass bk::holdsWholeBlocks for G: each lane's `vectors`
+// vectors (bk::wholeBlockPlace) stay in registers between the maximum and the bytes; the index
+// arithmetic is 32-bit and once per block.
+template <int G>
+__device__ __forceinline__ void processWholeBlock(const QuantTask& t, uint64_t unit, bool active,
+                                                  QuantMode mode, float* list_out,
+                                                  uint32_t* shared) {
   const Geometry& g = t.g;
   const int dtype = g.dtype;
+  const auto lane = static_cast<uint32_t>(threadIdx.x % G);
   const uint32_t b = active ? static_cast<uint32_t>(unit - t.first_tile) : 0;
-  const bk::FullTilePlace at = bk::fullTilePlace(g, b, threadIdx.x);
-  const bk::FullTilePlace step = bk::fullTileStep(g);
+  const int vectors =
+      static_cast<int>(static_cast<uint32_t>(g.block_rows * g.block_cols) / (8 * G));
+  const bk::WholeBlockPlace at = bk::wholeBlockPlace(g, b, lane);
+  const bk::WholeBlockPlace step = bk::wholeBlockStep(g, G);
   const auto* src = static_cast<const uint16_t*>(g.data) + at.src;
   uint8_t* out = t.dst + at.dst;
-  const int64_t src_step = step.src;
-  const int64_t out_step = step.dst;
   uint4 v[kCache];
   uint32_t acc = 0;
   if (active) {
 #pragma unroll
     for (int k = 0; k < kCache; ++k)
-      v[k] = __ldg(reinterpret_cast<const uint4*>(src + k * src_step));
+      if (k < vectors) v[k] = __ldg(reinterpret_cast<const uint4*>(src + k * step.src));
 #pragma unroll
     for (int k = 0; k < kCache; ++k)
-      acc = absMaxOf(v[k], dtype, acc);
+      if (k < vectors) acc = absMaxOf(v[k], dtype, acc);
   }
   const bool data_amax = mode == QuantMode::kAmax || mode == QuantMode::kFused;
   float amax = 0.0F;
-  if (data_amax)
-    amax = bk::amaxOfBits(groupMax<kThreads>(bk::floatBitsOfAccumulator(acc, dtype), shared));
+  if (data_amax) amax = bk::amaxOfBits(groupMax<G>(bk::floatBitsOfAccumulator(acc, dtype), shared));
   if (!active) return;
   if (mode == QuantMode::kAmax) {
-    if (threadIdx.x == 0) *(list_out != nullptr ? list_out : t.amax_out + b) = amax;
+    if (lane == 0) *(list_out != nullptr ? list_out : t.amax_out + b) = amax;
     return;
   }
-  const float m = multiplierOf(t, b, mode, amax, threadIdx.x == 0);
+  if (!data_amax) {
 #pragma unroll
-  for (int k = 0; k < kCache; ++k)
-    storeQuantized(v[k], dtype, m, out + k * out_step);
+    for (int k = 0; k < kCache; ++k)
+      if (k < vectors) v[k] = __ldg(reinterpret_cast<const uint4*>(src + k * step.src));
+  }
+  const Multiplier m = multiplierOf(t, b, mode, amax, lane == 0);
+  // one branch per block: a run-time dtype or NaN check per element would be the kernel's cost
+  if (dtype == 1) {
+    if (m.finite) {
+      storeVectors<1, true>(v, vectors, m.m, out, step.dst);
+    } else {
+      storeVectors<1, false>(v, vectors, m.m, out, step.dst);
+    }
+  } else if (m.finite) {
+    storeVectors<2, true>(v, vectors, m.m, out, step.dst);
+  } else {
+    storeVectors<2, false>(v, vectors, m.m, out, step.dst);
+  }
 }
 
 // The work of one group on cover block `unit` of task `t` (inactive: past the last unit; the
@@ -190,10 +233,10 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
     const uint32_t c = static_cast<uint32_t>(v) - r * per_row;
     return __ldg(reinterpret_cast<const uint4*>(src + srcAt(r, int64_t{c} * per) * esize));
   };
-  const auto storeVector = [&](int64_t v, const uint4 x, float m) {
+  const auto storeVector = [&](int64_t v, const uint4 x, const Multiplier& m) {
     const uint32_t r = static_cast<uint32_t>(v) / per_row;
     const uint32_t c = static_cast<uint32_t>(v) - r * per_row;
-    storeQuantized(x, dtype, m, t.dst + dstAt(r, int64_t{c} * per));
+    storeQuantized(x, dtype, m.m, m.finite, t.dst + dstAt(r, int64_t{c} * per));
   };
 
   uint4 cache[kCache];
@@ -226,7 +269,7 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
     return;
   }
 
-  const float m = multiplierOf(t, b, mode, amax, lane == 0);
+  const Multiplier m = multiplierOf(t, b, mode, amax, lane == 0);
 #pragma unroll
   for (int k = 0; k < kCache; ++k) {
     const int64_t v = lane + static_cast<int64_t>(k) * G;
@@ -237,16 +280,18 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
   for (int64_t e = lane; e < scalars; e += G) {
     const int64_t r = e / cols;
     const int64_t c = e - r * cols;
-    t.dst[dstAt(r, c)] = qm::quantizeElement(bk::loadElement(g, srcAt(r, c)), m);
+    t.dst[dstAt(r, c)] = qm::quantizeElement(bk::loadElement(g, srcAt(r, c)), m.m);
   }
 }
 
 // kThreads / G groups per thread block, each on one work item at a time (grid-stride, the same
 // trip count for every thread of a block). Work item i is unit i, or units[i] with a list. With
 // kTable the tasks are `tasks` (num_tasks, sorted by first_tile), else the single task `one`.
-// Four thread blocks per SM (at most 64 registers a thread; ptxas spills ~200 bytes): on an H100
-// 1.2x the amax pass and 1.05x the fused pass of the unbounded 98 registers (two blocks per SM).
-template <int G, bool kTable>
+// kWhole: every task holds whole blocks for G (bk::holdsWholeBlocks, checked by the launcher).
+// Four thread blocks per SM (at most 64 registers a thread): on an H100 the general walk spills
+// ~200 bytes there and ran 1.2x the amax pass and 1.05x the fused pass of the unbounded 98
+// registers (two blocks per SM); the whole-block walk fits without spilling.
+template <int G, bool kTable, bool kWhole>
 __global__ void __launch_bounds__(kThreads, 4)
     blockQuantKernel(const QuantTask* __restrict__ tasks, int64_t num_tasks, QuantTask one,
                      uint64_t items, const uint64_t* __restrict__ units,
@@ -261,20 +306,16 @@ __global__ void __launch_bounds__(kThreads, 4)
     const bool active = item < items;
     const uint64_t unit = !active ? 0 : units != nullptr ? units[item] : item;
     float* list_out = active && list_amax != nullptr ? list_amax + item : nullptr;
-    // With G == kThreads the whole thread block works on one item: `active` and the task are
-    // the same for every thread, so the full-tile path's barriers are reached by all or none.
+    // With G == kThreads the whole thread block works on one item, so groupMax's barriers are
+    // reached by all threads or none.
     if constexpr (kTable) {
       if (active) owner = kernels::nextTileOwner(tasks, num_tasks, unit, owner);
-      const QuantTask& t = tasks[owner];
-      if (G == kThreads && fullTiles(t)) {
-        processFullTile(t, unit, active, mode, list_out, shared);
-      } else {
-        processUnit<G>(t, unit, active, mode, list_out, shared);
-      }
-    } else if (G == kThreads && fullTiles(one)) {
-      processFullTile(one, unit, active, mode, list_out, shared);
+    }
+    const QuantTask& t = kTable ? tasks[owner] : one;
+    if constexpr (kWhole) {
+      processWholeBlock<G>(t, unit, active, mode, list_out, shared);
     } else {
-      processUnit<G>(one, unit, active, mode, list_out, shared);
+      processUnit<G>(t, unit, active, mode, list_out, shared);
     }
   }
 }
@@ -301,12 +342,12 @@ int simpleGrid(int64_t n) {
   return static_cast<int>(blocks < 65535 * 32 ? blocks : 65535 * 32);
 }
 
-template <int G, bool kTable>
+template <int G, bool kTable, bool kWhole>
 Status launchGroup(const QuantTask* tasks, int64_t num_tasks, const QuantTask& one, uint64_t items,
                    const uint64_t* units, float* list_amax, QuantMode mode, cudaStream_t stream,
                    const char* what) {
   constexpr uint64_t kGroups = kThreads / G;
-  const auto kernel = blockQuantKernel<G, kTable>;
+  const auto kernel = blockQuantKernel<G, kTable, kWhole>;
   WSYNC_ASSIGN_OR_RETURN(
       const unsigned blocks,
       kernels::oneWaveBlocks(kernel, kThreads, (items + kGroups - 1) / kGroups, what));
@@ -315,25 +356,47 @@ Status launchGroup(const QuantTask* tasks, int64_t num_tasks, const QuantTask& o
   return cudaCheck(cudaGetLastError(), what);
 }
 
+template <int G, bool kTable>
+Status launchWalk(bool whole, const QuantTask* tasks, int64_t num_tasks, const QuantTask& one,
+                  uint64_t items, const uint64_t* units, float* list_amax, QuantMode mode,
+                  cudaStream_t stream, const char* what) {
+  if (whole) {
+    return launchGroup<G, kTable, true>(tasks, num_tasks, one, items, units, list_amax, mode,
+                                        stream, what);
+  }
+  return launchGroup<G, kTable, false>(tasks, num_tasks, one, items, units, list_amax, mode, stream,
+                                       what);
+}
+
+// `whole`: every task holds whole blocks for `group` (the whole-block kernel).
 template <bool kTable>
-Status launchAny(int group, const QuantTask* tasks, int64_t num_tasks, const QuantTask& one,
-                 uint64_t items, const uint64_t* units, float* list_amax, QuantMode mode,
-                 cudaStream_t stream, const char* what) {
+Status launchAny(int group, bool whole, const QuantTask* tasks, int64_t num_tasks,
+                 const QuantTask& one, uint64_t items, const uint64_t* units, float* list_amax,
+                 QuantMode mode, cudaStream_t stream, const char* what) {
   if (items == 0) return Status::ok();
   switch (group) {
+    case 1:
+      return launchWalk<1, kTable>(whole, tasks, num_tasks, one, items, units, list_amax, mode,
+                                   stream, what);
     case 4:
-      return launchGroup<4, kTable>(tasks, num_tasks, one, items, units, list_amax, mode, stream,
-                                    what);
+      return launchWalk<4, kTable>(whole, tasks, num_tasks, one, items, units, list_amax, mode,
+                                   stream, what);
     case 32:
-      return launchGroup<32, kTable>(tasks, num_tasks, one, items, units, list_amax, mode, stream,
-                                     what);
+      return launchWalk<32, kTable>(whole, tasks, num_tasks, one, items, units, list_amax, mode,
+                                    stream, what);
     case kThreads:
-      return launchGroup<kThreads, kTable>(tasks, num_tasks, one, items, units, list_amax, mode,
-                                           stream, what);
+      return launchWalk<kThreads, kTable>(whole, tasks, num_tasks, one, items, units, list_amax,
+                                          mode, stream, what);
     default:
       return invalidArgument(std::string(what) + ": group of " + std::to_string(group) +
-                             " threads (4, 32 or 256)");
+                             " threads (1, 4, 32 or 256)");
   }
+}
+
+// Whether the whole-block kernel may walk task `t` with `group` threads a block.
+bool wholeBlocks(const QuantTask& t, int group) {
+  return bk::holdsWholeBlocks(t.g, group, reinterpret_cast<uint64_t>(t.g.data),
+                              reinterpret_cast<uint64_t>(t.dst));
 }
 
 // One piece: checked, then every block of its cover in `mode`.
@@ -347,8 +410,9 @@ Status launchPiece(const PieceView& piece, const Dims& shape, const BlockScaling
   t.format = geometry.format;
   t.first_tile = 0;
   const int group = bk::groupSizeFor(s.block_rows, s.block_cols, t.g.dtype);
-  return launchAny<false>(group, nullptr, 0, t, static_cast<uint64_t>(t.g.cover_volume), nullptr,
-                          nullptr, mode, stream, what);
+  return launchAny<false>(group, wholeBlocks(t, group), nullptr, 0, t,
+                          static_cast<uint64_t>(t.g.cover_volume), nullptr, nullptr, mode, stream,
+                          what);
 }
 
 }  // namespace
@@ -412,18 +476,22 @@ Status launchQuantizeFused(const PieceView& piece, const Dims& shape, const Bloc
   return launchPiece(piece, shape, s, t, QuantMode::kFused, stream, "launchQuantizeFused");
 }
 
-Status launchBlockQuantBatch(const QuantTask* device_tasks, int64_t num_tasks,
-                             uint64_t total_blocks, int group, QuantMode mode,
+Status launchBlockQuantBatch(const QuantTask* host_tasks, const QuantTask* device_tasks,
+                             int64_t num_tasks, uint64_t total_blocks, int group, QuantMode mode,
                              const uint64_t* units, uint64_t num_units, float* list_amax,
                              cudaStream_t stream) {
   const uint64_t items = units != nullptr ? num_units : total_blocks;
   if (num_tasks <= 0 || items == 0) return Status::ok();
-  if (device_tasks == nullptr) return invalidArgument("launchBlockQuantBatch: null task array");
+  if (device_tasks == nullptr || host_tasks == nullptr)
+    return invalidArgument("launchBlockQuantBatch: null task array");
   if (units != nullptr && (mode != QuantMode::kAmax || list_amax == nullptr)) {
     return invalidArgument("launchBlockQuantBatch: a unit list takes kAmax and a list_amax array");
   }
-  return launchAny<true>(group, device_tasks, num_tasks, QuantTask{}, items, units, list_amax, mode,
-                         stream, "launchBlockQuantBatch");
+  bool whole = true;
+  for (int64_t i = 0; i < num_tasks && whole; ++i)
+    whole = wholeBlocks(host_tasks[i], group);
+  return launchAny<true>(group, whole, device_tasks, num_tasks, QuantTask{}, items, units,
+                         list_amax, mode, stream, "launchBlockQuantBatch");
 }
 
 Status launchScatterAmax(const uint64_t* index, const float* values, int64_t n, float* grid,

@@ -228,107 +228,140 @@ WSYNC_QUANT_HD float amaxOfBits(uint32_t bits) {
 // e4m3(lo * m) | e4m3(hi * m) << 8 by the hardware's conversion (sm_89 and later), bit-equal to
 // quant_math::e4m3FromFloat: round to nearest even, finite values and infinities beyond 448
 // saturate to +-448 (.satfinite), and a NaN product becomes 0x7f whatever its sign.
-__device__ __forceinline__ uint32_t quantizePairHardware(float lo, float hi, float m) {
+// `finite`: the caller knows neither product is NaN (the block's maximum is finite, so every
+// element and the multiplier are), and the NaN fix-up is skipped.
+__device__ __forceinline__ uint32_t quantizePairHardware(float lo, float hi, float m, bool finite) {
   const float a = __fmul_rn(lo, m);
   const float b = __fmul_rn(hi, m);
   unsigned short pair;
   // The first source lands in the upper byte, the second in the lower one.
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(b), "f"(a));
   uint32_t r = pair;
+  if (finite) return r;
   if (a != a) r = (r & 0xff00u) | quant_math::kE4m3NaN;
   if (b != b) r = (r & 0x00ffu) | static_cast<uint32_t>(quant_math::kE4m3NaN) << 8;
   return r;
 }
 #endif
 
-// The float8 bytes of a vector's elements with multiplier m, little-endian: out[0] for the four
-// float32 elements, out[0..1] for eight 16-bit elements.
-WSYNC_QUANT_HD void quantizeVector(const uint32_t (&w)[4], int dtype, float m, uint32_t (&out)[2]) {
+// Element i (0-3 for float32, 0-7 for 16-bit) of a vector's words as float32 (exact).
+template <int kDType>
+WSYNC_QUANT_HD float vectorElement(const uint32_t (&w)[4], int i) {
   namespace qm = quant_math;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if (dtype == 0) {
-    out[0] = quantizePairHardware(qm::floatOf(w[0]), qm::floatOf(w[1]), m) |
-             quantizePairHardware(qm::floatOf(w[2]), qm::floatOf(w[3]), m) << 16;
-    out[1] = 0;
-  } else {
-    for (int i = 0; i < 4; ++i) {
-      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu);
-      const uint16_t hi = static_cast<uint16_t>(w[i] >> 16);
-      const float x_lo = dtype == 1 ? qm::floatOfBFloat16(lo) : qm::floatOfFloat16(lo);
-      const float x_hi = dtype == 1 ? qm::floatOfBFloat16(hi) : qm::floatOfFloat16(hi);
-      const uint32_t pair = quantizePairHardware(x_lo, x_hi, m);
-      if (i % 2 == 0) {
-        out[i / 2] = pair;
-      } else {
-        out[i / 2] |= pair << 16;
-      }
-    }
-  }
-#else
+  if constexpr (kDType == 0) return qm::floatOf(w[i]);
+  const auto h = static_cast<uint16_t>(i % 2 == 0 ? w[i / 2] & 0xffffu : w[i / 2] >> 16);
+  if constexpr (kDType == 1) return qm::floatOfBFloat16(h);
+  return qm::floatOfFloat16(h);
+}
+
+// The float8 bytes of a vector's elements (dtype kDType: 0 float32, 1 bfloat16, 2 float16) with
+// multiplier m, little-endian: out[0] for four float32 elements, out[0..1] for eight 16-bit ones.
+// kFinite: no element is NaN or infinite and m is finite (a block whose complete maximum is
+// finite), so no product is NaN: the same bytes, without the NaN fix-up on a GPU.
+template <int kDType, bool kFinite>
+WSYNC_QUANT_HD void quantizeVectorOf(const uint32_t (&w)[4], float m, uint32_t (&out)[2]) {
+  constexpr int kPairs = kDType == 0 ? 2 : 4;
   out[0] = 0;
   out[1] = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (dtype == 0) {
-      out[0] |= static_cast<uint32_t>(qm::quantizeElement(qm::floatOf(w[i]), m)) << (8 * i);
-    } else {
-      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu);
-      const uint16_t hi = static_cast<uint16_t>(w[i] >> 16);
-      const float x_lo = dtype == 1 ? qm::floatOfBFloat16(lo) : qm::floatOfFloat16(lo);
-      const float x_hi = dtype == 1 ? qm::floatOfBFloat16(hi) : qm::floatOfFloat16(hi);
-      const uint32_t pair = static_cast<uint32_t>(qm::quantizeElement(x_lo, m)) |
-                            static_cast<uint32_t>(qm::quantizeElement(x_hi, m)) << 8;
-      out[i / 2] |= pair << (16 * (i % 2));
-    }
-  }
+  for (int p = 0; p < kPairs; ++p) {
+    const float lo = vectorElement<kDType>(w, 2 * p);
+    const float hi = vectorElement<kDType>(w, 2 * p + 1);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    const uint32_t pair = quantizePairHardware(lo, hi, m, kFinite);
+#else
+    const uint32_t pair = static_cast<uint32_t>(quant_math::quantizeElement(lo, m)) |
+                          static_cast<uint32_t>(quant_math::quantizeElement(hi, m)) << 8;
 #endif
+    out[p / 2] |= pair << (16 * (p % 2));
+  }
 }
 
-// Threads per cover block in the block-parallel kernels (4, 32 or 256): the fewest of these that
-// hold a whole block of `s` in kCachedVectors vectors each, else 256 (the block is read twice).
+// quantizeVectorOf for a run-time dtype and `finite`.
+WSYNC_QUANT_HD void quantizeVector(const uint32_t (&w)[4], int dtype, float m, uint32_t (&out)[2],
+                                   bool finite = false) {
+  if (finite) {
+    if (dtype == 1) return quantizeVectorOf<1, true>(w, m, out);
+    if (dtype == 2) return quantizeVectorOf<2, true>(w, m, out);
+    return quantizeVectorOf<0, true>(w, m, out);
+  }
+  if (dtype == 1) return quantizeVectorOf<1, false>(w, m, out);
+  if (dtype == 2) return quantizeVectorOf<2, false>(w, m, out);
+  return quantizeVectorOf<0, false>(w, m, out);
+}
+
+// Threads per cover block in the block-parallel kernels (1, 4, 32 or 256): the fewest of these
+// that hold a whole block of `s` in kCachedVectors vectors each, else 256 (the block is read
+// twice). One thread per MXFP8 block: no lane repeats another's index and scale arithmetic.
 inline constexpr int kCachedVectors = 8;
-
-// ---- the full-tile path: whole 128 x 128 blocks (DeepSeek-style fp8 checkpoints) of 16-bit
-// elements, walked by a group of kFullTileThreads threads with 32-bit block indices. Thread i holds
-// the 8-element column vector i % 16 of rows i / 16 + 16 k (k < kCachedVectors) of its block.
-inline constexpr int64_t kFullTileSide = 128;
-inline constexpr int kFullTileThreads = 256;
-
-// Whether every cover block of the piece (`data`: g.data, `dst`: its output, as addresses) is a
-// whole 128 x 128 block of 16-bit elements of a 2-D weight, its rows 16-byte aligned and its
-// output rows 8-byte aligned.
-WSYNC_QUANT_HD bool holdsFullTiles(const Geometry& g, uint64_t data, uint64_t dst) {
-  return g.rank == 2 && g.dtype != 0 && g.block_rows == kFullTileSide &&
-         g.block_cols == kFullTileSide && g.offset[0] % kFullTileSide == 0 &&
-         g.offset[1] % kFullTileSide == 0 && g.extent[0] % kFullTileSide == 0 &&
-         g.extent[1] % kFullTileSide == 0 && g.stride[0] % 8 == 0 && g.stride[1] == 1 &&
-         g.cover_volume < (int64_t{1} << 31) && data % 16 == 0 && dst % 8 == 0 &&
-         g.out_pitch % 8 == 0;
-}
-
-// A thread's first vector in cover block `b` of a piece that holdsFullTiles: its first element
-// (elements from g.data) and its first output byte (from the piece's output); its vector k is
-// k * FullTileStep away in both.
-struct FullTilePlace {
-  int64_t src = 0;
-  int64_t dst = 0;
-};
-WSYNC_QUANT_HD FullTilePlace fullTilePlace(const Geometry& g, uint32_t b, uint32_t thread) {
-  const auto cover_cols = static_cast<uint32_t>(g.cover_extent[1]);
-  const uint32_t brow = b / cover_cols;
-  const uint32_t bcol = b - brow * cover_cols;
-  const uint32_t row = brow * static_cast<uint32_t>(kFullTileSide) + thread / 16;
-  const uint32_t col = bcol * static_cast<uint32_t>(kFullTileSide) + (thread % 16) * 8;
-  return {int64_t{row} * g.stride[0] + col, int64_t{row} * g.out_pitch + col};
-}
-WSYNC_QUANT_HD FullTilePlace fullTileStep(const Geometry& g) {
-  return {16 * g.stride[0], 16 * g.out_pitch};
-}
 WSYNC_QUANT_HD int groupSizeFor(int64_t block_rows, int64_t block_cols, int dtype) {
   const int64_t per_vector = dtype == 0 ? 4 : 8;
   const int64_t vectors = (block_rows * block_cols + per_vector - 1) / per_vector;
+  if (vectors <= kCachedVectors) return 1;
   if (vectors <= 4 * kCachedVectors) return 4;
   if (vectors <= 32 * kCachedVectors) return 32;
   return 256;
+}
+
+// ---- the whole-block walk: pieces of a 2-D weight of 16-bit elements made of whole blocks whose
+// rows are whole vectors (128 x 128 as DeepSeek-style fp8 checkpoints hold them, 1 x 32 as MXFP8),
+// walked by a group of G threads with 32-bit block indices and no per-element bounds. With
+// per_row = block_cols / 8 vectors in a block row, lane i holds vectors i + k * G (row-major in
+// the block), k < wholeBlockVectors(g, G): where per_row divides G, the column vector i % per_row
+// of rows i / per_row + k * (G / per_row); in a one-row block with G dividing per_row, columns
+// i + k * G. Every vector of a block stays in a register between its maximum and its bytes.
+
+// Vectors per lane when a group of `group` threads walks g's blocks whole (per_row divides the
+// group, or the group divides a one-row block's per_row; the group divides the block's vectors,
+// at most kCachedVectors each), by g's shape alone; 0 when it cannot: not 2-D, float32, blocks
+// cut by the piece, rows off 8 elements, indices past 32 bits.
+WSYNC_QUANT_HD int wholeBlockVectors(const Geometry& g, int group) {
+  if (g.rank != 2 || g.dtype == 0 || g.stride[1] != 1 || g.stride[0] % 8 != 0) return 0;
+  const int64_t br = g.block_rows;
+  const int64_t bc = g.block_cols;
+  if (bc % 8 != 0 || g.offset[0] % br != 0 || g.offset[1] % bc != 0 || g.extent[0] % br != 0 ||
+      g.extent[1] % bc != 0)
+    return 0;
+  const int64_t per_row = bc / 8;
+  const int64_t vectors = br * per_row;
+  const bool rows_per_group = group % per_row == 0;
+  const bool groups_per_row = br == 1 && per_row % group == 0;
+  if (!(rows_per_group || groups_per_row) || vectors % group != 0 ||
+      vectors / group > kCachedVectors)
+    return 0;
+  if (g.cover_volume >= (int64_t{1} << 31) || g.extent[0] >= (int64_t{1} << 31) ||
+      g.extent[1] >= (int64_t{1} << 31))
+    return 0;
+  return static_cast<int>(vectors / group);
+}
+
+// wholeBlockVectors(g, group) > 0 with the addresses (`data`: g.data, `dst`: the piece's output)
+// the vectors need: source rows 16-byte aligned, output rows 8-byte aligned.
+WSYNC_QUANT_HD bool holdsWholeBlocks(const Geometry& g, int group, uint64_t data, uint64_t dst) {
+  return wholeBlockVectors(g, group) > 0 && data % 16 == 0 && dst % 8 == 0 && g.out_pitch % 8 == 0;
+}
+
+// A lane's first vector in cover block `b` of a piece that holdsWholeBlocks: its first element
+// (elements from g.data) and its first output byte (from the piece's output); its vector k is
+// k * wholeBlockStep away in both.
+struct WholeBlockPlace {
+  int64_t src = 0;
+  int64_t dst = 0;
+};
+WSYNC_QUANT_HD WholeBlockPlace wholeBlockPlace(const Geometry& g, uint32_t b, uint32_t lane) {
+  const auto cover_cols = static_cast<uint32_t>(g.cover_extent[1]);
+  const auto per_row = static_cast<uint32_t>(g.block_cols) / 8;
+  const uint32_t brow = b / cover_cols;
+  const uint32_t bcol = b - brow * cover_cols;
+  const uint32_t lane_row = lane < per_row ? 0 : lane / per_row;  // MXFP8: one row, no division
+  const uint32_t row = brow * static_cast<uint32_t>(g.block_rows) + lane_row;
+  const uint32_t col = bcol * static_cast<uint32_t>(g.block_cols) + (lane - lane_row * per_row) * 8;
+  return {int64_t{row} * g.stride[0] + col, int64_t{row} * g.out_pitch + col};
+}
+WSYNC_QUANT_HD WholeBlockPlace wholeBlockStep(const Geometry& g, int group) {
+  const int64_t per_row = g.block_cols / 8;
+  if (group < per_row) return {8 * int64_t{group}, 8 * int64_t{group}};  // along the one row
+  const int64_t rows = group / per_row;
+  return {rows * g.stride[0], rows * g.out_pitch};
 }
 
 // What a block-parallel launch does per cover block.

@@ -102,11 +102,23 @@ WSYNC_QUANT_HD float exp2Int(int n) {
   return 0.0f;
 }
 
+// Normal y = 2^k (1 + f) with at least this mantissa (f >= 2^-17) has ceilLog2AsTorch(y) = k + 1:
+// log2(1 + f) >= f >= 2^-17 is more than half the float32 spacing near any |k| <= 127 (at most
+// 2^-17), so log2(y) rounds above k and at most to k + 1. Checked against the double log2 for
+// every such float32 (tests/unit/block_quant_test.cc samples it; docs/block_fp8.md).
+inline constexpr uint32_t kCeilLog2ExactMantissa = 64;
+
 // torch.ceil(torch.log2(y)) for y > 0 (or +inf) in float32: torch's log2 rounds to the nearest
 // float32, which is the integer k for y a few ulps above 2^k (|k| >= 2), so the result is k
 // there, not the exact ceiling k + 1. float(log2(double)) is that nearest float32 (checked
-// against torch around every power of two, subnormals included: docs/block_fp8.md).
+// against torch around every power of two, subnormals included: docs/block_fp8.md). Normal y
+// whose mantissa is at least kCeilLog2ExactMantissa take k + 1 from the bits (the double log2 is
+// a long routine on a GPU, once per block of 32 elements in MXFP8).
 WSYNC_QUANT_HD float ceilLog2AsTorch(float y) {
+  const uint32_t bits = bitsOf(y);
+  const uint32_t exponent = bits >> 23;
+  if (exponent != 0 && exponent < 255 && (bits & 0x7fffffu) >= kCeilLog2ExactMantissa)
+    return static_cast<float>(static_cast<int>(exponent) - 126);
   const float l = static_cast<float>(log2(static_cast<double>(y)));
   return ceilf(l);
 }

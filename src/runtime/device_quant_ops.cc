@@ -21,12 +21,13 @@ Status quantizeBlocksAsync(const PieceView& piece, const Dims& shape, const Bloc
                            const void* scales, uint8_t* dst, CudaStreamHandle stream) {
   return launchQuantizeBlocks(piece, shape, s, scales, dst, stream);
 }
-Status blockQuantBatchAsync(const block_quant_kernels::QuantTask* device_tasks, int64_t num_tasks,
+Status blockQuantBatchAsync(const block_quant_kernels::QuantTask* host_tasks,
+                            const block_quant_kernels::QuantTask* device_tasks, int64_t num_tasks,
                             uint64_t total_blocks, int group, block_quant_kernels::QuantMode mode,
                             const uint64_t* units, uint64_t num_units, float* list_amax,
                             CudaStreamHandle stream) {
-  return launchBlockQuantBatch(device_tasks, num_tasks, total_blocks, group, mode, units, num_units,
-                               list_amax, stream);
+  return launchBlockQuantBatch(host_tasks, device_tasks, num_tasks, total_blocks, group, mode,
+                               units, num_units, list_amax, stream);
 }
 Status scatterAmaxAsync(const uint64_t* index, const float* values, int64_t n, float* grid,
                         CudaStreamHandle stream) {
@@ -49,7 +50,8 @@ Status quantizeBlocksAsync(const PieceView&, const Dims&, const BlockScaling&, c
                            uint8_t*, CudaStreamHandle) {
   return noCuda();
 }
-Status blockQuantBatchAsync(const block_quant_kernels::QuantTask*, int64_t, uint64_t, int,
+Status blockQuantBatchAsync(const block_quant_kernels::QuantTask*,
+                            const block_quant_kernels::QuantTask*, int64_t, uint64_t, int,
                             block_quant_kernels::QuantMode, const uint64_t*, uint64_t, float*,
                             CudaStreamHandle) {
   return noCuda();

@@ -26,7 +26,8 @@ Status scatterAmaxAsync(const uint64_t* index, const float* values, int64_t n, f
 Status quantizeBlocksAsync(const PieceView& piece, const Dims& shape, const BlockScaling& s,
                            const void* scales, uint8_t* dst, CudaStreamHandle stream);
 // Many pieces in one launch (kernels/block_quant_kernels.h: launchBlockQuantBatch).
-Status blockQuantBatchAsync(const block_quant_kernels::QuantTask* device_tasks, int64_t num_tasks,
+Status blockQuantBatchAsync(const block_quant_kernels::QuantTask* host_tasks,
+                            const block_quant_kernels::QuantTask* device_tasks, int64_t num_tasks,
                             uint64_t total_blocks, int group, block_quant_kernels::QuantMode mode,
                             const uint64_t* units, uint64_t num_units, float* list_amax,
                             CudaStreamHandle stream);

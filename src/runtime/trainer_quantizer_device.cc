@@ -17,8 +17,10 @@ namespace bk = block_quant_kernels;
 Status TrainerQuantizer::setUpDevice() {
   if (sources_.empty()) return Status::ok();
   WSYNC_RETURN_IF_ERROR(setDevice(cuda_device_));
-  // tasks ordered by group size (stable), one batch per size
+  // tasks ordered by group size, then by whether their blocks are whole (the whole-block kernel
+  // takes a batch whose tasks all are), one batch per both
   std::vector<int> group(sources_.size());
+  std::vector<int> batch_key(sources_.size());
   for (size_t i = 0; i < sources_.size(); ++i) {
     const Source& s = sources_[i];
     PieceView checked = s.view;  // the batched kernel does not check; the launchers did
@@ -29,11 +31,13 @@ Status TrainerQuantizer::setUpDevice() {
                              "): " + why);
     const int dtype = s.view.dtype == DType::kFloat32 ? 0 : 1;
     group[i] = bk::groupSizeFor(s.scaling.block_rows, s.scaling.block_cols, dtype);
+    const bool whole = bk::wholeBlockVectors(bk::geometryOf(s.view, s.scaling), group[i]) > 0;
+    batch_key[i] = 2 * group[i] + (whole ? 1 : 0);
   }
   task_source_.resize(sources_.size());
   std::iota(task_source_.begin(), task_source_.end(), size_t{0});
   std::stable_sort(task_source_.begin(), task_source_.end(),
-                   [&](size_t a, size_t b) { return group[a] < group[b]; });
+                   [&](size_t a, size_t b) { return batch_key[a] < batch_key[b]; });
   // grid index -> source: the last source whose grid starts at or before it (sources lie in the
   // grid in order; a table per block would be one entry per MXFP8 block, 218 M for an 8B model)
   auto source_of_block = [this](uint64_t e) {
@@ -54,9 +58,10 @@ Status TrainerQuantizer::setUpDevice() {
     t.amax_in = has_exchanged[i] ? grid + s.amax_at : nullptr;
     t.scales = device_arena_.data() + s.scales_at;
     t.dst = device_arena_.data() + s.values_at;
-    if (batches_.empty() || batches_.back().group != group[i]) {
+    if (batches_.empty() || batches_.back().key != batch_key[i]) {
       Batch b;
       b.group = group[i];
+      b.key = batch_key[i];
       b.first_task = k;
       batches_.push_back(b);
     }
@@ -144,9 +149,10 @@ Result<std::vector<uint8_t>> TrainerQuantizer::computeMaximaOnDevice(const Sourc
   auto* out = reinterpret_cast<float*>(device_partial_.data());
   for (const Batch& b : batches_) {
     if (b.num_units == 0) continue;
-    WSYNC_RETURN_IF_ERROR(blockQuantBatchAsync(
-        tasks + b.first_task, static_cast<int64_t>(b.num_tasks), b.blocks, b.group,
-        bk::QuantMode::kAmax, units + b.first_unit, b.num_units, out + b.first_unit, stream));
+    WSYNC_RETURN_IF_ERROR(blockQuantBatchAsync(tasks_.data() + b.first_task, tasks + b.first_task,
+                                               static_cast<int64_t>(b.num_tasks), b.blocks, b.group,
+                                               bk::QuantMode::kAmax, units + b.first_unit,
+                                               b.num_units, out + b.first_unit, stream));
   }
   WSYNC_RETURN_IF_ERROR(copyAsync(partial_host_.data(), device_partial_.data(),
                                   partial_host_.size() * sizeof(float), stream));
@@ -180,7 +186,7 @@ Status TrainerQuantizer::quantizeOnDevice(const std::vector<uint8_t>& merged,
   }
   const auto* tasks = reinterpret_cast<const bk::QuantTask*>(device_tasks_.data());
   for (const Batch& b : batches_) {
-    WSYNC_RETURN_IF_ERROR(blockQuantBatchAsync(tasks + b.first_task,
+    WSYNC_RETURN_IF_ERROR(blockQuantBatchAsync(tasks_.data() + b.first_task, tasks + b.first_task,
                                                static_cast<int64_t>(b.num_tasks), b.blocks, b.group,
                                                bk::QuantMode::kFused, nullptr, 0, nullptr, stream));
   }

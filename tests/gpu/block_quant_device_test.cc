@@ -58,19 +58,25 @@ TEST(BlockQuantDevice, BadArgumentsAreRefusedWithoutTouchingTheDevice) {
   EXPECT_EQ(launchQuantizeFused(p, {4, 4}, s, nullptr, nullptr, nullptr, nullptr).code(),
             WSYNC_ERR_INVALID_ARGUMENT);
   namespace bk = block_quant_kernels;
-  EXPECT_EQ(
-      launchBlockQuantBatch(nullptr, 1, 4, 256, bk::QuantMode::kFused, nullptr, 0, nullptr, nullptr)
-          .code(),
-      WSYNC_ERR_INVALID_ARGUMENT);
+  const bk::QuantTask host_task;
+  EXPECT_EQ(launchBlockQuantBatch(&host_task, nullptr, 1, 4, 256, bk::QuantMode::kFused, nullptr, 0,
+                                  nullptr, nullptr)
+                .code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
   const auto* table = reinterpret_cast<const bk::QuantTask*>(&x);
+  EXPECT_EQ(launchBlockQuantBatch(nullptr, table, 1, 4, 256, bk::QuantMode::kFused, nullptr, 0,
+                                  nullptr, nullptr)
+                .code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
   const uint64_t unit = 0;
-  EXPECT_EQ(
-      launchBlockQuantBatch(table, 1, 4, 256, bk::QuantMode::kFused, &unit, 1, &x, nullptr).code(),
-      WSYNC_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(
-      launchBlockQuantBatch(table, 1, 4, 7, bk::QuantMode::kAmax, nullptr, 0, nullptr, nullptr)
-          .code(),
-      WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(launchBlockQuantBatch(&host_task, table, 1, 4, 256, bk::QuantMode::kFused, &unit, 1, &x,
+                                  nullptr)
+                .code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(launchBlockQuantBatch(&host_task, table, 1, 4, 7, bk::QuantMode::kAmax, nullptr, 0,
+                                  nullptr, nullptr)
+                .code(),
+            WSYNC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(launchScatterAmax(nullptr, &x, 1, &x, nullptr).code(), WSYNC_ERR_INVALID_ARGUMENT);
 }
 

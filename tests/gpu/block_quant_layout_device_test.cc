@@ -143,6 +143,62 @@ void checkPerPieceLaunchers(const bqt::LayoutCase& c, std::vector<DevicePiece>& 
 }
 
 // All pieces in one table: kAmax, a unit list of every third block, the scatter, kFused.
+// Tables of whole-block pieces checkBatched ran (the whole-block kernel).
+int g_whole_tables = 0;
+
+// checkBatched's pieces that hold whole blocks for `group` (bk::holdsWholeBlocks), alone in a
+// table: the whole-block kernel, fused (with the merged maxima `tasks` point to) and with the
+// expected scales given, gives each piece's bytes and scales.
+void checkWholeBlockTable(const bqt::LayoutCase& c, const std::vector<DevicePiece>& pieces,
+                          const std::vector<bk::QuantTask>& tasks, int group, DeviceBytes& scales,
+                          DeviceBytes& out, const std::vector<uint8_t>& expected_scales) {
+  const size_t ssize = bqt::scaleSize(c.s.format);
+  std::vector<bk::QuantTask> whole;
+  std::vector<size_t> whole_block_at, whole_value_at, whole_piece;
+  size_t blocks = 0, volume = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (bk::holdsWholeBlocks(tasks[i].g, group, reinterpret_cast<uint64_t>(tasks[i].g.data),
+                             reinterpret_cast<uint64_t>(tasks[i].dst))) {
+      whole.push_back(tasks[i]);
+      whole_block_at.push_back(blocks);
+      whole_value_at.push_back(volume);
+      whole_piece.push_back(i);
+    }
+    blocks += pieces[i].blocks;
+    volume += pieces[i].volume;
+  }
+  if (whole.empty()) return;
+  ++g_whole_tables;
+  const uint64_t whole_total = bk::numberQuantTasks(whole);
+  const auto device_whole = upload(whole);
+  const auto* whole_table = reinterpret_cast<const bk::QuantTask*>(device_whole->at);
+  for (bk::QuantMode mode : {bk::QuantMode::kFused, bk::QuantMode::kQuantizeWithScales}) {
+    if (mode == bk::QuantMode::kFused) {
+      ASSERT_TRUE(cudaMemset(scales.data, 0, blocks * ssize) == cudaSuccess);
+    } else {  // the expected scales in place, as given scales
+      ASSERT_EQ(
+          cudaMemcpy(scales.data, expected_scales.data(), blocks * ssize, cudaMemcpyHostToDevice),
+          cudaSuccess);
+    }
+    ASSERT_TRUE(cudaMemset(out.data, 0, volume) == cudaSuccess);
+    ASSERT_TRUE(launchBlockQuantBatch(whole.data(), whole_table, static_cast<int64_t>(whole.size()),
+                                      whole_total, group, mode, nullptr, 0, nullptr, nullptr)
+                    .isOk());
+    const std::vector<uint8_t> got_scales = download(scales.data, blocks * ssize);
+    const std::vector<uint8_t> got_values = download(out.data, volume);
+    for (size_t k = 0; k < whole.size(); ++k) {
+      const DevicePiece& p = pieces[whole_piece[k]];
+      const auto scales_at = static_cast<ptrdiff_t>(whole_block_at[k] * ssize);
+      const auto values_at = static_cast<ptrdiff_t>(whole_value_at[k]);
+      ASSERT_TRUE(std::equal(p.scales.begin(), p.scales.end(), got_scales.begin() + scales_at))
+          << c.where << " whole-block table, group " << group << ", piece " << whole_piece[k];
+      ASSERT_TRUE(std::equal(p.values.begin(), p.values.end(), got_values.begin() + values_at))
+          << c.where << " whole-block table, group " << group << ", piece " << whole_piece[k]
+          << " mode " << static_cast<int>(mode);
+    }
+  }
+}
+
 void checkBatched(const bqt::LayoutCase& c, std::vector<DevicePiece>& pieces) {
   const size_t ssize = bqt::scaleSize(c.s.format);
   size_t blocks = 0, volume = 0;
@@ -175,10 +231,10 @@ void checkBatched(const bqt::LayoutCase& c, std::vector<DevicePiece>& pieces) {
   const auto* table = reinterpret_cast<const bk::QuantTask*>(device_tasks->at);
   const int64_t n = static_cast<int64_t>(tasks.size());
   const int group = bk::groupSizeFor(c.s.block_rows, c.s.block_cols, tasks[0].g.dtype);
-  for (int g : {group, 4, 32, 256}) {  // any group gives the same result
+  for (int g : {group, 1, 4, 32, 256}) {  // any group gives the same result
     ASSERT_TRUE(cudaMemset(amax.data, 0xff, blocks * 4) == cudaSuccess);
-    ASSERT_TRUE(launchBlockQuantBatch(table, n, total, g, bk::QuantMode::kAmax, nullptr, 0, nullptr,
-                                      nullptr)
+    ASSERT_TRUE(launchBlockQuantBatch(tasks.data(), table, n, total, g, bk::QuantMode::kAmax,
+                                      nullptr, 0, nullptr, nullptr)
                     .isOk());
     ASSERT_EQ(download(amax.data, blocks * 4), bytesOf(expected_amax))
         << c.where << " batched amax, group " << g;
@@ -193,7 +249,7 @@ void checkBatched(const bqt::LayoutCase& c, std::vector<DevicePiece>& pieces) {
   if (!units.empty()) {
     const auto device_units = upload(units);
     DeviceBytes compact(units.size() * 4);
-    ASSERT_TRUE(launchBlockQuantBatch(table, n, total, group, bk::QuantMode::kAmax,
+    ASSERT_TRUE(launchBlockQuantBatch(tasks.data(), table, n, total, group, bk::QuantMode::kAmax,
                                       reinterpret_cast<const uint64_t*>(device_units->at),
                                       units.size(), static_cast<float*>(compact.data), nullptr)
                     .isOk());
@@ -216,12 +272,18 @@ void checkBatched(const bqt::LayoutCase& c, std::vector<DevicePiece>& pieces) {
   for (bk::QuantMode mode : {bk::QuantMode::kFused, bk::QuantMode::kScaleAndQuantize}) {
     ASSERT_TRUE(cudaMemset(scales.data, 0, blocks * ssize) == cudaSuccess);
     ASSERT_TRUE(cudaMemset(out.data, 0, volume) == cudaSuccess);
-    ASSERT_TRUE(
-        launchBlockQuantBatch(table, n, total, group, mode, nullptr, 0, nullptr, nullptr).isOk());
+    ASSERT_TRUE(launchBlockQuantBatch(tasks.data(), table, n, total, group, mode, nullptr, 0,
+                                      nullptr, nullptr)
+                    .isOk());
     ASSERT_EQ(download(scales.data, blocks * ssize), expected_scales)
         << c.where << " batched mode " << static_cast<int>(mode);
     ASSERT_EQ(download(out.data, volume), expected_values)
         << c.where << " batched mode " << static_cast<int>(mode);
+  }
+  // the pieces that hold whole blocks for a group, alone in a table: the whole-block kernel
+  for (int wg : {1, 4, 32, 256}) {
+    checkWholeBlockTable(c, pieces, tasks, wg, scales, out, expected_scales);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -232,6 +294,7 @@ TEST(BlockQuantDeviceLayouts, EveryLauncherEqualsTheHostBitForBit) {
                                  ScaleFormat::kE8M0, ScaleFormat::kFloat32Gpu};
   const DType dtypes[] = {DType::kBFloat16, DType::kFloat32, DType::kFloat16};
   std::mt19937_64 rng(90210);
+  const int whole_before = g_whole_tables;
   for (int it = 0; it < 96; ++it) {
     const auto layout = static_cast<bqt::Layout>(it % 4);
     const bqt::LayoutCase c = bqt::layoutCase(rng, layout, formats[(it / 4) % 4],
@@ -252,11 +315,12 @@ TEST(BlockQuantDeviceLayouts, EveryLauncherEqualsTheHostBitForBit) {
     ASSERT_EQ(download(scales.data, scales.size), reference.scales) << c.where << " whole";
     ASSERT_EQ(download(values.data, values.size), reference.values) << c.where << " whole";
   }
+  EXPECT_GT(g_whole_tables, whole_before);  // MXFP8 1 x 32 pieces took the whole-block kernel
 }
 
-// Weights of whole 128 x 128 blocks of 16-bit elements (the kernels' full-tile path), some
-// pieces cut through blocks or with rows padded off the path's alignment (the general path in
-// the same table), every scale format, with inf and NaN.
+// Weights of whole 128 x 128 blocks of 16-bit elements (the whole-block kernel), some pieces cut
+// through blocks or with rows padded off its alignment (the general kernel for a table holding
+// them), every scale format, with inf and NaN.
 TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
   SKIP_WITHOUT_GPU();
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -264,6 +328,7 @@ TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
                                  ScaleFormat::kE8M0, ScaleFormat::kFloat32Gpu};
   const DType dtypes[] = {DType::kBFloat16, DType::kFloat16};
   std::mt19937_64 rng(128128);
+  const int whole_before = g_whole_tables;
   for (int it = 0; it < 32; ++it) {
     const bqt::LayoutCase c = bqt::layoutCase(rng, bqt::Layout::kFullTiles, formats[it % 4],
                                               dtypes[(it / 4) % 2], it % 3 == 0 ? 3000 : 0);
@@ -272,6 +337,7 @@ TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
     checkBatched(c, pieces);
     if (HasFatalFailure()) return;
   }
+  EXPECT_GT(g_whole_tables, whole_before);  // the whole-block kernel ran
 }
 
 // Large 128x128 bf16 and fp32 weights (many blocks per launch, the register cache full and, for

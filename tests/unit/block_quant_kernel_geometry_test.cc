@@ -218,10 +218,11 @@ TEST(BlockQuantKernelGeometry, VectorHelpersEqualTheElementMath) {
 TEST(BlockQuantKernelGeometry, GroupSizesAndTaskNumbering) {
   EXPECT_EQ(bk::groupSizeFor(128, 128, 1), 256);
   EXPECT_EQ(bk::groupSizeFor(128, 128, 0), 256);
-  EXPECT_EQ(bk::groupSizeFor(1, 32, 1), 4);
-  EXPECT_EQ(bk::groupSizeFor(1, 32, 0), 4);
+  EXPECT_EQ(bk::groupSizeFor(1, 32, 1), 1);  // MXFP8: 4 vectors, one thread
+  EXPECT_EQ(bk::groupSizeFor(1, 32, 0), 1);
+  EXPECT_EQ(bk::groupSizeFor(1, 128, 1), 4);
   EXPECT_EQ(bk::groupSizeFor(32, 32, 2), 32);
-  EXPECT_EQ(bk::groupSizeFor(1, 1, 0), 4);
+  EXPECT_EQ(bk::groupSizeFor(1, 1, 0), 1);
   std::vector<bk::QuantTask> tasks(3);
   tasks[0].g.cover_volume = 5;
   tasks[1].g.cover_volume = 0;
@@ -304,54 +305,73 @@ TEST(BlockQuantKernelGeometry, EmulatedKernelEqualsTheHostInEveryMode) {
   EXPECT_GT(walked[static_cast<int>(bqt::Layout::kOddWidths)].scalars, 0);
 }
 
-// The full-tile path's places (bk::fullTilePlace, fullTileStep): for the pieces that hold full
-// tiles, the 256 threads' 8 vectors of 8 elements of each block are exactly the block's elements,
-// at the source and output offsets blockPart gives them; the pieces that do not (rows padded off
-// 16 bytes, cuts through blocks, outputs off 8 bytes) are refused.
-TEST(BlockQuantKernelGeometry, FullTilePlacesAreEachBlockOnce) {
+// The whole-block walk's places (bk::wholeBlockPlace, wholeBlockStep) for every group a piece
+// takes it with: the lanes' vectors of 8 elements of each block are exactly the block's elements,
+// at the source and output offsets blockPart gives them. 128 x 128 tiles (256 threads, 8 vectors a
+// lane), MXFP8's 1 x 32 (1 thread and 4 vectors, or 4 threads and 1) and the random shapes of the
+// other layouts; pieces cut through blocks, rows padded off 16 bytes, float32 and outputs off 8
+// bytes are refused.
+TEST(BlockQuantKernelGeometry, WholeBlockPlacesAreEachBlockOnce) {
   std::mt19937_64 rng(128);
-  int held = 0, refused = 0;
-  for (int it = 0; it < 40; ++it) {
-    const DType dtype = it % 2 == 0 ? DType::kBFloat16 : DType::kFloat16;
-    const bqt::LayoutCase c =
-        bqt::layoutCase(rng, bqt::Layout::kFullTiles, ScaleFormat::kFloat32, dtype, 0);
+  int held[4] = {0, 0, 0, 0};
+  int refused = 0;
+  const int groups[] = {1, 4, 32, 256};
+  for (int it = 0; it < 120; ++it) {
+    const auto layout = static_cast<bqt::Layout>(it % 5);  // every layout, format and dtype
+    const DType dtype = kDTypes[(it / 20) % 3];
+    const bqt::LayoutCase c = bqt::layoutCase(rng, layout, kFormats[(it / 5) % 4], dtype, 0);
     for (const bqt::LaidPiece& piece : c.pieces) {
-      bk::QuantTask t = bk::quantTaskOf(piece.view(), c.s);
-      const auto data = reinterpret_cast<uint64_t>(t.g.data);
-      const bool aligned_rows = piece.strides[0] % 8 == 0;
-      const bool whole_blocks = piece.box.offset[0] % 128 == 0 && piece.box.extent[0] % 128 == 0;
-      ASSERT_EQ(bk::holdsFullTiles(t.g, data, 0), aligned_rows && whole_blocks) << c.where;
-      EXPECT_FALSE(bk::holdsFullTiles(t.g, data, 4)) << c.where;
-      if (!bk::holdsFullTiles(t.g, data, 0)) {
-        ++refused;
-        continue;
-      }
-      ++held;
-      if (it % 4 == 1) t.g.out_pitch += 8 * (it % 3 + 1);  // an output inside a wider tensor
-      ASSERT_TRUE(bk::holdsFullTiles(t.g, data, 0)) << c.where;
-      const int64_t width = t.g.out_pitch;
-      const bk::FullTilePlace step = bk::fullTileStep(t.g);
-      for (int64_t b = 0; b < t.g.cover_volume; ++b) {
-        const bk::BlockPart p = bk::blockPart(t.g, b);
-        ASSERT_EQ(p.row_hi - p.row_lo, 128);
-        ASSERT_EQ(p.col_hi - p.col_lo, 128);
-        std::vector<std::pair<int64_t, int64_t>> expected, walked;
-        for (int64_t r = p.row_lo; r < p.row_hi; ++r)
-          for (int64_t col = p.col_lo; col < p.col_hi; ++col)
-            expected.emplace_back(p.base + r * p.row_stride + col, p.dst_base + r * width + col);
-        for (uint32_t thread = 0; thread < bk::kFullTileThreads; ++thread) {
-          const bk::FullTilePlace at = bk::fullTilePlace(t.g, static_cast<uint32_t>(b), thread);
-          for (int k = 0; k < bk::kCachedVectors; ++k)
-            for (int e = 0; e < 8; ++e)
-              walked.emplace_back(at.src + k * step.src + e, at.dst + k * step.dst + e);
+      for (int gi = 0; gi < 4; ++gi) {
+        const int group = groups[gi];
+        bk::QuantTask t = bk::quantTaskOf(piece.view(), c.s);
+        const auto data = reinterpret_cast<uint64_t>(t.g.data);
+        const int64_t br = c.s.block_rows, bc = c.s.block_cols;
+        const int64_t per_row = bc / 8;
+        const bool expected = piece.box.rank() == 2 && dtype != DType::kFloat32 &&
+                              piece.strides[0] % 8 == 0 && data % 16 == 0 && bc % 8 == 0 &&
+                              piece.box.offset[0] % br == 0 && piece.box.extent[0] % br == 0 &&
+                              piece.box.offset[1] % bc == 0 && piece.box.extent[1] % bc == 0 &&
+                              (group % per_row == 0 || (br == 1 && per_row % group == 0)) &&
+                              br * per_row % group == 0 &&
+                              br * per_row / group <= bk::kCachedVectors;
+        ASSERT_EQ(bk::holdsWholeBlocks(t.g, group, data, 0), expected) << c.where << " " << group;
+        EXPECT_FALSE(bk::holdsWholeBlocks(t.g, group, data, 4)) << c.where;
+        if (!expected) {
+          ++refused;
+          continue;
         }
-        std::sort(expected.begin(), expected.end());
-        std::sort(walked.begin(), walked.end());
-        ASSERT_EQ(walked, expected) << c.where << " block " << b;
+        ++held[gi];
+        if (it % 4 == 1) t.g.out_pitch += 8 * (it % 3 + 1);  // an output inside a wider tensor
+        ASSERT_TRUE(bk::holdsWholeBlocks(t.g, group, data, 0)) << c.where;
+        const int vectors = bk::wholeBlockVectors(t.g, group);
+        ASSERT_EQ(vectors * group * 8, br * bc) << c.where;
+        const int64_t width = t.g.out_pitch;
+        const bk::WholeBlockPlace step = bk::wholeBlockStep(t.g, group);
+        for (int64_t b = 0; b < t.g.cover_volume; ++b) {
+          const bk::BlockPart p = bk::blockPart(t.g, b);
+          ASSERT_EQ(p.row_hi - p.row_lo, br);
+          ASSERT_EQ(p.col_hi - p.col_lo, bc);
+          std::vector<std::pair<int64_t, int64_t>> expected_places, walked;
+          for (int64_t r = p.row_lo; r < p.row_hi; ++r)
+            for (int64_t col = p.col_lo; col < p.col_hi; ++col)
+              expected_places.emplace_back(p.base + r * p.row_stride + col,
+                                           p.dst_base + r * width + col);
+          for (uint32_t lane = 0; lane < static_cast<uint32_t>(group); ++lane) {
+            const bk::WholeBlockPlace at = bk::wholeBlockPlace(t.g, static_cast<uint32_t>(b), lane);
+            for (int k = 0; k < vectors; ++k)
+              for (int e = 0; e < 8; ++e)
+                walked.emplace_back(at.src + k * step.src + e, at.dst + k * step.dst + e);
+          }
+          std::sort(expected_places.begin(), expected_places.end());
+          std::sort(walked.begin(), walked.end());
+          ASSERT_EQ(walked, expected_places) << c.where << " block " << b << " group " << group;
+        }
       }
     }
   }
-  EXPECT_GT(held, 0);
+  EXPECT_GT(held[0], 0);  // 1 x 32 with 1 thread
+  EXPECT_GT(held[1], 0);  // 1 x 32 with 4 threads
+  EXPECT_GT(held[3], 0);  // 128 x 128 with 256
   EXPECT_GT(refused, 0);
 }
 

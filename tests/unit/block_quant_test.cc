@@ -197,6 +197,31 @@ TEST(BlockQuantMath, CeilLog2IsTorchsNotTheExactCeiling) {
   EXPECT_EQ(qm::ceilLog2AsTorch(bitsFloat(3u)), -147.0f);
 }
 
+// The bit shortcut (kCeilLog2ExactMantissa) against the double log2 it replaces: every exponent,
+// the mantissas around the shortcut's threshold and at its extremes, and random ones (all 2^31
+// positive normal float32 agree; that full check takes ~30 CPU seconds, too long for a unit test).
+TEST(BlockQuantMath, CeilLog2ShortcutEqualsTheDoubleLog2) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> mantissa(0, (1u << 23) - 1);
+  int64_t checked = 0;
+  for (uint32_t e = 1; e < 255; ++e) {
+    std::vector<uint32_t> ms;
+    for (uint32_t m = 0; m < 2 * qm::kCeilLog2ExactMantissa; ++m)
+      ms.push_back(m);
+    for (uint32_t m = (1u << 23) - 16; m < (1u << 23); ++m)
+      ms.push_back(m);
+    for (int i = 0; i < 256; ++i)
+      ms.push_back(mantissa(rng));
+    for (uint32_t m : ms) {
+      const float y = bitsFloat(e << 23 | m);
+      const float expected = std::ceil(static_cast<float>(std::log2(static_cast<double>(y))));
+      ASSERT_EQ(qm::ceilLog2AsTorch(y), expected) << "exponent " << e << " mantissa " << m;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 254 * 400);
+}
+
 TEST(BlockQuant, Float32ScalesUnevenBlocksAndTheClamp) {
   // [3, 5] in 2x2 blocks: a 2x3 scale grid whose last row and column blocks are partial.
   const std::vector<float> v = {

@@ -412,6 +412,12 @@ TEST(Membership, JoinerIsFilledFromAPeerWhileTheTrainerPauses) {
       EXPECT_EQ(trainer.publish(v).ready, std::vector<int>{0});
     job.startJoiner(WSYNC_DTYPE_BFLOAT16);
     waitFor(job.joiner_has_first);
+    // the joiner reads version 3 before the coordinator has it in the sequencer: the versions
+    // published in between (all of them, under load) would go without it
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!job.logged("replica 1 joined") && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_TRUE(job.logged("replica 1 joined"));
     Trainer::Outcome o;
     for (uint64_t v = kPaused + 1; v <= kLast; ++v)
       o = trainer.publish(v);

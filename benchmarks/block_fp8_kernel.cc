@@ -203,7 +203,7 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
     t_amax = bestRound(repeats, stream, batch(bk::QuantMode::kAmax));
     t_quant = bestRound(repeats, stream, batch(bk::QuantMode::kQuantizeWithScales));
     t_fused = bestRound(repeats, stream, batch(bk::QuantMode::kFused));
-    // the fused pass with every other group size (the kernel each takes: whole-block or general)
+    // the fused pass with every other group size (the kernel each takes: whole-width or general)
     for (int g : {1, 4, 32, 256}) {
       if (g == group) continue;
       const double t = bestRound(repeats, stream, batchWith(bk::QuantMode::kFused, g));
@@ -236,11 +236,11 @@ int runKernelBench(const std::vector<wsync_demo::TensorSpec>& weights, const std
     line("batched fused amax+scale+quantize", t_fused, 1);
     for (const auto& [g, t] : fused_groups) {
       const bool whole = std::all_of(tasks.begin(), tasks.end(), [g = g](const bk::QuantTask& x) {
-        return bk::holdsWholeBlocks(x.g, g, reinterpret_cast<uint64_t>(x.g.data),
-                                    reinterpret_cast<uint64_t>(x.dst));
+        return bk::holdsWholeWidthBlocks(x.g, g, reinterpret_cast<uint64_t>(x.g.data),
+                                         reinterpret_cast<uint64_t>(x.dst));
       });
       const std::string what =
-          "  fused, group " + std::to_string(g) + (whole ? " (whole-block)" : " (general)");
+          "  fused, group " + std::to_string(g) + (whole ? " (whole-width)" : " (general)");
       line(what.c_str(), t, 1);
     }
     std::printf("[kernel] fused batched vs legacy: %.2fx faster\n", t_legacy / t_fused);

@@ -14,10 +14,11 @@
 // block's vectors stay in registers between the max and the bytes (up to kCachedVectors a thread;
 // larger blocks are read a second time, mostly from L2).
 //
-// Pieces made of whole blocks (bk::holdsWholeBlocks: 128 x 128 and MXFP8's 1 x 32 on aligned
-// 16-bit weights, what a trainer's unsplit weights are) get their own kernel, chosen on the host
-// per launch: 32-bit indices once per block, no bounds, and none of the general walk's registers
-// (in one kernel with it, ptxas spilled the cached vectors to local memory).
+// Pieces whose blocks are whole in width (bk::holdsWholeWidthBlocks: 128 x 128 and MXFP8's 1 x 32
+// on aligned 16-bit weights, a trainer's whole weights and its dim-0 shards, however they cut the
+// blocks' rows) get their own kernel, chosen on the host per launch: 32-bit indices once per
+// block, a row bound per lane, and none of the general walk's registers (in one kernel with it,
+// ptxas spilled the cached vectors to local memory).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -65,7 +66,7 @@ __device__ __forceinline__ void storeQuantized(const uint4 v, int dtype, float m
   }
 }
 
-// storeQuantized for the `vectors` 16-bit vectors `v` of a whole-block lane, vector k at
+// storeQuantized for the `vectors` 16-bit vectors `v` of a whole-width lane, vector k at
 // out + k * step (kDType and kFinite as quantizeVectorOf takes them).
 template <int kDType, bool kFinite>
 __device__ __forceinline__ void storeVectors(const uint4 (&v)[kCache], int vectors, float m,
@@ -143,21 +144,20 @@ __device__ __forceinline__ Multiplier multiplierOf(const QuantTask& t, int64_t b
   return {qm::multiplierOfFloatScale(s), finite};
 }
 
-// processUnit for a task whose blocks pass bk::holdsWholeBlocks for G: each lane's `vectors`
-// vectors (bk::wholeBlockPlace) stay in registers between the maximum and the bytes; the index
-// arithmetic is 32-bit and once per block.
+// processUnit for a task that passes bk::holdsWholeWidthBlocks for G: each lane's vectors in the
+// block's part (bk::wholeWidthPlace) stay in registers between the maximum and the bytes; the
+// index arithmetic is 32-bit and once per block.
 template <int G>
-__device__ __forceinline__ void processWholeBlock(const QuantTask& t, uint64_t unit, bool active,
+__device__ __forceinline__ void processWholeWidth(const QuantTask& t, uint64_t unit, bool active,
                                                   QuantMode mode, float* list_out,
                                                   uint32_t* shared) {
   const Geometry& g = t.g;
   const int dtype = g.dtype;
   const auto lane = static_cast<uint32_t>(threadIdx.x % G);
   const uint32_t b = active ? static_cast<uint32_t>(unit - t.first_tile) : 0;
-  const int vectors =
-      static_cast<int>(static_cast<uint32_t>(g.block_rows * g.block_cols) / (8 * G));
-  const bk::WholeBlockPlace at = bk::wholeBlockPlace(g, b, lane);
-  const bk::WholeBlockPlace step = bk::wholeBlockStep(g, G);
+  const bk::WholeWidthPlace at = bk::wholeWidthPlace(g, b, lane, G);
+  const int vectors = at.vectors;  // fewer where the piece cuts the block's rows
+  const bk::WholeWidthPlace step = bk::wholeWidthStep(g, G);
   const auto* src = static_cast<const uint16_t*>(g.data) + at.src;
   uint8_t* out = t.dst + at.dst;
   uint4 v[kCache];
@@ -287,10 +287,10 @@ __device__ __forceinline__ void processUnit(const QuantTask& t, uint64_t unit, b
 // kThreads / G groups per thread block, each on one work item at a time (grid-stride, the same
 // trip count for every thread of a block). Work item i is unit i, or units[i] with a list. With
 // kTable the tasks are `tasks` (num_tasks, sorted by first_tile), else the single task `one`.
-// kWhole: every task holds whole blocks for G (bk::holdsWholeBlocks, checked by the launcher).
+// kWhole: every task passes bk::holdsWholeWidthBlocks for G (checked by the launcher).
 // Four thread blocks per SM (at most 64 registers a thread): on an H100 the general walk spills
 // ~200 bytes there and ran 1.2x the amax pass and 1.05x the fused pass of the unbounded 98
-// registers (two blocks per SM); the whole-block walk fits without spilling.
+// registers (two blocks per SM); the whole-width walk fits without spilling.
 template <int G, bool kTable, bool kWhole>
 __global__ void __launch_bounds__(kThreads, 4)
     blockQuantKernel(const QuantTask* __restrict__ tasks, int64_t num_tasks, QuantTask one,
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     const QuantTask& t = kTable ? tasks[owner] : one;
     if constexpr (kWhole) {
-      processWholeBlock<G>(t, unit, active, mode, list_out, shared);
+      processWholeWidth<G>(t, unit, active, mode, list_out, shared);
     } else {
       processUnit<G>(t, unit, active, mode, list_out, shared);
     }
@@ -368,7 +368,7 @@ Status launchWalk(bool whole, const QuantTask* tasks, int64_t num_tasks, const Q
                                        what);
 }
 
-// `whole`: every task holds whole blocks for `group` (the whole-block kernel).
+// `whole`: every task passes holdsWholeWidthBlocks for `group` (the whole-width kernel).
 template <bool kTable>
 Status launchAny(int group, bool whole, const QuantTask* tasks, int64_t num_tasks,
                  const QuantTask& one, uint64_t items, const uint64_t* units, float* list_amax,
@@ -393,10 +393,10 @@ Status launchAny(int group, bool whole, const QuantTask* tasks, int64_t num_task
   }
 }
 
-// Whether the whole-block kernel may walk task `t` with `group` threads a block.
+// Whether the whole-width kernel may walk task `t` with `group` threads a block.
 bool wholeBlocks(const QuantTask& t, int group) {
-  return bk::holdsWholeBlocks(t.g, group, reinterpret_cast<uint64_t>(t.g.data),
-                              reinterpret_cast<uint64_t>(t.dst));
+  return bk::holdsWholeWidthBlocks(t.g, group, reinterpret_cast<uint64_t>(t.g.data),
+                                   reinterpret_cast<uint64_t>(t.dst));
 }
 
 // One piece: checked, then every block of its cover in `mode`.

@@ -51,13 +51,13 @@ Status launchQuantizeFused(const PieceView& piece, const Dims& shape, const Bloc
 // -----------------
 
 // Runs `mode` over every cover block of the `num_tasks` tasks in device memory (numbered by
-// numberQuantTasks; total_blocks as it returned), `group` threads per block (groupSizeFor: 4, 32
-// or 256; the tasks' blocks may be of any size, the group only tunes the speed). `host_tasks`:
-// the same table in host memory, from which the launcher picks the kernel (the whole-block one
-// when every task holdsWholeBlocks for `group`). With `units` (device, `num_units` sorted global
-// block numbers) only those blocks, and (kAmax only) block units[i]'s maximum goes to list_amax[i]
-// instead of its task's amax_out. The tasks' pieces must pass checkPiece (the caller checks: no
-// check on the device).
+// numberQuantTasks; total_blocks as it returned), `group` threads per block (groupSizeFor: 1, 4,
+// 32 or 256; the tasks' blocks may be of any size, the group only tunes the speed). `host_tasks`:
+// the same table in host memory, from which the launcher picks the kernel (the whole-width one
+// when every task passes holdsWholeWidthBlocks for `group`). With `units` (device, `num_units`
+// sorted global block numbers) only those blocks, and (kAmax only) block units[i]'s maximum goes
+// to list_amax[i] instead of its task's amax_out. The tasks' pieces must pass checkPiece (the
+// caller checks: no check on the device).
 Status launchBlockQuantBatch(const block_quant_kernels::QuantTask* host_tasks,
                              const block_quant_kernels::QuantTask* device_tasks, int64_t num_tasks,
                              uint64_t total_blocks, int group, block_quant_kernels::QuantMode mode,

@@ -302,25 +302,24 @@ WSYNC_QUANT_HD int groupSizeFor(int64_t block_rows, int64_t block_cols, int dtyp
   return 256;
 }
 
-// ---- the whole-block walk: pieces of a 2-D weight of 16-bit elements made of whole blocks whose
-// rows are whole vectors (128 x 128 as DeepSeek-style fp8 checkpoints hold them, 1 x 32 as MXFP8),
-// walked by a group of G threads with 32-bit block indices and no per-element bounds. With
-// per_row = block_cols / 8 vectors in a block row, lane i holds vectors i + k * G (row-major in
-// the block), k < wholeBlockVectors(g, G): where per_row divides G, the column vector i % per_row
-// of rows i / per_row + k * (G / per_row); in a one-row block with G dividing per_row, columns
-// i + k * G. Every vector of a block stays in a register between its maximum and its bytes.
+// ---- the whole-width walk: pieces of a 2-D weight of 16-bit elements whose blocks are whole in
+// width, their rows whole vectors, and cut in height anywhere (128 x 128 blocks of a weight or of a
+// trainer's dim-0 shard, whose cuts fall inside blocks: Kimi-K2's 28 rows per trainer; MXFP8's
+// 1 x 32), walked by a group of G threads with 32-bit block indices. With per_row = block_cols / 8
+// vectors in a block row, lane i holds vectors i + k * G (row-major in the block's part inside
+// the piece), k < the vectors its place counts: where per_row divides G, the column vector
+// i % per_row of rows i / per_row + k * (G / per_row); in a one-row block with G dividing per_row,
+// columns i + k * G. Every vector of a block stays in a register between its maximum and its bytes.
 
-// Vectors per lane when a group of `group` threads walks g's blocks whole (per_row divides the
-// group, or the group divides a one-row block's per_row; the group divides the block's vectors,
-// at most kCachedVectors each), by g's shape alone; 0 when it cannot: not 2-D, float32, blocks
-// cut by the piece, rows off 8 elements, indices past 32 bits.
-WSYNC_QUANT_HD int wholeBlockVectors(const Geometry& g, int group) {
+// Vectors per lane of a whole block when a group of `group` threads walks g's blocks whole in
+// width (per_row divides the group, or the group divides a one-row block's per_row; the group
+// divides the block's vectors, at most kCachedVectors each), by g's shape alone; 0 when it cannot:
+// not 2-D, float32, blocks cut in width by the piece, rows off 8 elements, indices past 32 bits.
+WSYNC_QUANT_HD int wholeWidthVectors(const Geometry& g, int group) {
   if (g.rank != 2 || g.dtype == 0 || g.stride[1] != 1 || g.stride[0] % 8 != 0) return 0;
   const int64_t br = g.block_rows;
   const int64_t bc = g.block_cols;
-  if (bc % 8 != 0 || g.offset[0] % br != 0 || g.offset[1] % bc != 0 || g.extent[0] % br != 0 ||
-      g.extent[1] % bc != 0)
-    return 0;
+  if (bc % 8 != 0 || g.offset[1] % bc != 0 || g.extent[1] % bc != 0) return 0;
   const int64_t per_row = bc / 8;
   const int64_t vectors = br * per_row;
   const bool rows_per_group = group % per_row == 0;
@@ -328,40 +327,60 @@ WSYNC_QUANT_HD int wholeBlockVectors(const Geometry& g, int group) {
   if (!(rows_per_group || groups_per_row) || vectors % group != 0 ||
       vectors / group > kCachedVectors)
     return 0;
-  if (g.cover_volume >= (int64_t{1} << 31) || g.extent[0] >= (int64_t{1} << 31) ||
+  if (g.cover_volume >= (int64_t{1} << 31) || g.offset[0] + g.extent[0] >= (int64_t{1} << 31) ||
       g.extent[1] >= (int64_t{1} << 31))
     return 0;
   return static_cast<int>(vectors / group);
 }
 
-// wholeBlockVectors(g, group) > 0 with the addresses (`data`: g.data, `dst`: the piece's output)
+// wholeWidthVectors(g, group) > 0 with the addresses (`data`: g.data, `dst`: the piece's output)
 // the vectors need: source rows 16-byte aligned, output rows 8-byte aligned.
-WSYNC_QUANT_HD bool holdsWholeBlocks(const Geometry& g, int group, uint64_t data, uint64_t dst) {
-  return wholeBlockVectors(g, group) > 0 && data % 16 == 0 && dst % 8 == 0 && g.out_pitch % 8 == 0;
+WSYNC_QUANT_HD bool holdsWholeWidthBlocks(const Geometry& g, int group, uint64_t data,
+                                          uint64_t dst) {
+  return wholeWidthVectors(g, group) > 0 && data % 16 == 0 && dst % 8 == 0 && g.out_pitch % 8 == 0;
 }
 
-// A lane's first vector in cover block `b` of a piece that holdsWholeBlocks: its first element
-// (elements from g.data) and its first output byte (from the piece's output); its vector k is
-// k * wholeBlockStep away in both.
-struct WholeBlockPlace {
+// A lane's first vector in cover block `b` of a piece that holdsWholeWidthBlocks: its first
+// element (elements from g.data) and its first output byte (from the piece's output); its vector
+// k is k * wholeWidthStep away in both, for k < vectors (0 for a lane below the block's part).
+struct WholeWidthPlace {
   int64_t src = 0;
   int64_t dst = 0;
+  int vectors = 0;
 };
-WSYNC_QUANT_HD WholeBlockPlace wholeBlockPlace(const Geometry& g, uint32_t b, uint32_t lane) {
+WSYNC_QUANT_HD WholeWidthPlace wholeWidthPlace(const Geometry& g, uint32_t b, uint32_t lane,
+                                               int group) {
   const auto cover_cols = static_cast<uint32_t>(g.cover_extent[1]);
   const auto per_row = static_cast<uint32_t>(g.block_cols) / 8;
+  const auto block_rows = static_cast<uint32_t>(g.block_rows);
   const uint32_t brow = b / cover_cols;
   const uint32_t bcol = b - brow * cover_cols;
+  // the block's rows inside the piece, from the piece's first row
+  const auto first = static_cast<uint32_t>(g.offset[0]);
+  const uint32_t top = (static_cast<uint32_t>(g.cover_offset[0]) + brow) * block_rows;
+  const uint32_t row_lo = top > first ? top - first : 0;
+  const uint32_t row_hi = (top + block_rows < first + static_cast<uint32_t>(g.extent[0])
+                               ? top + block_rows
+                               : first + static_cast<uint32_t>(g.extent[0])) -
+                          first;
+  const auto whole = static_cast<uint32_t>(g.block_rows * per_row) / static_cast<uint32_t>(group);
   const uint32_t lane_row = lane < per_row ? 0 : lane / per_row;  // MXFP8: one row, no division
-  const uint32_t row = brow * static_cast<uint32_t>(g.block_rows) + lane_row;
+  const uint32_t row = row_lo + lane_row;
   const uint32_t col = bcol * static_cast<uint32_t>(g.block_cols) + (lane - lane_row * per_row) * 8;
-  return {int64_t{row} * g.stride[0] + col, int64_t{row} * g.out_pitch + col};
+  WholeWidthPlace at{int64_t{row} * g.stride[0] + col, int64_t{row} * g.out_pitch + col, 0};
+  if (static_cast<uint32_t>(group) < per_row || row_hi - row_lo == block_rows) {
+    at.vectors = static_cast<int>(whole);  // a block whole in height
+  } else if (row < row_hi) {
+    const uint32_t step = static_cast<uint32_t>(group) / per_row;  // rows between a lane's vectors
+    at.vectors = static_cast<int>((row_hi - row + step - 1) / step);
+  }
+  return at;
 }
-WSYNC_QUANT_HD WholeBlockPlace wholeBlockStep(const Geometry& g, int group) {
+WSYNC_QUANT_HD WholeWidthPlace wholeWidthStep(const Geometry& g, int group) {
   const int64_t per_row = g.block_cols / 8;
-  if (group < per_row) return {8 * int64_t{group}, 8 * int64_t{group}};  // along the one row
+  if (group < per_row) return {8 * int64_t{group}, 8 * int64_t{group}, 0};  // along the one row
   const int64_t rows = group / per_row;
-  return {rows * g.stride[0], rows * g.out_pitch};
+  return {rows * g.stride[0], rows * g.out_pitch, 0};
 }
 
 // What a block-parallel launch does per cover block.

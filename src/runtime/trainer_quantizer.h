@@ -85,8 +85,8 @@ class TrainerQuantizer {
 
   // Device memory (trainer_quantizer_device.cc). Tasks of one group size, contiguous in tasks_,
   // numbered from 0 (first_tile); their exchanged blocks are units_[first_unit, +num_units).
-  // key: 2 * group, plus 1 where every task's blocks are whole by shape (the whole-block kernel
-  // runs the batch when its addresses allow too).
+  // key: 2 * group, plus 1 where every task's blocks are whole in width by shape (the
+  // whole-width kernel runs the batch when its addresses allow too).
   struct Batch {
     int group = 256;
     int key = 0;

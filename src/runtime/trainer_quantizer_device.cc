@@ -17,8 +17,8 @@ namespace bk = block_quant_kernels;
 Status TrainerQuantizer::setUpDevice() {
   if (sources_.empty()) return Status::ok();
   WSYNC_RETURN_IF_ERROR(setDevice(cuda_device_));
-  // tasks ordered by group size, then by whether their blocks are whole (the whole-block kernel
-  // takes a batch whose tasks all are), one batch per both
+  // tasks ordered by group size, then by whether their blocks are whole in width (the
+  // whole-width kernel takes a batch whose tasks all are), one batch per both
   std::vector<int> group(sources_.size());
   std::vector<int> batch_key(sources_.size());
   for (size_t i = 0; i < sources_.size(); ++i) {
@@ -31,7 +31,7 @@ Status TrainerQuantizer::setUpDevice() {
                              "): " + why);
     const int dtype = s.view.dtype == DType::kFloat32 ? 0 : 1;
     group[i] = bk::groupSizeFor(s.scaling.block_rows, s.scaling.block_cols, dtype);
-    const bool whole = bk::wholeBlockVectors(bk::geometryOf(s.view, s.scaling), group[i]) > 0;
+    const bool whole = bk::wholeWidthVectors(bk::geometryOf(s.view, s.scaling), group[i]) > 0;
     batch_key[i] = 2 * group[i] + (whole ? 1 : 0);
   }
   task_source_.resize(sources_.size());

@@ -143,13 +143,13 @@ void checkPerPieceLaunchers(const bqt::LayoutCase& c, std::vector<DevicePiece>& 
 }
 
 // All pieces in one table: kAmax, a unit list of every third block, the scatter, kFused.
-// Tables of whole-block pieces checkBatched ran (the whole-block kernel).
+// Tables of whole-width pieces checkBatched ran (the whole-width kernel).
 int g_whole_tables = 0;
 
-// checkBatched's pieces that hold whole blocks for `group` (bk::holdsWholeBlocks), alone in a
-// table: the whole-block kernel, fused (with the merged maxima `tasks` point to) and with the
-// expected scales given, gives each piece's bytes and scales.
-void checkWholeBlockTable(const bqt::LayoutCase& c, const std::vector<DevicePiece>& pieces,
+// checkBatched's pieces whose blocks are whole in width for `group` (bk::holdsWholeWidthBlocks;
+// their rows may be cut), alone in a table: the whole-width kernel, fused (with the merged maxima
+// `tasks` point to) and with the expected scales given, gives each piece's bytes and scales.
+void checkWholeWidthTable(const bqt::LayoutCase& c, const std::vector<DevicePiece>& pieces,
                           const std::vector<bk::QuantTask>& tasks, int group, DeviceBytes& scales,
                           DeviceBytes& out, const std::vector<uint8_t>& expected_scales) {
   const size_t ssize = bqt::scaleSize(c.s.format);
@@ -157,8 +157,8 @@ void checkWholeBlockTable(const bqt::LayoutCase& c, const std::vector<DevicePiec
   std::vector<size_t> whole_block_at, whole_value_at, whole_piece;
   size_t blocks = 0, volume = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (bk::holdsWholeBlocks(tasks[i].g, group, reinterpret_cast<uint64_t>(tasks[i].g.data),
-                             reinterpret_cast<uint64_t>(tasks[i].dst))) {
+    if (bk::holdsWholeWidthBlocks(tasks[i].g, group, reinterpret_cast<uint64_t>(tasks[i].g.data),
+                                  reinterpret_cast<uint64_t>(tasks[i].dst))) {
       whole.push_back(tasks[i]);
       whole_block_at.push_back(blocks);
       whole_value_at.push_back(volume);
@@ -191,9 +191,9 @@ void checkWholeBlockTable(const bqt::LayoutCase& c, const std::vector<DevicePiec
       const auto scales_at = static_cast<ptrdiff_t>(whole_block_at[k] * ssize);
       const auto values_at = static_cast<ptrdiff_t>(whole_value_at[k]);
       ASSERT_TRUE(std::equal(p.scales.begin(), p.scales.end(), got_scales.begin() + scales_at))
-          << c.where << " whole-block table, group " << group << ", piece " << whole_piece[k];
+          << c.where << " whole-width table, group " << group << ", piece " << whole_piece[k];
       ASSERT_TRUE(std::equal(p.values.begin(), p.values.end(), got_values.begin() + values_at))
-          << c.where << " whole-block table, group " << group << ", piece " << whole_piece[k]
+          << c.where << " whole-width table, group " << group << ", piece " << whole_piece[k]
           << " mode " << static_cast<int>(mode);
     }
   }
@@ -280,9 +280,10 @@ void checkBatched(const bqt::LayoutCase& c, std::vector<DevicePiece>& pieces) {
     ASSERT_EQ(download(out.data, volume), expected_values)
         << c.where << " batched mode " << static_cast<int>(mode);
   }
-  // the pieces that hold whole blocks for a group, alone in a table: the whole-block kernel
+  // the pieces whose blocks are whole in width for a group, alone in a table: the whole-width
+  // kernel
   for (int wg : {1, 4, 32, 256}) {
-    checkWholeBlockTable(c, pieces, tasks, wg, scales, out, expected_scales);
+    checkWholeWidthTable(c, pieces, tasks, wg, scales, out, expected_scales);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -315,12 +316,12 @@ TEST(BlockQuantDeviceLayouts, EveryLauncherEqualsTheHostBitForBit) {
     ASSERT_EQ(download(scales.data, scales.size), reference.scales) << c.where << " whole";
     ASSERT_EQ(download(values.data, values.size), reference.values) << c.where << " whole";
   }
-  EXPECT_GT(g_whole_tables, whole_before);  // MXFP8 1 x 32 pieces took the whole-block kernel
+  EXPECT_GT(g_whole_tables, whole_before);  // MXFP8 1 x 32 pieces took the whole-width kernel
 }
 
-// Weights of whole 128 x 128 blocks of 16-bit elements (the whole-block kernel), some pieces cut
-// through blocks or with rows padded off its alignment (the general kernel for a table holding
-// them), every scale format, with inf and NaN.
+// Weights of whole 128 x 128 blocks of 16-bit elements (the whole-width kernel), some pieces cut
+// through blocks' rows (still the whole-width kernel) or with rows padded off its alignment (the
+// general kernel for a table holding them), every scale format, with inf and NaN.
 TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
   SKIP_WITHOUT_GPU();
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -337,7 +338,7 @@ TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
     checkBatched(c, pieces);
     if (HasFatalFailure()) return;
   }
-  EXPECT_GT(g_whole_tables, whole_before);  // the whole-block kernel ran
+  EXPECT_GT(g_whole_tables, whole_before);  // the whole-width kernel ran
 }
 
 // Large 128x128 bf16 and fp32 weights (many blocks per launch, the register cache full and, for

@@ -22,7 +22,7 @@ enum class Layout : int {
   kStrided = 3,    // cuts at multiples of 32 columns, rows padded by whole vectors, 3-D weights
   // 128 x 128 blocks, 2-D weights of whole blocks, cuts at multiples of 128 (and, in about half
   // the cases, one row cut at a multiple of 64 that splits blocks), rows padded by 0-2 vectors or
-  // by 3 elements: the whole-block kernel's pieces beside the general walk's in one table.
+  // by 3 elements: the whole-width kernel's pieces beside the general walk's in one table.
   kFullTiles = 4,
 };
 inline const char* layoutName(Layout l) {

@@ -117,8 +117,9 @@ __device__ __forceinline__ uint32_t groupMax(uint32_t v, uint32_t* shared) {
   }
 }
 
-// A block's multiplier and whether its elements are all finite (its complete maximum is: then
-// no product is NaN and quantizeVector skips the NaN fix-up; unknown with given scales).
+// A block's multiplier and whether its elements are all finite (kFused only, where the maximum
+// includes the data's own: then no product is NaN and quantizeVector skips the NaN fix-up; given
+// scales or maxima are not trusted to bound the data).
 struct Multiplier {
   float m;
   bool finite;
@@ -133,7 +134,7 @@ __device__ __forceinline__ Multiplier multiplierOf(const QuantTask& t, int64_t b
   if (mode == QuantMode::kQuantizeWithScales) return {bk::multiplierAt(t.scales, e8m0, b), false};
   float a = mode == QuantMode::kScaleAndQuantize ? t.amax_in[b] : amax;
   if (mode == QuantMode::kFused && t.amax_in != nullptr) a = qm::mergeAmax(a, t.amax_in[b]);
-  const bool finite = qm::bitsOf(a) < 0x7f800000u;
+  const bool finite = mode == QuantMode::kFused && qm::bitsOf(a) < 0x7f800000u;
   if (e8m0) {
     const uint8_t e = qm::e8m0Scale(a);
     if (writer) static_cast<uint8_t*>(t.scales)[b] = e;

@@ -143,8 +143,10 @@ void checkPerPieceLaunchers(const bqt::LayoutCase& c, std::vector<DevicePiece>& 
 }
 
 // All pieces in one table: kAmax, a unit list of every third block, the scatter, kFused.
-// Tables of whole-width pieces checkBatched ran (the whole-width kernel).
+// Tables of whole-width pieces checkBatched ran (the whole-width kernel), and those of them with a
+// piece that cuts its blocks' rows (lanes with fewer vectors than a whole block's, or none).
 int g_whole_tables = 0;
+int g_whole_cut_tables = 0;
 
 // checkBatched's pieces whose blocks are whole in width for `group` (bk::holdsWholeWidthBlocks;
 // their rows may be cut), alone in a table: the whole-width kernel, fused (with the merged maxima
@@ -169,9 +171,35 @@ void checkWholeWidthTable(const bqt::LayoutCase& c, const std::vector<DevicePiec
   }
   if (whole.empty()) return;
   ++g_whole_tables;
+  const bool cut = std::any_of(whole.begin(), whole.end(), [](const bk::QuantTask& t) {
+    return t.g.offset[0] % t.g.block_rows != 0 || t.g.extent[0] % t.g.block_rows != 0;
+  });
+  g_whole_cut_tables += cut ? 1 : 0;
   const uint64_t whole_total = bk::numberQuantTasks(whole);
   const auto device_whole = upload(whole);
   const auto* whole_table = reinterpret_cast<const bk::QuantTask*>(device_whole->at);
+  // the maxima of every other block, listed (what a trainer computes for its exchanged blocks)
+  std::vector<uint64_t> units;
+  std::vector<float> listed;
+  for (size_t k = 0; k < whole.size(); ++k) {
+    const DevicePiece& p = pieces[whole_piece[k]];
+    for (size_t j = 0; j < p.blocks; ++j) {
+      if ((whole[k].first_tile + j) % 2 != 0) continue;
+      units.push_back(whole[k].first_tile + j);
+      listed.push_back(p.amax[j]);
+    }
+  }
+  if (!units.empty()) {
+    const auto device_units = upload(units);
+    DeviceBytes compact(units.size() * 4);
+    ASSERT_TRUE(launchBlockQuantBatch(whole.data(), whole_table, static_cast<int64_t>(whole.size()),
+                                      whole_total, group, bk::QuantMode::kAmax,
+                                      reinterpret_cast<const uint64_t*>(device_units->at),
+                                      units.size(), static_cast<float*>(compact.data), nullptr)
+                    .isOk());
+    ASSERT_EQ(download(compact.data, units.size() * 4), bytesOf(listed))
+        << c.where << " whole-width table, group " << group << ", listed maxima";
+  }
   for (bk::QuantMode mode : {bk::QuantMode::kFused, bk::QuantMode::kQuantizeWithScales}) {
     if (mode == bk::QuantMode::kFused) {
       ASSERT_TRUE(cudaMemset(scales.data, 0, blocks * ssize) == cudaSuccess);
@@ -330,6 +358,7 @@ TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
   const DType dtypes[] = {DType::kBFloat16, DType::kFloat16};
   std::mt19937_64 rng(128128);
   const int whole_before = g_whole_tables;
+  const int whole_cut_before = g_whole_cut_tables;
   for (int it = 0; it < 32; ++it) {
     const bqt::LayoutCase c = bqt::layoutCase(rng, bqt::Layout::kFullTiles, formats[it % 4],
                                               dtypes[(it / 4) % 2], it % 3 == 0 ? 3000 : 0);
@@ -338,7 +367,8 @@ TEST(BlockQuantDeviceLayouts, FullTilesEqualTheHostBitForBit) {
     checkBatched(c, pieces);
     if (HasFatalFailure()) return;
   }
-  EXPECT_GT(g_whole_tables, whole_before);  // the whole-width kernel ran
+  EXPECT_GT(g_whole_tables, whole_before);          // the whole-width kernel ran
+  EXPECT_GT(g_whole_cut_tables, whole_cut_before);  // on pieces that cut blocks' rows too
 }
 
 // Large 128x128 bf16 and fp32 weights (many blocks per launch, the register cache full and, for

@@ -21,8 +21,9 @@ enum class Layout : int {
   kOddWidths = 2,  // cuts anywhere, row strides padded by 0-5 elements
   kStrided = 3,    // cuts at multiples of 32 columns, rows padded by whole vectors, 3-D weights
   // 128 x 128 blocks, 2-D weights of whole blocks, cuts at multiples of 128 (and, in about half
-  // the cases, one row cut at a multiple of 64 that splits blocks), rows padded by 0-2 vectors or
-  // by 3 elements: the whole-width kernel's pieces beside the general walk's in one table.
+  // the cases, one row cut that splits blocks: 64 rows past the last cut, or 1-127), rows padded
+  // by 0-2 vectors or by 3 elements: the whole-width kernel's pieces beside the general walk's in
+  // one table.
   kFullTiles = 4,
 };
 inline const char* layoutName(Layout l) {
@@ -122,8 +123,10 @@ inline LayoutCase layoutCase(std::mt19937_64& rng, Layout layout, ScaleFormat f,
       const int64_t at = dim(1, c.shape[d] - 1) / q * q;
       if (at > cut.back() && at < c.shape[d]) cut.push_back(at);
     }
-    if (tiles && d == 0 && dim(0, 1) == 1 && cut.back() + 64 < c.shape[d])
-      cut.push_back(cut.back() + 64);  // a cut through a block: its maxima merge across pieces
+    if (tiles && d == 0 && dim(0, 1) == 1) {  // a cut through a block: its maxima merge across
+      const int64_t at = cut.back() + (dim(0, 1) == 1 ? 64 : dim(1, 127));  // pieces; any row
+      if (at < c.shape[d]) cut.push_back(at);
+    }
     cut.push_back(c.shape[d]);
   }
   const int64_t vector = dtype == DType::kFloat32 ? 4 : 8;

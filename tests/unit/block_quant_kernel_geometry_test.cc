@@ -305,6 +305,39 @@ TEST(BlockQuantKernelGeometry, EmulatedKernelEqualsTheHostInEveryMode) {
   EXPECT_GT(walked[static_cast<int>(bqt::Layout::kOddWidths)].scalars, 0);
 }
 
+// The whole-width walk of task `t` by `group` threads: every lane's vectors, over all its blocks,
+// are exactly the elements of the blocks' parts inside the piece (blockPart). Counts the blocks
+// the piece cuts in height.
+void checkWholeWidthPlaces(const bk::QuantTask& t, int group, const std::string& where,
+                           int64_t* cut_rows) {
+  const int64_t br = t.g.block_rows, bc = t.g.block_cols;
+  const int vectors = bk::wholeWidthVectors(t.g, group);
+  ASSERT_EQ(vectors * group * 8, br * bc) << where;
+  const int64_t width = t.g.out_pitch;
+  const bk::WholeWidthPlace step = bk::wholeWidthStep(t.g, group);
+  for (int64_t b = 0; b < t.g.cover_volume; ++b) {
+    const bk::BlockPart p = bk::blockPart(t.g, b);
+    ASSERT_LE(p.row_hi - p.row_lo, br);
+    ASSERT_EQ(p.col_hi - p.col_lo, bc);
+    *cut_rows += p.row_hi - p.row_lo < br ? 1 : 0;
+    std::vector<std::pair<int64_t, int64_t>> expected_places, walked;
+    for (int64_t r = p.row_lo; r < p.row_hi; ++r)
+      for (int64_t col = p.col_lo; col < p.col_hi; ++col)
+        expected_places.emplace_back(p.base + r * p.row_stride + col, p.dst_base + r * width + col);
+    for (uint32_t lane = 0; lane < static_cast<uint32_t>(group); ++lane) {
+      const bk::WholeWidthPlace at =
+          bk::wholeWidthPlace(t.g, static_cast<uint32_t>(b), lane, group);
+      ASSERT_LE(at.vectors, vectors);
+      for (int k = 0; k < at.vectors; ++k)
+        for (int e = 0; e < 8; ++e)
+          walked.emplace_back(at.src + k * step.src + e, at.dst + k * step.dst + e);
+    }
+    std::sort(expected_places.begin(), expected_places.end());
+    std::sort(walked.begin(), walked.end());
+    ASSERT_EQ(walked, expected_places) << where << " block " << b << " group " << group;
+  }
+}
+
 // The whole-width walk's places (bk::wholeWidthPlace, wholeWidthStep) for every group a piece
 // takes it with: the lanes' vectors of 8 elements of each block are exactly the elements of the
 // block's part inside the piece, at the source and output offsets blockPart gives them. 128 x 128
@@ -345,35 +378,22 @@ TEST(BlockQuantKernelGeometry, WholeWidthPlacesAreEachBlockOnce) {
         ++held[gi];
         if (it % 4 == 1) t.g.out_pitch += 8 * (it % 3 + 1);  // an output inside a wider tensor
         ASSERT_TRUE(bk::holdsWholeWidthBlocks(t.g, group, data, 0)) << c.where;
-        const int vectors = bk::wholeWidthVectors(t.g, group);
-        ASSERT_EQ(vectors * group * 8, br * bc) << c.where;
-        const int64_t width = t.g.out_pitch;
-        const bk::WholeWidthPlace step = bk::wholeWidthStep(t.g, group);
-        for (int64_t b = 0; b < t.g.cover_volume; ++b) {
-          const bk::BlockPart p = bk::blockPart(t.g, b);
-          ASSERT_LE(p.row_hi - p.row_lo, br);
-          ASSERT_EQ(p.col_hi - p.col_lo, bc);
-          cut_rows += p.row_hi - p.row_lo < br ? 1 : 0;
-          std::vector<std::pair<int64_t, int64_t>> expected_places, walked;
-          for (int64_t r = p.row_lo; r < p.row_hi; ++r)
-            for (int64_t col = p.col_lo; col < p.col_hi; ++col)
-              expected_places.emplace_back(p.base + r * p.row_stride + col,
-                                           p.dst_base + r * width + col);
-          for (uint32_t lane = 0; lane < static_cast<uint32_t>(group); ++lane) {
-            const bk::WholeWidthPlace at =
-                bk::wholeWidthPlace(t.g, static_cast<uint32_t>(b), lane, group);
-            ASSERT_LE(at.vectors, vectors);
-            for (int k = 0; k < at.vectors; ++k)
-              for (int e = 0; e < 8; ++e)
-                walked.emplace_back(at.src + k * step.src + e, at.dst + k * step.dst + e);
-          }
-          std::sort(expected_places.begin(), expected_places.end());
-          std::sort(walked.begin(), walked.end());
-          ASSERT_EQ(walked, expected_places) << c.where << " block " << b << " group " << group;
-        }
+        checkWholeWidthPlaces(t, group, c.where, &cut_rows);
+        if (HasFatalFailure()) return;
       }
     }
   }
+  // 16 x 64 blocks (4 vectors a lane with 32 threads), a piece cutting rows 5-69 of 80
+  const bqt::HostTensor w = bqt::randomTensor(rng, DType::kBFloat16, Dims{80, 128}, 0);
+  const bqt::LaidPiece piece = bqt::layPiece(w, Box{Dims{5, 0}, Dims{65, 128}}, 0, 0);
+  BlockScaling s16;
+  s16.format = ScaleFormat::kFloat32;
+  s16.block_rows = 16;
+  s16.block_cols = 64;
+  s16.scale_tensor = "w.scale";
+  const bk::QuantTask t16 = bk::quantTaskOf(piece.view(), s16);
+  ASSERT_TRUE(bk::holdsWholeWidthBlocks(t16.g, 32, reinterpret_cast<uint64_t>(t16.g.data), 0));
+  checkWholeWidthPlaces(t16, 32, "16 x 64 blocks, rows 5-69", &cut_rows);
   EXPECT_GT(held[0], 0);  // 1 x 32 with 1 thread
   EXPECT_GT(held[1], 0);  // 1 x 32 with 4 threads
   EXPECT_GT(held[3], 0);  // 128 x 128 with 256

@@ -111,8 +111,15 @@ def test_verl_manager_adds_and_removes_replicas_through_ray(tmp_path):
     r2 = record["r2"]["topology"]["replica"]
     assert r1 >= 4096 and r2 >= 4096 and r1 != r2, record
     ready = {t["step"]: sorted(t["ready_wsync_replicas"]) for t in record["timeline"]}
-    assert ready == {1: [0], 2: [0], 3: sorted([0, r1]), 4: sorted([0, r1]), 5: [0],
-                     6: sorted([0, r2]), 7: [0]}, record["timeline"]
+    # An added replica is in the trainers' versions from the first one started after the
+    # coordinator put it in the sequencer. Under load the actors' next step can start before that
+    # (add_replicas returns at the cold start); replica 0 then fills the joiner with that version
+    # too (docs/membership.md, "Its later versions"), which `received` above shows and the worker
+    # bit-checked. So steps 3-4 and 6 list the added replica, or only replica 0.
+    assert {s: ready[s] for s in (1, 2, 5, 7)} == {1: [0], 2: [0], 5: [0], 7: [0]}, \
+        record["timeline"]
+    for s, added in ((3, r1), (4, r1), (6, r2)):
+        assert ready[s] in ([0], sorted([0, added])), record["timeline"]
     for name, first in (("r1", 2), ("r2", 5)):  # filled by replica 0 with the step before
         stats = record[name]["version_stats"]
         assert stats["first_version_from_peer"] is True and stats["first_version"] == first, \

@@ -395,7 +395,7 @@ Status launchAny(int group, bool whole, const QuantTask* tasks, int64_t num_task
 }
 
 // Whether the whole-width kernel may walk task `t` with `group` threads a block.
-bool wholeBlocks(const QuantTask& t, int group) {
+bool wholeWidth(const QuantTask& t, int group) {
   return bk::holdsWholeWidthBlocks(t.g, group, reinterpret_cast<uint64_t>(t.g.data),
                                    reinterpret_cast<uint64_t>(t.dst));
 }
@@ -411,7 +411,7 @@ Status launchPiece(const PieceView& piece, const Dims& shape, const BlockScaling
   t.format = geometry.format;
   t.first_tile = 0;
   const int group = bk::groupSizeFor(s.block_rows, s.block_cols, t.g.dtype);
-  return launchAny<false>(group, wholeBlocks(t, group), nullptr, 0, t,
+  return launchAny<false>(group, wholeWidth(t, group), nullptr, 0, t,
                           static_cast<uint64_t>(t.g.cover_volume), nullptr, nullptr, mode, stream,
                           what);
 }
@@ -490,7 +490,7 @@ Status launchBlockQuantBatch(const QuantTask* host_tasks, const QuantTask* devic
   }
   bool whole = true;
   for (int64_t i = 0; i < num_tasks && whole; ++i)
-    whole = wholeBlocks(host_tasks[i], group);
+    whole = wholeWidth(host_tasks[i], group);
   return launchAny<true>(group, whole, device_tasks, num_tasks, QuantTask{}, items, units,
                          list_amax, mode, stream, "launchBlockQuantBatch");
 }

@@ -203,7 +203,6 @@ TEST(BlockQuantMath, CeilLog2IsTorchsNotTheExactCeiling) {
 TEST(BlockQuantMath, CeilLog2ShortcutEqualsTheDoubleLog2) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> mantissa(0, (1u << 23) - 1);
-  int64_t checked = 0;
   for (uint32_t e = 1; e < 255; ++e) {
     std::vector<uint32_t> ms;
     for (uint32_t m = 0; m < 2 * qm::kCeilLog2ExactMantissa; ++m)
@@ -216,10 +215,8 @@ TEST(BlockQuantMath, CeilLog2ShortcutEqualsTheDoubleLog2) {
       const float y = bitsFloat(e << 23 | m);
       const float expected = std::ceil(static_cast<float>(std::log2(static_cast<double>(y))));
       ASSERT_EQ(qm::ceilLog2AsTorch(y), expected) << "exponent " << e << " mantissa " << m;
-      ++checked;
     }
   }
-  EXPECT_EQ(checked, 254 * 400);
 }
 
 TEST(BlockQuant, Float32ScalesUnevenBlocksAndTheClamp) {
